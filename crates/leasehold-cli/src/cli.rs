@@ -1,0 +1,162 @@
+//! The command line, as clap reads it.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::duration;
+
+/// Distributed locks on Redis: run a command under a lock, or take and give
+/// back locks from shell scripts.
+#[derive(Debug, Parser)]
+#[command(name = "leasehold", version, about, after_help = EXIT_CODES)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) connection: Connection,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+const EXIT_CODES: &str = "Exit codes: the command's own for `run` when the lease held; \
+0 done; 1 unexpected error; 2 usage; 69 Redis unreachable; 75 lock busy (wait ran out or \
+--no-wait); 76 lease lost (unless --on-lost ignore) or token no longer holds the lock; \
+128+N a signal ended `run`'s wait.";
+
+/// Where the locks live; shared by every subcommand.
+#[derive(Debug, Args)]
+pub(crate) struct Connection {
+    /// Redis URL [default: $LEASEHOLD_URL, else $REDIS_URL, else redis://127.0.0.1:6379]
+    #[arg(long, global = true)]
+    url: Option<String>,
+    /// First part of every key; processes that share locks use the same prefix
+    #[arg(long, global = true, default_value = leasehold::DEFAULT_PREFIX)]
+    pub(crate) prefix: String,
+}
+
+impl Connection {
+    pub(crate) fn url(&self) -> String {
+        self.url
+            .clone()
+            .or_else(|| non_empty_env("LEASEHOLD_URL"))
+            .or_else(|| non_empty_env("REDIS_URL"))
+            .unwrap_or_else(|| leasehold::DEFAULT_URL.to_owned())
+    }
+
+    pub(crate) fn client(
+        &self,
+        lease: Duration,
+        watchdog: bool,
+    ) -> leasehold::Result<leasehold::Client> {
+        leasehold::Client::builder(self.url())
+            .prefix(self.prefix.clone())
+            .lease(lease)
+            .watchdog(watchdog)
+            .build()
+    }
+}
+
+fn non_empty_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run a command while holding a lock; the lease is renewed while it runs
+    Run(RunArgs),
+    /// Take a lock with a fixed lease and print its token and fence (for shell scripts)
+    Acquire(AcquireArgs),
+    /// Release a lock taken with `acquire`
+    Release(TokenArgs),
+    /// Set the remaining lease of a lock taken with `acquire`
+    Extend(ExtendArgs),
+    /// Show whether a lock is held, its remaining lease and its last fence
+    Inspect(InspectArgs),
+    /// Remove a stuck lock whoever holds it, and wake its waiters (admin)
+    ForceRelease(NameArgs),
+}
+
+/// How long to wait for a busy lock.
+#[derive(Debug, Args)]
+#[group(multiple = false)]
+pub(crate) struct WaitArgs {
+    /// Wait at most this long for the lock (e.g. 500ms, 30s, 5m) [default: forever]
+    #[arg(long, value_name = "DUR", value_parser = duration::parse)]
+    pub(crate) wait: Option<Duration>,
+    /// Do not wait: exit 75 at once if the lock is held
+    #[arg(long)]
+    pub(crate) no_wait: bool,
+}
+
+/// What to do to the command when its lease is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OnLost {
+    /// SIGTERM to the command's process group, SIGKILL 10 s later
+    Term,
+    /// SIGKILL to the command's process group at once
+    Kill,
+    /// Only warn; the command goes on unprotected
+    Ignore,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The lock's name
+    pub(crate) name: String,
+    #[command(flatten)]
+    pub(crate) wait: WaitArgs,
+    /// Lease length, renewed at a third of it while the command runs
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = duration::parse)]
+    pub(crate) lease: Duration,
+    /// What to do to the command if the lease is lost
+    #[arg(long, value_enum, default_value_t = OnLost::Term)]
+    pub(crate) on_lost: OnLost,
+    /// The command and its arguments; it gets LEASEHOLD_FENCE and LEASEHOLD_NAME
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub(crate) command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AcquireArgs {
+    /// The lock's name
+    pub(crate) name: String,
+    /// Lease length; it is not renewed (use `extend`)
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = duration::parse)]
+    pub(crate) lease: Duration,
+    #[command(flatten)]
+    pub(crate) wait: WaitArgs,
+    /// Print JSON instead of `TOKEN FENCE`
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TokenArgs {
+    /// The lock's name
+    pub(crate) name: String,
+    /// The token printed by `acquire`
+    pub(crate) token: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ExtendArgs {
+    #[command(flatten)]
+    pub(crate) lock: TokenArgs,
+    /// The new remaining lease, from now
+    #[arg(long, value_name = "DUR", value_parser = duration::parse)]
+    pub(crate) lease: Duration,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct InspectArgs {
+    /// The lock's name
+    pub(crate) name: String,
+    /// Print JSON
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct NameArgs {
+    /// The lock's name
+    pub(crate) name: String,
+}

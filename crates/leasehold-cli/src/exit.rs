@@ -1,0 +1,44 @@
+//! Exit codes, one meaning each.
+
+pub(crate) const FAILURE: u8 = 1;
+pub(crate) const USAGE: u8 = 2;
+/// EX_UNAVAILABLE: Redis cannot be reached.
+pub(crate) const UNAVAILABLE: u8 = 69;
+/// EX_TEMPFAIL: the lock is busy; try again later.
+pub(crate) const BUSY: u8 = 75;
+/// The lease was lost, or the token no longer holds the lock.
+pub(crate) const LOST: u8 = 76;
+pub(crate) const CANNOT_EXECUTE: u8 = 126;
+pub(crate) const NOT_FOUND: u8 = 127;
+
+/// An error that ends the program with a chosen code.
+#[derive(Debug)]
+pub(crate) struct Fail {
+    pub(crate) code: u8,
+    pub(crate) message: String,
+}
+
+impl std::fmt::Display for Fail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Fail {}
+
+/// The exit code for an error that ends the program.
+pub(crate) fn code_for(err: &anyhow::Error) -> u8 {
+    if let Some(fail) = err.downcast_ref::<Fail>() {
+        return fail.code;
+    }
+    let Some(err) = err.downcast_ref::<leasehold::Error>() else {
+        return FAILURE;
+    };
+    match err.kind() {
+        leasehold::ErrorKind::Timeout => BUSY,
+        leasehold::ErrorKind::NotHeld => LOST,
+        leasehold::ErrorKind::InvalidInput => USAGE,
+        leasehold::ErrorKind::Connection => UNAVAILABLE,
+        _ => FAILURE,
+    }
+}

@@ -1,0 +1,78 @@
+//! `leasehold`: run a command under a Redis lock, or take and give back
+//! locks from shell scripts.
+//!
+//! Exit codes (sysexits where one fits):
+//!
+//! | code | meaning |
+//! |---|---|
+//! | the command's | `run`: the command ran with the lease held; its own code (128+N if killed by signal N) |
+//! | 0 | the other commands: done |
+//! | 1 | an unexpected error (an odd reply from Redis) |
+//! | 2 | usage: a bad flag, duration, lease or lock name |
+//! | 69 | Redis cannot be reached |
+//! | 75 | the lock is held by someone else and the wait ran out (or `--no-wait`) |
+//! | 76 | the lease was lost while the command ran (unless `--on-lost ignore`), or the token no longer holds the lock |
+//! | 128+N | `run`: signal N ended the wait before the lock was taken |
+//! | 127 / 126 | `run`: the command was not found / could not be executed |
+
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+mod cli;
+mod duration;
+mod exit;
+mod runner;
+mod scripting;
+mod terminal;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) if !err.use_stderr() => {
+            // --help and --version.
+            let _ = err.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(err) => {
+            // One line, as for every other error; `--help` has the rest.
+            let rendered = err.render().to_string();
+            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("leasehold: {first} (see leasehold --help)");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    match run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("leasehold: {err:#}");
+            ExitCode::from(exit::code_for(&err))
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // One thread: PR_SET_PDEATHSIG follows the thread that spawned the child,
+    // and the main thread lives as long as the runner.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Run(args) => runner::run(&cli.connection, args).await,
+            Command::Acquire(args) => scripting::acquire(&cli.connection, args).await,
+            Command::Release(args) => scripting::release(&cli.connection, args).await,
+            Command::Extend(args) => scripting::extend(&cli.connection, args).await,
+            Command::Inspect(args) => scripting::inspect(&cli.connection, args).await,
+            Command::ForceRelease(args) => scripting::force_release(&cli.connection, args).await,
+        }
+    })
+}

@@ -1,0 +1,250 @@
+//! `leasehold run`: `flock` for a fleet.
+//!
+//! The child runs in its own process group and dies with the runner
+//! (`PR_SET_PDEATHSIG`), so a runner killed with SIGKILL never leaves a
+//! child writing without a lock. Whatever the child leaves behind in its
+//! group is killed before the lock is released.
+
+use std::io;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{ExitCode, ExitStatus};
+use std::time::Duration;
+
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::cli::{Connection, OnLost, RunArgs};
+use crate::exit::{self, Fail};
+use crate::scripting::take;
+use crate::terminal;
+
+/// How long a child has between SIGTERM and SIGKILL after its lease is lost.
+const TERM_GRACE: Duration = Duration::from_secs(10);
+
+pub(crate) async fn run(conn: &Connection, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let client = conn.client(args.lease, true)?;
+    let result = run_locked(&client, &args).await;
+    // Releases from cancelled acquisitions must finish before the runtime stops.
+    client.flush().await;
+    result
+}
+
+async fn run_locked(client: &leasehold::Client, args: &RunArgs) -> anyhow::Result<ExitCode> {
+    let mutex = client.mutex(&args.name)?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut hangup = signal(SignalKind::hangup())?;
+
+    // A signal while waiting ends the wait: the acquire is cancel safe.
+    let guard = tokio::select! {
+        guard = take(&mutex, &args.wait) => guard?,
+        _ = interrupt.recv() => return Ok(signal_exit(libc::SIGINT)),
+        _ = terminate.recv() => return Ok(signal_exit(libc::SIGTERM)),
+        _ = hangup.recv() => return Ok(signal_exit(libc::SIGHUP)),
+    };
+
+    // Decided before the spawn: the child takes the terminal itself, before
+    // exec, so that it never reads from it as a background job.
+    let foreground = terminal::runner_is_foreground();
+    let mut child = match spawn(args, guard.fence(), foreground) {
+        Ok(child) => child,
+        Err(err) => {
+            let code = if err.kind() == io::ErrorKind::NotFound {
+                exit::NOT_FOUND
+            } else {
+                exit::CANNOT_EXECUTE
+            };
+            let released = guard.release().await;
+            let mut message = format!("cannot run {:?}: {err}", args.command[0]);
+            if let Err(release_err) = released {
+                message.push_str(&format!("; and the lock release failed: {release_err}"));
+            }
+            return Err(Fail { code, message }.into());
+        }
+    };
+    let group = child.id().and_then(|pid| i32::try_from(pid).ok());
+    // Registered only now: before the child exists, Ctrl-Z may stop the runner as usual.
+    let mut stop = signal(SignalKind::from_raw(libc::SIGTSTP))?;
+    let mut child_changed = signal(SignalKind::child())?;
+
+    let mut lost = false;
+    let kill_timer = tokio::time::sleep(TERM_GRACE);
+    tokio::pin!(kill_timer);
+    let mut kill_armed = false;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            () = guard.lost(), if !lost => {
+                lost = true;
+                on_lost(args, group);
+                if args.on_lost == OnLost::Term {
+                    kill_timer.as_mut().reset(tokio::time::Instant::now() + TERM_GRACE);
+                    kill_armed = true;
+                }
+            }
+            () = &mut kill_timer, if kill_armed => {
+                kill_armed = false;
+                signal_group(group, libc::SIGKILL);
+            }
+            _ = interrupt.recv() => signal_group(group, libc::SIGINT),
+            _ = terminate.recv() => signal_group(group, libc::SIGTERM),
+            _ = hangup.recv() => signal_group(group, libc::SIGHUP),
+            _ = stop.recv() => suspend(group, foreground, &guard),
+            _ = child_changed.recv() => {
+                // A job-control stop of the child (Ctrl-Z at its terminal, or a
+                // read from the terminal while in the background) stops the
+                // runner too, so the shell sees the job stopped.
+                if terminal::interactive() && group.is_some_and(terminal::child_stopped) {
+                    suspend(group, foreground, &guard);
+                }
+            }
+        }
+    };
+    // Nothing the command started may go on working once the lock is released.
+    signal_group(group, libc::SIGKILL);
+    if let (true, Some(group)) = (foreground, group) {
+        terminal::take_back(group);
+    }
+    let status = status?;
+
+    let lost_while_running = lost || guard.is_lost();
+    let released = guard.release().await;
+    let lost = lost_while_running || released.as_ref().is_err_and(|e| e.is_not_held());
+    if let Err(err) = &released {
+        if !err.is_not_held() {
+            eprintln!(
+                "leasehold: warning: could not release {:?}: {err}; it expires within {:?}",
+                args.name, args.lease
+            );
+        }
+    }
+    if lost && args.on_lost == OnLost::Ignore {
+        if !lost_while_running {
+            eprintln!(
+                "leasehold: warning: lease on {:?} was lost while the command ran: its work was \
+                 not protected",
+                args.name
+            );
+        }
+    } else if lost {
+        return Err(Fail {
+            code: exit::LOST,
+            message: format!(
+                "lease on {:?} was lost while the command ran: its work was not protected",
+                args.name
+            ),
+        }
+        .into());
+    }
+    Ok(ExitCode::from(status_code(status)))
+}
+
+fn on_lost(args: &RunArgs, group: Option<i32>) {
+    match args.on_lost {
+        OnLost::Term => {
+            eprintln!(
+                "leasehold: lease on {:?} lost while the command ran: sending SIGTERM, SIGKILL \
+                 in {}s",
+                args.name,
+                TERM_GRACE.as_secs()
+            );
+            signal_group(group, libc::SIGTERM);
+            // A stopped child must run to handle its SIGTERM.
+            signal_group(group, libc::SIGCONT);
+        }
+        OnLost::Kill => {
+            eprintln!(
+                "leasehold: lease on {:?} lost while the command ran: sending SIGKILL",
+                args.name
+            );
+            signal_group(group, libc::SIGKILL);
+        }
+        OnLost::Ignore => eprintln!(
+            "leasehold: warning: lease on {:?} lost; the command goes on unprotected",
+            args.name
+        ),
+    }
+}
+
+/// Stops the child's group and then the runner, as one job; on resume gives
+/// the child back the terminal (if the job is in the foreground) and wakes it.
+/// While stopped nothing renews the lease: a lease lost meanwhile is handled
+/// before the child may run again.
+fn suspend(group: Option<i32>, foreground: bool, guard: &leasehold::MutexGuard) {
+    signal_group(group, libc::SIGSTOP);
+    if let (true, Some(group)) = (foreground, group) {
+        terminal::take_back(group);
+    }
+    terminal::stop_self();
+    if guard.is_lost() {
+        return;
+    }
+    if let Some(group) = group {
+        if foreground && terminal::runner_is_foreground() {
+            terminal::hand_to(group);
+        }
+    }
+    signal_group(group, libc::SIGCONT);
+}
+
+fn spawn(args: &RunArgs, fence: u64, foreground: bool) -> io::Result<tokio::process::Child> {
+    let mut command = std::process::Command::new(&args.command[0]);
+    command
+        .args(&args.command[1..])
+        .env("LEASEHOLD_FENCE", fence.to_string())
+        .env("LEASEHOLD_NAME", &args.name)
+        .process_group(0);
+    let runner = std::process::id();
+    // SAFETY: the closure runs in the forked child before exec and calls
+    // only async-signal-safe functions (prctl, getppid, raise, signal,
+    // tcsetpgrp, getpid).
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            // The runner may have died before prctl took effect.
+            if u32::try_from(libc::getppid()).ok() != Some(runner) {
+                libc::raise(libc::SIGKILL);
+            }
+            if foreground {
+                terminal::hand_to(libc::getpid());
+            }
+            Ok(())
+        });
+    }
+    let mut command = tokio::process::Command::from(command);
+    command.kill_on_drop(true);
+    command.spawn()
+}
+
+fn signal_group(group: Option<i32>, signal: libc::c_int) {
+    if let Some(group) = group {
+        // SAFETY: kill has no memory-safety preconditions; a group that is
+        // already gone only yields ESRCH.
+        unsafe {
+            libc::kill(-group, signal);
+        }
+    }
+}
+
+fn signal_exit(signal: libc::c_int) -> ExitCode {
+    ExitCode::from(u8::try_from(128 + signal).unwrap_or(exit::FAILURE))
+}
+
+/// The child's exit code, or 128 + the signal that killed it (as shells report).
+fn status_code(status: ExitStatus) -> u8 {
+    if let Some(code) = status.code() {
+        return u8::try_from(code).unwrap_or(exit::FAILURE);
+    }
+    status
+        .signal()
+        .and_then(|s| u8::try_from(128 + s).ok())
+        .unwrap_or(exit::FAILURE)
+}

@@ -1,0 +1,455 @@
+//! The `leasehold` binary against real redis-server processes.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use leasehold_testkit::{unreachable_url, RedisServer};
+
+const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
+
+fn leasehold(server_url: &str, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("--url")
+        .arg(server_url)
+        .args(args)
+        .env_remove("LEASEHOLD_URL")
+        .env_remove("REDIS_URL")
+        .output()
+        .unwrap()
+}
+
+fn spawn(server_url: &str, args: &[&str]) -> Child {
+    Command::new(BIN)
+        .arg("--url")
+        .arg(server_url)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Waits (bounded) for a condition that no signal announces.
+fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    for _ in 0..1500 {
+        if check() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("gave up waiting for {what}");
+}
+
+fn inspect(url: &str, name: &str) -> serde_json::Value {
+    let out = leasehold(url, &["inspect", name, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn acquire(url: &str, name: &str, lease: &str) -> (String, u64) {
+    let out = leasehold(url, &["acquire", name, "--lease", lease, "--no-wait"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let mut parts = text.split_whitespace();
+    let token = parts.next().unwrap().to_owned();
+    let fence = parts.next().unwrap().parse().unwrap();
+    (token, fence)
+}
+
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // A zombie has exited; only its parent's reaping is left.
+        Ok(stat) => !stat.contains(") Z "),
+        Err(_) => false,
+    }
+}
+
+#[test]
+fn run_passes_fence_and_name_and_returns_the_exit_code() {
+    let server = RedisServer::start();
+    let out = leasehold(
+        &server.url(),
+        &[
+            "run",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$LEASEHOLD_NAME $LEASEHOLD_FENCE\"; exit 3",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let text = stdout(&out);
+    let mut words = text.split_whitespace();
+    assert_eq!(words.next(), Some("job"));
+    let fence: u64 = words.next().unwrap().parse().unwrap();
+    assert!(fence > 0);
+    let state = inspect(&server.url(), "job");
+    assert_eq!(state["held"], false);
+    assert_eq!(state["last_fence"], fence);
+}
+
+#[test]
+fn many_processes_running_under_one_lock_lose_no_update() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("counter");
+    std::fs::write(&file, "0\n").unwrap();
+    let script = format!(
+        "n=$(cat '{0}'); sleep 0.02; echo $((n + 1)) > '{0}'",
+        file.display()
+    );
+    let runners: Vec<Child> = (0..16)
+        .map(|_| {
+            spawn(
+                &server.url(),
+                &["run", "counter", "--wait", "5m", "--", "sh", "-c", &script],
+            )
+        })
+        .collect();
+    for runner in runners {
+        let out = runner.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let count = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(
+        count.trim(),
+        "16",
+        "an update was lost: two runners held the lock"
+    );
+}
+
+#[test]
+fn a_busy_lock_exits_75() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (token, _) = acquire(&url, "job", "60s");
+    let marker = tempfile::tempdir().unwrap();
+    let ran = marker.path().join("ran");
+    let touch = format!("touch '{}'", ran.display());
+    for wait in [&["--no-wait"][..], &["--wait", "300ms"][..]] {
+        let mut args = vec!["run", "job"];
+        args.extend_from_slice(wait);
+        args.extend_from_slice(&["--", "sh", "-c", &touch]);
+        let out = leasehold(&url, &args);
+        assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+        assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+        assert!(!ran.exists(), "the command ran without the lock");
+    }
+    let out = leasehold(&url, &["acquire", "job", "--no-wait"]);
+    assert_eq!(out.status.code(), Some(75));
+    let out = leasehold(&url, &["release", "job", &token]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn usage_errors_exit_2_with_one_line() {
+    let url = unreachable_url();
+    for args in [
+        &["run", "job", "--lease", "30", "--", "true"][..],
+        &["run", "job", "--lease", "0s", "--", "true"],
+        &["run", "job", "--lease", "25h", "--", "true"],
+        &["run", "job", "--wait", "25h", "--", "true"],
+        &["run", "a{b}", "--", "true"],
+        &["run", "", "--", "true"],
+        &["run", "job"],
+        &["run", "job", "--wait", "1s", "--no-wait", "--", "true"],
+        &["acquire", "job", "--lease", "soon"],
+        &["release", "job", ""],
+        &["frobnicate"],
+    ] {
+        let out = leasehold(&url, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("leasehold: "), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn redis_out_of_reach_exits_69_and_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let out = leasehold(
+        &unreachable_url(),
+        &[
+            "run",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            &format!("touch '{}'", ran.display()),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    assert!(stderr(&out).contains("redis"), "{}", stderr(&out));
+    assert!(!ran.exists());
+    for args in [
+        &["acquire", "job"][..],
+        &["inspect", "job"],
+        &["force-release", "job"],
+    ] {
+        let out = leasehold(&unreachable_url(), args);
+        assert_eq!(out.status.code(), Some(69), "{args:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn a_lease_lost_while_the_command_runs_ends_it_with_76() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let script = format!("touch '{}'; sleep 60", ready.display());
+    let runner = spawn(
+        &url,
+        &["run", "job", "--lease", "600ms", "--", "sh", "-c", &script],
+    );
+    eventually("the command to start", || ready.exists());
+    let out = leasehold(&url, &["force-release", "job"]);
+    assert!(out.status.success());
+    let out = runner.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(76), "{}", stderr(&out));
+    assert!(stderr(&out).contains("lost"), "{}", stderr(&out));
+}
+
+#[test]
+fn on_lost_ignore_only_warns() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let (ready, go) = (dir.path().join("ready"), dir.path().join("go"));
+    let script = format!(
+        "touch '{}'; while [ ! -e '{}' ]; do sleep 0.02; done; exit 4",
+        ready.display(),
+        go.display()
+    );
+    let runner = spawn(
+        &url,
+        &[
+            "run",
+            "job",
+            "--lease",
+            "600ms",
+            "--on-lost",
+            "ignore",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    eventually("the command to start", || ready.exists());
+    assert!(leasehold(&url, &["force-release", "job"]).status.success());
+    // Whether the watchdog or the final release sees the loss, it is only a warning.
+    std::fs::write(&go, "").unwrap();
+    let out = runner.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains("warning"), "{}", stderr(&out));
+}
+
+#[test]
+fn sigterm_is_forwarded_and_the_lock_released_after_the_command_exits() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let (ready, got) = (dir.path().join("ready"), dir.path().join("got-term"));
+    let script = format!(
+        "trap 'touch \"{}\"; exit 7' TERM; touch '{}'; while :; do sleep 0.05; done",
+        got.display(),
+        ready.display()
+    );
+    let runner = spawn(&url, &["run", "job", "--", "sh", "-c", &script]);
+    eventually("the command to start", || ready.exists());
+    unsafe {
+        libc::kill(runner.id() as i32, libc::SIGTERM);
+    }
+    let out = runner.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    assert!(got.exists(), "the command never saw SIGTERM");
+    assert_eq!(inspect(&url, "job")["held"], false);
+}
+
+/// Starts `run` around a command that sleeps for a minute, and returns the
+/// runner with the pid of the sleeping command once it runs.
+fn run_sleeper(url: &str, dir: &Path) -> (Child, u32) {
+    let pidfile = dir.join("pid");
+    let script = format!("echo $$ > '{}'; exec sleep 60", pidfile.display());
+    let runner = spawn(url, &["run", "job", "--", "sh", "-c", &script]);
+    eventually("the command to start", || {
+        std::fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let pid = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    (runner, pid)
+}
+
+#[test]
+fn a_killed_runner_takes_its_command_with_it() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut runner, pid) = run_sleeper(&server.url(), dir.path());
+    assert!(alive(pid));
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    eventually("the orphaned command to die", || !alive(pid));
+}
+
+#[test]
+fn a_missing_command_exits_127_and_releases() {
+    let server = RedisServer::start();
+    let out = leasehold(&server.url(), &["run", "job", "--", "/nonexistent/command"]);
+    assert_eq!(out.status.code(), Some(127), "{}", stderr(&out));
+    assert_eq!(inspect(&server.url(), "job")["held"], false);
+}
+
+#[test]
+fn acquire_extend_release_and_inspect_for_shell_scripts() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let out = leasehold(&url, &["acquire", "job", "--lease", "5s", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lease: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let token = lease["token"].as_str().unwrap().to_owned();
+    assert_eq!(lease["lease_ms"], 5000);
+
+    let state = inspect(&url, "job");
+    assert_eq!(state["held"], true);
+    assert_eq!(state["last_fence"], lease["fence"]);
+    assert!(state["remaining_ms"].as_u64().unwrap() <= 5000);
+
+    let out = leasehold(&url, &["extend", "job", &token, "--lease", "2m"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(inspect(&url, "job")["remaining_ms"].as_u64().unwrap() > 60_000);
+
+    let text = leasehold(&url, &["inspect", "job"]);
+    assert!(stdout(&text).contains("held"), "{}", stdout(&text));
+
+    let out = leasehold(&url, &["release", "job", "wrong-token"]);
+    assert_eq!(out.status.code(), Some(76));
+    let out = leasehold(&url, &["release", "job", &token]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = leasehold(&url, &["release", "job", &token]);
+    assert_eq!(out.status.code(), Some(76));
+    let out = leasehold(&url, &["extend", "job", &token, "--lease", "1m"]);
+    assert_eq!(out.status.code(), Some(76));
+    assert!(stdout(&leasehold(&url, &["inspect", "job"])).contains("free"));
+}
+
+#[test]
+fn force_release_wakes_a_waiting_runner() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (_token, fence) = acquire(&url, "job", "10m");
+    let runner = spawn(
+        &url,
+        &[
+            "run",
+            "job",
+            "--wait",
+            "5m",
+            "--",
+            "sh",
+            "-c",
+            "echo $LEASEHOLD_FENCE",
+        ],
+    );
+    eventually("the runner to wait", || {
+        inspect(&url, "job")["waiting_clients"] == 1
+    });
+    let out = leasehold(&url, &["force-release", "job"]);
+    assert!(stdout(&out).contains("removed"), "{}", stdout(&out));
+    let out = runner.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let next: u64 = stdout(&out).trim().parse().unwrap();
+    assert!(next > fence);
+    let out = leasehold(&url, &["force-release", "job"]);
+    assert!(stdout(&out).contains("was free"), "{}", stdout(&out));
+}
+
+#[test]
+fn url_comes_from_the_environment() {
+    let server = RedisServer::start();
+    for var in ["LEASEHOLD_URL", "REDIS_URL"] {
+        let out = Command::new(BIN)
+            .args(["inspect", "job"])
+            .env_remove("LEASEHOLD_URL")
+            .env_remove("REDIS_URL")
+            .env(var, server.url())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{var}: {}", stderr(&out));
+    }
+    let out = Command::new(BIN)
+        .args(["inspect", "job"])
+        .env("LEASEHOLD_URL", unreachable_url())
+        .env("REDIS_URL", server.url())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(69),
+        "LEASEHOLD_URL must win over REDIS_URL"
+    );
+}
+
+fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = stat.rsplit_once(") ")?.1;
+    after_name.chars().next()
+}
+
+#[test]
+fn what_the_command_leaves_running_is_killed_before_the_release() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let script = format!("sleep 60 & echo $! > '{}'; exit 0", pidfile.display());
+    let out = leasehold(&server.url(), &["run", "job", "--", "sh", "-c", &script]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let pid: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    eventually("the leftover to die", || !alive(pid));
+}
+
+#[test]
+fn ctrl_z_stops_the_command_with_the_runner() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (runner, child) = run_sleeper(&server.url(), dir.path());
+    unsafe {
+        libc::kill(runner.id() as i32, libc::SIGTSTP);
+    }
+    eventually("both to stop", || {
+        state(child) == Some('T') && state(runner.id()) == Some('T')
+    });
+    unsafe {
+        libc::kill(runner.id() as i32, libc::SIGCONT);
+    }
+    eventually("the command to run again", || state(child) == Some('S'));
+    unsafe {
+        libc::kill(runner.id() as i32, libc::SIGTERM);
+    }
+    let out = runner.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(128 + libc::SIGTERM),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -1,0 +1,462 @@
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::fs::{self, File};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use crate::error::{StartError, NOT_FOUND_MESSAGE};
+use crate::port::{release_port, reserve_port};
+
+const ENV_BINARY: &str = "LEASEHOLD_REDIS_SERVER";
+const LOG_FILE: &str = "redis.log";
+/// Config errors are printed to stderr before the log file is opened, so keep
+/// stderr for error messages instead of discarding it.
+const STDERR_FILE: &str = "redis.stderr";
+/// Written by redis-server (6.x, 7.x) once its listeners are bound.
+const READY_MARKER: &str = "Ready to accept connections";
+const PORT_IN_USE_MARKER: &str = "Address already in use";
+
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// Fresh ports tried by `start` when the chosen one was taken meanwhile.
+const START_PORT_ATTEMPTS: usize = 5;
+/// `restart` must keep its port, so it waits for it instead of moving.
+const RESTART_BIND_ATTEMPTS: usize = 50;
+const RESTART_BIND_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Locates the `redis-server` binary.
+///
+/// Uses `$LEASEHOLD_REDIS_SERVER` if it is set and non-empty (a path, or a
+/// bare name looked up on `PATH`), otherwise searches `PATH` for
+/// `redis-server`. The error for a missing binary is a single line saying how
+/// to install it; [`StartError::is_not_found`] is true for it.
+pub fn redis_server_path() -> Result<PathBuf, StartError> {
+    resolve_binary(
+        std::env::var_os(ENV_BINARY).filter(|v| !v.is_empty()),
+        std::env::var_os("PATH"),
+    )
+}
+
+fn resolve_binary(
+    env_value: Option<OsString>,
+    path_var: Option<OsString>,
+) -> Result<PathBuf, StartError> {
+    let Some(value) = env_value else {
+        return search_path(OsStr::new("redis-server"), path_var.as_deref())
+            .ok_or_else(|| StartError::not_found(NOT_FOUND_MESSAGE));
+    };
+    let candidate = PathBuf::from(&value);
+    if candidate.components().count() > 1 {
+        if is_executable_file(&candidate) {
+            Ok(candidate)
+        } else {
+            Err(StartError::not_found(format!(
+                "{ENV_BINARY}={} is not an executable file",
+                candidate.display()
+            )))
+        }
+    } else {
+        search_path(&value, path_var.as_deref()).ok_or_else(|| {
+            StartError::not_found(format!(
+                "{ENV_BINARY}={} was not found on PATH",
+                candidate.display()
+            ))
+        })
+    }
+}
+
+fn search_path(name: &OsStr, path_var: Option<&OsStr>) -> Option<PathBuf> {
+    std::env::split_paths(path_var?)
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .map(|dir| dir.join(name))
+        .find(|candidate| is_executable_file(candidate))
+}
+
+fn is_executable_file(path: &Path) -> bool {
+    fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// A real `redis-server` process listening on `127.0.0.1` on a port of its
+/// own, with its own temporary directory (working dir and log file).
+///
+/// Persistence is off by default (`--save "" --appendonly no`). Dropping it
+/// kills the process, reaps it and removes the directory.
+pub struct RedisServer {
+    port: u16,
+    child: Option<Child>,
+    binary: PathBuf,
+    extra: Vec<String>,
+    // Last field: removed only after the process is gone.
+    dir: TempDir,
+}
+
+impl fmt::Debug for RedisServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisServer")
+            .field("port", &self.port)
+            .field("pid", &self.pid())
+            .field("dir", &self.dir.path())
+            .field("extra_args", &self.extra)
+            .finish()
+    }
+}
+
+impl RedisServer {
+    /// Starts a server on a free port and waits until it answers `PING`.
+    ///
+    /// Panics if it cannot be started; the message includes the server's log
+    /// (or is a single install hint if `redis-server` is missing).
+    pub fn start() -> RedisServer {
+        Self::start_with_args(&[])
+    }
+
+    /// Like [`start`](Self::start), but returns the failure instead of
+    /// panicking.
+    pub fn try_start() -> Result<RedisServer, StartError> {
+        Self::try_start_with_args(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments appended after the
+    /// defaults, e.g. `&["--requirepass", "pw"]` or `&["--appendonly", "yes"]`.
+    ///
+    /// Later arguments win in redis, so the extras may override the
+    /// persistence defaults; overriding `--port`, `--bind`, `--dir`,
+    /// `--logfile` or `--daemonize` breaks readiness detection.
+    ///
+    /// Panics like [`start`](Self::start).
+    pub fn start_with_args(extra: &[&str]) -> RedisServer {
+        Self::try_start_with_args(extra).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`start_with_args`](Self::start_with_args), but returns the
+    /// failure instead of panicking.
+    pub fn try_start_with_args(extra: &[&str]) -> Result<RedisServer, StartError> {
+        let binary = redis_server_path()?;
+        let dir = tempfile::Builder::new()
+            .prefix("leasehold-redis-")
+            .tempdir()
+            .map_err(|e| StartError::io("cannot create a temporary directory for redis", e))?;
+        let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
+
+        let mut last_error = None;
+        for _ in 0..START_PORT_ATTEMPTS {
+            let port = reserve_port();
+            match spawn_ready(&binary, port, dir.path(), &extra) {
+                Ok(child) => {
+                    return Ok(RedisServer {
+                        port,
+                        child: Some(child),
+                        binary,
+                        extra,
+                        dir,
+                    })
+                }
+                Err(e) => {
+                    release_port(port);
+                    if !e.is_port_in_use() {
+                        return Err(e);
+                    }
+                    last_error = Some(e);
+                }
+            }
+        }
+        Err(last_error.unwrap_or_else(|| StartError::other("redis-server was never started")))
+    }
+
+    /// The TCP port the server listens on (on `127.0.0.1`); never 6379.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// The server's temporary directory (its `--dir`, holding `redis.log`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Kills the process with SIGKILL (a crash: nothing is flushed) and waits
+    /// for it. Does nothing if it is not running. The port stays reserved for
+    /// [`restart`](Self::restart).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // Errors only mean it already exited; wait() still reaps it.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, directory and arguments
+    /// (killing it first if it is still running) and waits until it answers
+    /// `PING`. With `--appendonly yes` it reloads its data from the directory.
+    ///
+    /// Retries for a few seconds while the port is still in use; panics with
+    /// the server's log if it cannot be restarted.
+    pub fn restart(&mut self) {
+        self.stop();
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match spawn_ready(&self.binary, self.port, self.dir.path(), &self.extra) {
+                Ok(child) => {
+                    self.child = Some(child);
+                    return;
+                }
+                Err(e) if e.is_port_in_use() && attempts < RESTART_BIND_ATTEMPTS => {
+                    thread::sleep(RESTART_BIND_BACKOFF);
+                }
+                Err(e) => panic!("restart after {attempts} attempt(s): {e}"),
+            }
+        }
+    }
+
+    /// True if the process is alive. A process found to have exited is reaped
+    /// and forgotten, so [`pid`](Self::pid) becomes `None`.
+    pub fn is_running(&mut self) -> bool {
+        let Some(child) = &mut self.child else {
+            return false;
+        };
+        match child.try_wait() {
+            Ok(None) => true,
+            Ok(Some(_)) | Err(_) => {
+                self.child = None;
+                false
+            }
+        }
+    }
+
+    /// Contents of the server's log file (all runs, including restarts);
+    /// empty if there is none yet.
+    pub fn log(&self) -> String {
+        read_log(&self.dir.path().join(LOG_FILE), 0)
+    }
+
+    /// The process id, or `None` after [`stop`](Self::stop) or once
+    /// [`is_running`](Self::is_running) has seen it exit.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+        release_port(self.port);
+    }
+}
+
+/// Spawns redis-server on `port` and waits until it is ready.
+///
+/// Ready means this run logged that it accepts connections (so the listener
+/// is ours, not some other process on a reused port) and `PING` is answered.
+fn spawn_ready(
+    binary: &Path,
+    port: u16,
+    dir: &Path,
+    extra: &[String],
+) -> Result<Child, StartError> {
+    let log_path = dir.join(LOG_FILE);
+    let stderr_path = dir.join(STDERR_FILE);
+    // The log is appended to across restarts; only this run's part counts.
+    let log_offset = fs::metadata(&log_path).map(|m| m.len()).unwrap_or(0);
+    let stderr = File::create(&stderr_path)
+        .map_err(|e| StartError::io(format!("cannot create {}", stderr_path.display()), e))?;
+
+    let mut child = Command::new(binary)
+        .arg("--port")
+        .arg(port.to_string())
+        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(dir)
+        .arg("--logfile")
+        .arg(&log_path)
+        .args(["--daemonize", "no"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .map_err(|e| StartError::io(format!("cannot run {}", binary.display()), e))?;
+
+    let describe = |what: &str| {
+        failure_message(
+            binary,
+            port,
+            what,
+            &read_log(&stderr_path, 0),
+            &log_path,
+            &read_log(&log_path, 0),
+        )
+    };
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        match child.try_wait() {
+            Ok(None) => {}
+            Ok(Some(status)) => {
+                let message = describe(&format!("exited early ({status})"));
+                return Err(
+                    if read_log(&log_path, log_offset).contains(PORT_IN_USE_MARKER) {
+                        StartError::port_in_use(message)
+                    } else {
+                        StartError::other(message)
+                    },
+                );
+            }
+            Err(e) => {
+                kill_and_reap(&mut child);
+                return Err(StartError::io(describe("could not be polled"), e));
+            }
+        }
+        if read_log(&log_path, log_offset).contains(READY_MARKER) && answers_ping(port) {
+            return Ok(child);
+        }
+        if Instant::now() >= deadline {
+            kill_and_reap(&mut child);
+            return Err(StartError::other(describe(&format!(
+                "did not answer PING within {} s",
+                READY_TIMEOUT.as_secs()
+            ))));
+        }
+        thread::sleep(POLL_INTERVAL);
+    }
+}
+
+fn kill_and_reap(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn failure_message(
+    binary: &Path,
+    port: u16,
+    what: &str,
+    stderr: &str,
+    log_path: &Path,
+    log: &str,
+) -> String {
+    let mut message = format!(
+        "redis-server ({}) on 127.0.0.1:{port} {what}",
+        binary.display()
+    );
+    if !stderr.trim().is_empty() {
+        message.push_str("\n--- stderr ---\n");
+        message.push_str(stderr.trim_end());
+    }
+    message.push_str(&format!("\n--- log {} ---\n", log_path.display()));
+    if log.trim().is_empty() {
+        message.push_str("(empty)");
+    } else {
+        message.push_str(log.trim_end());
+    }
+    message
+}
+
+/// Reads a file from `offset`; missing or unreadable files read as empty.
+fn read_log(path: &Path, offset: u64) -> String {
+    let mut bytes = Vec::new();
+    let read = File::open(path).and_then(|mut file| {
+        file.seek(SeekFrom::Start(offset))?;
+        file.read_to_end(&mut bytes)
+    });
+    match read {
+        Ok(_) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(_) => String::new(),
+    }
+}
+
+/// Sends a RESP `PING`. A `-NOAUTH` reply also counts: the server is up, it
+/// just wants a password (`--requirepass`).
+pub(crate) fn answers_ping(port: u16) -> bool {
+    ping_reply(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
+        .is_some_and(|reply| reply.starts_with("+PONG") || reply.starts_with("-NOAUTH"))
+}
+
+/// First reply line to a RESP `PING`, or `None` if there is no answer.
+fn ping_reply(addr: SocketAddr) -> Option<String> {
+    let timeout = Duration::from_millis(500);
+    let mut stream = TcpStream::connect_timeout(&addr, timeout).ok()?;
+    stream.set_read_timeout(Some(timeout)).ok()?;
+    stream.set_write_timeout(Some(timeout)).ok()?;
+    stream.write_all(b"*1\r\n$4\r\nPING\r\n").ok()?;
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 128];
+    while !reply.windows(2).any(|w| w == b"\r\n") {
+        let n = stream.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        reply.extend_from_slice(&buf[..n]);
+    }
+    Some(String::from_utf8_lossy(&reply).into_owned())
+}
+
+/// `N` independent redis masters (no replication between them), as used by
+/// Redlock.
+#[derive(Debug)]
+pub struct Masters {
+    servers: Vec<RedisServer>,
+}
+
+impl Masters {
+    /// Starts `n` servers, each on its own port and directory. Panics like
+    /// [`RedisServer::start`].
+    pub fn start(n: usize) -> Masters {
+        Self::start_with_args(n, &[])
+    }
+
+    /// Starts `n` servers, each with the same extra arguments (see
+    /// [`RedisServer::start_with_args`]).
+    pub fn start_with_args(n: usize, extra: &[&str]) -> Masters {
+        Masters {
+            servers: (0..n)
+                .map(|_| RedisServer::start_with_args(extra))
+                .collect(),
+        }
+    }
+
+    /// The servers' URLs, in index order.
+    pub fn urls(&self) -> Vec<String> {
+        self.servers.iter().map(RedisServer::url).collect()
+    }
+
+    /// Number of servers.
+    pub fn len(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// True if there are no servers.
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
+    /// Server `i`, e.g. to stop or restart it. Panics if `i >= len()`.
+    pub fn server(&mut self, i: usize) -> &mut RedisServer {
+        let len = self.servers.len();
+        self.servers
+            .get_mut(i)
+            .unwrap_or_else(|| panic!("Masters::server({i}) out of range: there are {len}"))
+    }
+
+    /// All servers, in index order.
+    pub fn servers(&self) -> &[RedisServer] {
+        &self.servers
+    }
+}
+
+#[cfg(test)]
+mod tests;

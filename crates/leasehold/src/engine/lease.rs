@@ -1,0 +1,205 @@
+//! One held lease: its token and fence, its local deadline, and the signal
+//! that fires when it is lost.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::keys::LockKeys;
+
+/// Why a lease stopped being held without being released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LossReason {
+    /// Redis no longer had the token: the lock expired, was removed, or was taken.
+    TokenGone,
+    /// The local deadline passed without a successful renewal.
+    DeadlinePassed,
+}
+
+impl LossReason {
+    pub(crate) fn describe(self, renewed: bool) -> &'static str {
+        match self {
+            LossReason::DeadlinePassed if !renewed => {
+                "its fixed lease ran out (the watchdog is off: extend the lease in time)"
+            }
+            LossReason::TokenGone => {
+                "redis no longer holds its token (it expired, or was removed by force-release \
+                 or by hand)"
+            }
+            LossReason::DeadlinePassed => {
+                "it could not be renewed before it ran out (redis unreachable or too slow)"
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Timing {
+    lease: Duration,
+    /// On the monotonic clock: `sent_at + lease − drift` of the last
+    /// successful acquire, renewal or extend.
+    deadline: Instant,
+    next_renewal: Instant,
+    /// Renewals in a row that got no usable answer.
+    failures: u32,
+    loss: Option<LossReason>,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+#[derive(Debug)]
+pub(crate) struct Lease {
+    pub(crate) id: u64,
+    pub(crate) keys: LockKeys,
+    pub(crate) token: String,
+    pub(crate) fence: u64,
+    pub(crate) renew: bool,
+    timing: Mutex<Timing>,
+    lost_tx: watch::Sender<bool>,
+    /// Held while a renewal or extend is in flight: one at a time, so their
+    /// replies cannot be applied out of order and move the deadline past
+    /// the expiry Redis really has.
+    pub(crate) renewing: Arc<tokio::sync::Mutex<()>>,
+    /// Released or detached: the watchdog forgets it.
+    finished: AtomicBool,
+}
+
+/// Clock drift allowed for: 1% of the lease plus 2 ms (the Redlock figure).
+fn drift(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
+}
+
+impl Lease {
+    pub(crate) fn new(
+        keys: LockKeys,
+        token: String,
+        fence: u64,
+        lease: Duration,
+        renew: bool,
+        sent_at: Instant,
+    ) -> Self {
+        let (lost_tx, _) = watch::channel(false);
+        Lease {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            keys,
+            token,
+            fence,
+            renew,
+            timing: Mutex::new(Timing {
+                lease,
+                deadline: sent_at + lease.saturating_sub(drift(lease)),
+                next_renewal: sent_at + lease / 3,
+                failures: 0,
+                loss: None,
+            }),
+            renewing: Arc::new(tokio::sync::Mutex::new(())),
+            lost_tx,
+            finished: AtomicBool::new(false),
+        }
+    }
+
+    fn timing(&self) -> MutexGuard<'_, Timing> {
+        // A panic while holding this lock cannot leave `Timing` half-written.
+        self.timing.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn lease(&self) -> Duration {
+        self.timing().lease
+    }
+
+    pub(crate) fn deadline(&self) -> Instant {
+        self.timing().deadline
+    }
+
+    /// When to renew next, and how far ahead of that a renewal round may
+    /// take it along: a sixth of the lease normally, so leases taken at
+    /// different moments settle into shared rounds; nothing while retrying,
+    /// so a failing renewal backs off instead of spinning.
+    pub(crate) fn renewal_window(&self) -> (Instant, Duration) {
+        let timing = self.timing();
+        let ahead = if timing.failures == 0 {
+            timing.lease / 6
+        } else {
+            Duration::ZERO
+        };
+        (timing.next_renewal, ahead)
+    }
+
+    /// The reason the lease was lost, if it was; passing the deadline counts.
+    pub(crate) fn loss(&self) -> Option<LossReason> {
+        let mut timing = self.timing();
+        if timing.loss.is_none() && Instant::now() >= timing.deadline {
+            timing.loss = Some(LossReason::DeadlinePassed);
+            drop(timing);
+            self.lost_tx.send_replace(true);
+            return Some(LossReason::DeadlinePassed);
+        }
+        timing.loss
+    }
+
+    pub(crate) fn mark_lost(&self, reason: LossReason) {
+        let mut timing = self.timing();
+        if timing.loss.is_none() {
+            timing.loss = Some(reason);
+            drop(timing);
+            self.lost_tx.send_replace(true);
+        }
+    }
+
+    /// A renewal or extend sent at `sent_at` found the token and set `lease`.
+    /// A lease already lost stays lost: it is never reported held again.
+    pub(crate) fn renewed(&self, sent_at: Instant, lease: Duration) {
+        let mut timing = self.timing();
+        if timing.loss.is_some() || Instant::now() >= timing.deadline {
+            return;
+        }
+        timing.lease = lease;
+        timing.deadline = sent_at + lease.saturating_sub(drift(lease));
+        timing.next_renewal = sent_at + lease / 3;
+        timing.failures = 0;
+    }
+
+    /// A renewal got no usable answer: try again after a backoff that starts
+    /// at a tenth of the lease and doubles, at most a second, so several
+    /// tries fit before the deadline.
+    pub(crate) fn retry_renewal_later(&self) {
+        let mut timing = self.timing();
+        let doublings = timing.failures.min(4);
+        timing.failures = timing.failures.saturating_add(1);
+        let step = (timing.lease / 10 * (1u32 << doublings))
+            .min(Duration::from_secs(1))
+            .max(Duration::from_millis(1));
+        timing.next_renewal = Instant::now() + step;
+    }
+
+    pub(crate) fn finish(&self) -> bool {
+        !self.finished.swap(true, Ordering::AcqRel)
+    }
+
+    pub(crate) fn is_finished(&self) -> bool {
+        self.finished.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the lease is lost (now or later).
+    pub(crate) async fn lost(&self) {
+        let mut rx = self.lost_tx.subscribe();
+        loop {
+            if self.loss().is_some() {
+                return;
+            }
+            let deadline = self.deadline();
+            tokio::select! {
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        // The sender lives in `self`: this cannot end while `self` is borrowed.
+                        tokio::time::sleep_until(deadline).await;
+                    }
+                }
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+}

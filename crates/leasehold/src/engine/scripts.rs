@@ -1,0 +1,87 @@
+//! The Lua scripts, each built once, and how replies are read.
+//!
+//! Every script is sent with EVALSHA; a server that lost it (`SCRIPT FLUSH`,
+//! restart, failover) answers NOSCRIPT, and the script is loaded and sent again.
+
+use std::sync::LazyLock;
+
+use redis::Value;
+
+use crate::error::{Error, Result};
+
+pub(crate) static ACQUIRE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../scripts/acquire.lua")));
+pub(crate) static RELEASE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../scripts/release.lua")));
+pub(crate) static RENEW: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../scripts/renew.lua")));
+pub(crate) static FORCE_RELEASE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../scripts/force_release.lua")));
+pub(crate) static INSPECT: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../scripts/inspect.lua")));
+
+/// The EVALSHA command for `script`, for use in a pipeline.
+pub(crate) fn evalsha(script: &redis::Script, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
+    for arg in args {
+        cmd.arg(*arg);
+    }
+    cmd
+}
+
+pub(crate) fn is_noscript(value: &Value) -> bool {
+    matches!(value, Value::ServerError(e) if e.code() == "NOSCRIPT")
+}
+
+pub(crate) fn as_int(value: &Value) -> Option<i64> {
+    match value {
+        Value::Int(i) => Some(*i),
+        _ => None,
+    }
+}
+
+/// Reads a reply that must be a list of integers of a known length.
+pub(crate) fn int_list<const N: usize>(operation: &str, value: &Value) -> Result<[i64; N]> {
+    let unexpected = || Error::unexpected_reply(operation, value);
+    let Value::Array(items) = value else {
+        return Err(unexpected());
+    };
+    if items.len() != N {
+        return Err(unexpected());
+    }
+    let mut out = [0i64; N];
+    for (slot, item) in out.iter_mut().zip(items) {
+        *slot = as_int(item).ok_or_else(unexpected)?;
+    }
+    Ok(out)
+}
+
+/// Reads a reply that must be the integer 0 or 1.
+pub(crate) fn flag(operation: &str, value: &Value) -> Result<bool> {
+    match as_int(value) {
+        Some(0) => Ok(false),
+        Some(1) => Ok(true),
+        _ => Err(Error::unexpected_reply(operation, value)),
+    }
+}
+
+/// What the renew script said about one lease.
+#[derive(Debug)]
+pub(crate) enum Renewal {
+    Renewed,
+    NotHeld,
+    /// Redis refused the renewal (OOM, NOREPLICAS, READONLY, ...), or the
+    /// reply made no sense: the lease may still be held.
+    Refused(String),
+}
+
+pub(crate) fn renewal(value: &Value) -> Renewal {
+    match value {
+        Value::Int(1) => Renewal::Renewed,
+        Value::Int(0) => Renewal::NotHeld,
+        Value::BulkString(bytes) => Renewal::Refused(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Renewal::Refused(text.clone()),
+        other => Renewal::Refused(format!("unexpected reply {other:?}")),
+    }
+}

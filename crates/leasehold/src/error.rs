@@ -1,0 +1,220 @@
+//! The one error type of the library.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::time::Duration;
+
+/// A `Result` whose error is [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong, in a form a program can branch on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The wait for a lock ran out before the lock could be taken.
+    Timeout,
+    /// The lock is not held by this lease or token: it was released, it
+    /// expired, it was removed by an admin, or the lease was lost.
+    NotHeld,
+    /// An argument was refused before anything was sent to Redis.
+    InvalidInput,
+    /// Redis could not be reached, refused the credentials, or did not answer
+    /// within the command timeout.
+    Connection,
+    /// Redis answered with an error, or with a reply leasehold does not understand.
+    Server,
+    /// The operating system refused something leasehold needs (randomness for tokens).
+    System,
+}
+
+/// The error of every fallible leasehold operation.
+///
+/// Its message says what happened and what to do; the Redis error behind it,
+/// if any, is kept as [`source`](std::error::Error::source).
+pub struct Error {
+    kind: ErrorKind,
+    message: Cow<'static, str>,
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl Error {
+    pub(crate) fn new(kind: ErrorKind, message: impl Into<Cow<'static, str>>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    pub(crate) fn with_source(
+        mut self,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    pub(crate) fn invalid(message: impl Into<Cow<'static, str>>) -> Self {
+        Error::new(ErrorKind::InvalidInput, message)
+    }
+
+    pub(crate) fn not_held(message: impl Into<Cow<'static, str>>) -> Self {
+        Error::new(ErrorKind::NotHeld, message)
+    }
+
+    pub(crate) fn wait_timed_out(name: &str, waited: Duration) -> Self {
+        Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "lock {name:?} is still held after waiting {waited:?}: wait longer, or check \
+                 with `leasehold inspect` who holds it"
+            ),
+        )
+    }
+
+    pub(crate) fn unexpected_reply(operation: &str, reply: &redis::Value) -> Self {
+        Error::new(
+            ErrorKind::Server,
+            format!(
+                "unexpected reply from redis to {operation}: {reply:?}; is this a Redis 7 \
+                 compatible server?"
+            ),
+        )
+    }
+
+    /// What kind of error this is.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The wait for a lock ran out.
+    pub fn is_timeout(&self) -> bool {
+        self.kind == ErrorKind::Timeout
+    }
+
+    /// The lock is not (or no longer) held by this lease or token.
+    pub fn is_not_held(&self) -> bool {
+        self.kind == ErrorKind::NotHeld
+    }
+
+    /// An argument was refused before anything was sent.
+    pub fn is_invalid_input(&self) -> bool {
+        self.kind == ErrorKind::InvalidInput
+    }
+
+    /// Redis could not be reached or did not answer in time.
+    pub fn is_connection(&self) -> bool {
+        self.kind == ErrorKind::Connection
+    }
+
+    /// Redis answered with an error or an unexpected reply.
+    pub fn is_server(&self) -> bool {
+        self.kind == ErrorKind::Server
+    }
+
+    /// Trying the same operation again later may succeed: Redis was out of
+    /// reach, or the lock was busy for the whole wait.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self.kind, ErrorKind::Connection | ErrorKind::Timeout)
+    }
+}
+
+impl Error {
+    /// Wraps an error of the Redis client at `address` met during `operation`.
+    pub(crate) fn redis(address: &str, operation: &str, err: redis::RedisError) -> Self {
+        let (kind, message) = if err.kind() == redis::ErrorKind::InvalidClientConfig {
+            (
+                ErrorKind::InvalidInput,
+                format!("the connection settings for redis at {address} are not usable"),
+            )
+        } else if err.kind() == redis::ErrorKind::AuthenticationFailed {
+            (
+                ErrorKind::Connection,
+                format!(
+                    "redis at {address} refused the credentials ({operation}): check the user \
+                     and password in the URL"
+                ),
+            )
+        } else if err.is_io_error()
+            || err.is_timeout()
+            || err.is_connection_dropped()
+            || err.is_connection_refusal()
+            || err.is_unrecoverable_error()
+        {
+            (
+                ErrorKind::Connection,
+                format!(
+                    "cannot reach redis at {address} ({operation}): check that it runs and that \
+                     the URL is right"
+                ),
+            )
+        } else {
+            (
+                ErrorKind::Server,
+                format!("redis at {address} answered {operation} with an error"),
+            )
+        };
+        Error::new(kind, message).with_source(RedisCause(err))
+    }
+
+    pub(crate) fn no_answer(address: &str, operation: &str, timeout: Duration) -> Self {
+        Error::new(
+            ErrorKind::Connection,
+            format!(
+                "redis at {address} did not answer {operation} within {timeout:?}: check that it \
+                 is reachable and not overloaded, or raise the command timeout"
+            ),
+        )
+    }
+
+    /// The Redis client's error behind this one, if there is one.
+    pub fn redis_error(&self) -> Option<&redis::RedisError> {
+        self.source
+            .as_deref()
+            .and_then(|s| s.downcast_ref::<RedisCause>())
+            .map(|cause| &cause.0)
+    }
+}
+
+/// A Redis client error as the source of an [`Error`]. Its own message
+/// already includes its cause, so the cause is not repeated as a source.
+struct RedisCause(redis::RedisError);
+
+impl fmt::Display for RedisCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Debug for RedisCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for RedisCause {}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Error");
+        d.field("kind", &self.kind).field("message", &self.message);
+        if let Some(source) = &self.source {
+            d.field("source", source);
+        }
+        d.finish()
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|s| s as &(dyn std::error::Error + 'static))
+    }
+}

@@ -1,0 +1,179 @@
+//! Lock names, the Redis keys they map to, and the limits on what users pass in.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// The longest lock name accepted, in bytes.
+pub const MAX_NAME_LEN: usize = 1024;
+/// The longest key prefix accepted, in bytes.
+pub const MAX_PREFIX_LEN: usize = 256;
+/// The shortest lease accepted: below it clock drift eats the whole lease.
+pub const MIN_LEASE: Duration = Duration::from_millis(10);
+/// The longest lease accepted.
+pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
+/// The longest wait for a lock accepted by [`Mutex::acquire_timeout`](crate::Mutex::acquire_timeout).
+pub const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
+/// The longest token accepted by the token-based calls.
+pub const MAX_TOKEN_LEN: usize = 256;
+
+/// The Redis keys of one lock. They share the hash tag `{name}`, so every
+/// script touches a single slot.
+#[derive(Debug, Clone)]
+pub(crate) struct LockKeys {
+    pub(crate) name: String,
+    pub(crate) lock: String,
+    /// Never expires: fences must not go backwards.
+    pub(crate) fence: String,
+    pub(crate) channel: String,
+}
+
+impl LockKeys {
+    pub(crate) fn new(prefix: &str, name: &str) -> Result<Self> {
+        validate_name(name)?;
+        let lock = format!("{prefix}:{{{name}}}");
+        Ok(LockKeys {
+            name: name.to_owned(),
+            fence: format!("{lock}:fence"),
+            channel: format!("{lock}:ch"),
+            lock,
+        })
+    }
+}
+
+pub(crate) fn validate_name(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::invalid("lock name is empty: give the lock a name"));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(Error::invalid(format!(
+            "lock name is {} bytes long: the limit is {MAX_NAME_LEN} bytes, use a shorter name \
+             (a hash of a long one works)",
+            name.len()
+        )));
+    }
+    if name.contains(['{', '}']) {
+        return Err(Error::invalid(format!(
+            "lock name {name:?} contains '{{' or '}}': leasehold puts the name in a Redis hash \
+             tag, so braces are not allowed"
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty() {
+        return Err(Error::invalid(
+            "key prefix is empty: use a short word such as \"leasehold\"",
+        ));
+    }
+    if prefix.len() > MAX_PREFIX_LEN {
+        return Err(Error::invalid(format!(
+            "key prefix is {} bytes long: the limit is {MAX_PREFIX_LEN} bytes",
+            prefix.len()
+        )));
+    }
+    if prefix.contains(['{', '}']) {
+        return Err(Error::invalid(format!(
+            "key prefix {prefix:?} contains '{{' or '}}': braces would break the lock's hash tag"
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn validate_lease(lease: Duration) -> Result<()> {
+    if lease.is_zero() {
+        return Err(Error::invalid(
+            "lease is zero: a lock must be held for some time, e.g. 30s",
+        ));
+    }
+    if lease < MIN_LEASE {
+        return Err(Error::invalid(format!(
+            "lease {lease:?} is shorter than the minimum {MIN_LEASE:?}"
+        )));
+    }
+    if lease > MAX_LEASE {
+        return Err(Error::invalid(format!(
+            "lease {lease:?} is longer than 24h: use a shorter lease and let the watchdog renew it"
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn validate_wait(wait: Duration) -> Result<()> {
+    if wait > MAX_WAIT {
+        return Err(Error::invalid(format!(
+            "wait {wait:?} is longer than a day: use acquire() to wait without a bound"
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn validate_token(token: &str) -> Result<()> {
+    if token.is_empty() {
+        return Err(Error::invalid(
+            "token is empty: pass the token printed by `leasehold acquire`",
+        ));
+    }
+    if token.len() > MAX_TOKEN_LEN {
+        return Err(Error::invalid(format!(
+            "token is {} bytes long: leasehold tokens are 32 hex characters",
+            token.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Milliseconds for Redis, rounded up so that a lease is never shortened.
+pub(crate) fn millis(d: Duration) -> u64 {
+    let ms = d.as_millis();
+    let ms = if !d.subsec_nanos().is_multiple_of(1_000_000) {
+        ms + 1
+    } else {
+        ms
+    };
+    u64::try_from(ms).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_one_hash_tag() {
+        let keys = LockKeys::new("app", "jobs:nightly").unwrap();
+        assert_eq!(keys.lock, "app:{jobs:nightly}");
+        assert_eq!(keys.fence, "app:{jobs:nightly}:fence");
+        assert_eq!(keys.channel, "app:{jobs:nightly}:ch");
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(validate_name("").unwrap_err().is_invalid_input());
+        assert!(validate_name("a{b").unwrap_err().is_invalid_input());
+        assert!(validate_name("a}b").unwrap_err().is_invalid_input());
+        assert!(validate_name(&"x".repeat(MAX_NAME_LEN + 1))
+            .unwrap_err()
+            .is_invalid_input());
+        validate_name(&"x".repeat(MAX_NAME_LEN)).unwrap();
+        validate_name("ünïcode ok").unwrap();
+    }
+
+    #[test]
+    fn leases_and_waits_are_checked() {
+        assert!(validate_lease(Duration::ZERO)
+            .unwrap_err()
+            .is_invalid_input());
+        assert!(validate_lease(Duration::from_millis(1)).is_err());
+        assert!(validate_lease(MAX_LEASE + Duration::from_millis(1)).is_err());
+        validate_lease(MAX_LEASE).unwrap();
+        assert!(validate_wait(MAX_WAIT + Duration::from_secs(1)).is_err());
+        validate_wait(Duration::ZERO).unwrap();
+    }
+
+    #[test]
+    fn millis_round_up() {
+        assert_eq!(millis(Duration::from_micros(10_500)), 11);
+        assert_eq!(millis(Duration::from_millis(30_000)), 30_000);
+    }
+}

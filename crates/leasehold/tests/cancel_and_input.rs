@@ -1,0 +1,184 @@
+//! Cancellation at every await point, refused input, and Redis out of reach.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{client, client_with, impatient, poll_then_drop};
+use leasehold::{Client, ErrorKind, MAX_LEASE, MAX_NAME_LEN, MAX_WAIT};
+use leasehold_testkit::{unreachable_url, RedisServer};
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// The lock is free, or held only by a guard we got back, and no token of a
+/// dropped request stays behind: another client gets it well before the
+/// 60 s lease of anything left behind could expire.
+async fn assert_free_soon(server: &RedisServer) {
+    let other = client(server);
+    let guard = other
+        .mutex("job")
+        .unwrap()
+        .acquire_timeout(LONG / 3)
+        .await
+        .expect("a dropped acquire left the lock held");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_acquire_on_a_free_lock_at_any_point_leaves_nothing_held() {
+    let server = RedisServer::start();
+    let client = client_with(&server, LONG, true);
+    let mutex = client.mutex("job").unwrap();
+    for polls in 0..24 {
+        if let Some(result) = poll_then_drop(mutex.acquire(), polls).await {
+            drop(result.unwrap());
+        }
+        assert_free_soon(&server).await;
+    }
+    for micros in [0u64, 50, 100, 200, 400, 800, 1600, 3200] {
+        let attempt = tokio::time::timeout(Duration::from_micros(micros), mutex.try_acquire());
+        if let Ok(result) = attempt.await {
+            drop(result.unwrap());
+        }
+        assert_free_soon(&server).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_waiting_acquire_at_any_point_leaves_nothing_held() {
+    let server = RedisServer::start();
+    let holder = client_with(&server, LONG, true);
+    let waiter = client_with(&server, LONG, true);
+    for polls in 0..24 {
+        let held = holder.mutex("job").unwrap().acquire().await.unwrap();
+        let mutex = waiter.mutex("job").unwrap();
+        // The holder lets go while the waiter is somewhere in its loop.
+        let release = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_micros(300)).await;
+            held.release().await.unwrap();
+        });
+        if let Some(result) = poll_then_drop(mutex.acquire(), polls).await {
+            drop(result.unwrap());
+        }
+        release.await.unwrap();
+        assert_free_soon(&server).await;
+    }
+}
+
+#[tokio::test]
+async fn every_refused_input_is_refused_before_anything_is_sent() {
+    // Nothing listens here: an error that reached Redis would be a connection error.
+    let client = Client::open(&unreachable_url()).unwrap();
+    let invalid = |r: leasehold::Result<_>| match r {
+        Err(e) => {
+            assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+            assert!(!e.to_string().is_empty());
+        }
+        Ok(_) => panic!("accepted"),
+    };
+    invalid(client.mutex("").map(drop));
+    invalid(client.mutex(&"n".repeat(MAX_NAME_LEN + 1)).map(drop));
+    invalid(client.mutex("a{b}").map(drop));
+    invalid(client.mutex("a}").map(drop));
+    let mutex = client.mutex("ok").unwrap();
+    invalid(mutex.clone().with_lease(Duration::ZERO).map(drop));
+    invalid(
+        mutex
+            .clone()
+            .with_lease(MAX_LEASE + Duration::from_secs(1))
+            .map(drop),
+    );
+    invalid(
+        mutex
+            .acquire_timeout(MAX_WAIT + Duration::from_secs(1))
+            .await
+            .map(drop),
+    );
+    invalid(mutex.release_token("").await);
+    invalid(mutex.extend_token("t", Duration::ZERO).await);
+    invalid(
+        Client::builder("redis://127.0.0.1:1")
+            .lease(Duration::ZERO)
+            .build()
+            .map(drop),
+    );
+    invalid(
+        Client::builder("redis://127.0.0.1:1")
+            .prefix("")
+            .build()
+            .map(drop),
+    );
+    invalid(
+        Client::builder("redis://127.0.0.1:1")
+            .prefix("a{")
+            .build()
+            .map(drop),
+    );
+    invalid(
+        Client::builder("redis://127.0.0.1:1")
+            .command_timeout(Duration::ZERO)
+            .build()
+            .map(drop),
+    );
+    invalid(Client::open("not a url").map(drop));
+
+    let err = client.mutex("").unwrap_err();
+    assert!(err.to_string().contains("empty"), "{err}");
+    let err = client.mutex("a{b}").unwrap_err();
+    assert!(
+        err.to_string().contains("brace") || err.to_string().contains('{'),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn redis_out_of_reach_is_a_connection_error() {
+    let client = impatient(&unreachable_url());
+    let mutex = client.mutex("job").unwrap();
+    let err = mutex.try_acquire().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err:?}");
+    assert!(err.is_retryable());
+    assert!(err.to_string().contains("redis"), "{err}");
+    let err = mutex
+        .acquire_timeout(Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(err.is_connection(), "{err:?}");
+    let err = mutex.acquire().await.unwrap_err();
+    assert!(err.is_connection(), "{err:?}");
+    assert!(mutex.inspect().await.unwrap_err().is_connection());
+}
+
+#[tokio::test]
+async fn a_server_that_comes_back_is_used_again() {
+    let mut server = RedisServer::start();
+    let client = impatient(&server.url());
+    let mutex = client.mutex("job").unwrap();
+    mutex
+        .try_acquire()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    server.stop();
+    assert!(mutex.try_acquire().await.unwrap_err().is_connection());
+    server.restart();
+    let mut reconnected = None;
+    for _ in 0..100 {
+        match mutex.try_acquire().await {
+            Ok(guard) => {
+                reconnected = guard;
+                break;
+            }
+            Err(e) => assert!(e.is_connection(), "{e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    reconnected
+        .expect("the client never reconnected")
+        .release()
+        .await
+        .unwrap();
+}

@@ -1,0 +1,99 @@
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::pin::pin;
+use std::task::Poll;
+use std::time::Duration;
+
+use leasehold::{Client, MutexGuard};
+use leasehold_testkit::RedisServer;
+
+pub(crate) fn client(server: &RedisServer) -> Client {
+    Client::open(&server.url()).unwrap()
+}
+
+/// A client that gives up on a silent server quickly.
+pub(crate) fn impatient(url: &str) -> Client {
+    Client::builder(url)
+        .command_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap()
+}
+
+/// A client whose locks use `lease` and, if `watchdog`, renew it.
+pub(crate) fn client_with(server: &RedisServer, lease: Duration, watchdog: bool) -> Client {
+    Client::builder(server.url())
+        .lease(lease)
+        .watchdog(watchdog)
+        .build()
+        .unwrap()
+}
+
+/// Takes the lock "job" with a client of its own.
+pub(crate) async fn hold(server: &RedisServer, lease: Duration, watchdog: bool) -> MutexGuard {
+    client_with(server, lease, watchdog)
+        .mutex("job")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap()
+}
+
+/// How many EVALSHA calls the server has seen since its stats were reset.
+pub(crate) async fn evalsha_calls(server: &RedisServer) -> u64 {
+    let stats: String = cmd(server, &["INFO", "commandstats"]).await;
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+pub(crate) async fn raw(server: &RedisServer) -> leasehold::redis::aio::MultiplexedConnection {
+    leasehold::redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+pub(crate) async fn cmd<T: leasehold::redis::FromRedisValue>(
+    server: &RedisServer,
+    args: &[&str],
+) -> T {
+    let mut conn = raw(server).await;
+    let mut cmd = leasehold::redis::cmd(args[0]);
+    for arg in &args[1..] {
+        cmd.arg(*arg);
+    }
+    cmd.query_async(&mut conn).await.unwrap()
+}
+
+/// Polls `fut` `polls` times, letting the runtime drive I/O in between, then
+/// drops it unless it finished.
+pub(crate) async fn poll_then_drop<F: Future>(fut: F, polls: usize) -> Option<F::Output> {
+    let mut fut = pin!(fut);
+    for _ in 0..polls {
+        if let Poll::Ready(out) = futures_util::poll!(fut.as_mut()) {
+            return Some(out);
+        }
+        tokio::time::sleep(Duration::from_micros(100)).await;
+    }
+    None
+}
+
+/// Waits (bounded) until `check` holds: for states reached through Redis
+/// that no local signal announces.
+pub(crate) async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    for _ in 0..1000 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("gave up waiting for {what}");
+}

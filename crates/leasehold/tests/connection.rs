@@ -1,0 +1,225 @@
+//! Credentials in the URL, and the watchdog's batching, against real servers.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{client_with, cmd, impatient};
+use leasehold::{Client, ErrorKind};
+use leasehold_testkit::RedisServer;
+
+#[tokio::test]
+async fn password_and_acl_user_in_the_url() {
+    let server = RedisServer::start_with_args(&["--requirepass", "s3cret"]);
+    let port = server.port();
+    let with_password = Client::open(&format!("redis://:s3cret@127.0.0.1:{port}")).unwrap();
+    let guard = with_password.mutex("job").unwrap().acquire().await.unwrap();
+    guard.release().await.unwrap();
+
+    let admin = format!("redis://:s3cret@127.0.0.1:{port}");
+    let mut conn = leasehold::redis::Client::open(admin)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = leasehold::redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "locker",
+            "on",
+            ">pw",
+            "~leasehold:*",
+            "&leasehold:*",
+            "+@all",
+        ])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let user = Client::open(&format!("redis://locker:pw@127.0.0.1:{port}")).unwrap();
+    let guard = user.mutex("job").unwrap().acquire().await.unwrap();
+    guard.release().await.unwrap();
+
+    let wrong = Client::open(&format!("redis://locker:nope@127.0.0.1:{port}")).unwrap();
+    let err = wrong.mutex("job").unwrap().try_acquire().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err:?}");
+    assert!(err.to_string().contains("credentials"), "{err}");
+    assert!(
+        !err.to_string().contains("nope"),
+        "the message leaks the password: {err}"
+    );
+}
+
+#[tokio::test]
+async fn the_watchdog_renews_many_leases_in_shared_round_trips() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(900);
+    let client = client_with(&server, lease, true);
+    let mut guards = Vec::new();
+    for i in 0..50 {
+        let mutex = client.mutex(&format!("job-{i}")).unwrap();
+        guards.push(mutex.acquire().await.unwrap());
+    }
+    let _: () = cmd(&server, &["CONFIG", "RESETSTAT"]).await;
+    tokio::time::sleep(lease * 3).await;
+    let renewals = common::evalsha_calls(&server).await;
+    // Every lease was renewed several times, in rounds that cover them all.
+    assert!(guards.iter().all(|g| !g.is_lost()));
+    assert!(renewals >= 1, "no renewal was sent");
+    assert!(
+        renewals < 50,
+        "{renewals} renew scripts for 50 leases over ~9 renewal intervals: not batched"
+    );
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn tls_with_rediss_urls() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+    let tls_port = leasehold_testkit::free_port().to_string();
+    let cert = format!("{fixtures}/server.pem");
+    let key = format!("{fixtures}/server-key.pem");
+    let ca = std::fs::read(format!("{fixtures}/ca.pem")).unwrap();
+    let _server = RedisServer::start_with_args(&[
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-auth-clients",
+        "no",
+    ]);
+    let url = format!("rediss://127.0.0.1:{tls_port}");
+
+    let verified = Client::builder(url.as_str())
+        .tls_root_certificate(ca)
+        .build()
+        .unwrap();
+    let guard = verified.mutex("job").unwrap().acquire().await.unwrap();
+    assert!(guard.fence() > 0);
+    guard.release().await.unwrap();
+
+    let insecure = Client::open(&format!("{url}/#insecure")).unwrap();
+    let guard = insecure.mutex("job").unwrap().acquire().await.unwrap();
+    guard.release().await.unwrap();
+
+    // The public roots do not know the test CA: refused, without a panic.
+    let untrusted = impatient(&url);
+    let err = untrusted
+        .mutex("job")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_connection(), "{err:?}");
+
+    // A plain client on the TLS port fails cleanly too.
+    let plain = impatient(&format!("redis://127.0.0.1:{tls_port}"));
+    let err = plain.mutex("job").unwrap().try_acquire().await.unwrap_err();
+    assert!(err.is_connection(), "{err:?}");
+}
+
+#[test]
+fn flush_lets_background_releases_finish_before_the_runtime_stops() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = client_with(&server, Duration::from_secs(60), true);
+        let guard = client.mutex("job").unwrap().acquire().await.unwrap();
+        drop(guard);
+        client.flush().await;
+    });
+    drop(runtime);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let info = common::client(&server)
+            .mutex("job")
+            .unwrap()
+            .inspect()
+            .await
+            .unwrap();
+        assert!(!info.held, "the dropped guard's release was cut off");
+    });
+}
+
+#[test]
+fn a_client_moved_to_a_new_runtime_still_renews() {
+    let server = RedisServer::start();
+    let client = client_with(&server, Duration::from_millis(900), true);
+    let first = tokio::runtime::Runtime::new().unwrap();
+    first.block_on(async {
+        let guard = client.mutex("a").unwrap().acquire().await.unwrap();
+        guard.release().await.unwrap();
+    });
+    drop(first);
+    let second = tokio::runtime::Runtime::new().unwrap();
+    second.block_on(async {
+        let mut guard = None;
+        // The connection made on the first runtime died with it; the next
+        // attempts reconnect.
+        for _ in 0..20 {
+            match client.mutex("b").unwrap().acquire().await {
+                Ok(g) => {
+                    guard = Some(g);
+                    break;
+                }
+                Err(e) => assert!(e.is_connection(), "{e:?}"),
+            }
+        }
+        let guard = guard.expect("never reconnected");
+        tokio::time::sleep(Duration::from_millis(2700)).await;
+        assert!(
+            !guard.is_lost(),
+            "nothing renewed the lease on the new runtime"
+        );
+        guard.release().await.unwrap();
+    });
+}
+
+#[tokio::test]
+async fn one_bad_key_does_not_sink_the_renewal_of_the_others() {
+    let server = RedisServer::start();
+    let client = client_with(&server, Duration::from_millis(900), true);
+    let healthy = client.mutex("healthy").unwrap().acquire().await.unwrap();
+    let replaced = client.mutex("replaced").unwrap().acquire().await.unwrap();
+    let _: i64 = cmd(&server, &["DEL", "leasehold:{replaced}"]).await;
+    let _: i64 = cmd(&server, &["HSET", "leasehold:{replaced}", "f", "v"]).await;
+    tokio::time::timeout(Duration::from_secs(30), replaced.lost())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    assert!(
+        !healthy.is_lost(),
+        "a broken neighbour sank a healthy renewal"
+    );
+    healthy.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn refused_renewals_back_off_and_the_lease_is_lost_at_its_deadline() {
+    let server = RedisServer::start();
+    let client = client_with(&server, Duration::from_millis(900), true);
+    let guard = client.mutex("job").unwrap().acquire().await.unwrap();
+    // Every write is refused from now on: NOREPLICAS.
+    let _: () = cmd(&server, &["CONFIG", "SET", "min-replicas-to-write", "1"]).await;
+    let _: () = cmd(&server, &["CONFIG", "RESETSTAT"]).await;
+    tokio::time::timeout(Duration::from_secs(30), guard.lost())
+        .await
+        .unwrap();
+    let tries = common::evalsha_calls(&server).await;
+    assert!(tries >= 1, "no renewal was tried");
+    assert!(
+        tries < 40,
+        "{tries} renewal tries in one lease: not backing off"
+    );
+    let err = guard.extend(Duration::from_secs(5)).await.unwrap_err();
+    assert!(err.is_not_held(), "{err:?}");
+}

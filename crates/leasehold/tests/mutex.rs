@@ -1,0 +1,406 @@
+//! The mutex against a real redis-server started by the test kit.
+
+mod common;
+
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use common::{client, client_with, cmd, eventually, hold, raw};
+use leasehold::{Client, ErrorKind};
+use leasehold_testkit::RedisServer;
+
+const LONG: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_keeps_every_update_and_fences_grow_in_order() {
+    let server = RedisServer::start();
+    let fences = Arc::new(StdMutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let mutex = client(&server).mutex("counter").unwrap();
+        let mut conn = raw(&server).await;
+        let fences = Arc::clone(&fences);
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..20 {
+                let guard = mutex.acquire().await.unwrap();
+                fences.lock().unwrap().push(guard.fence());
+                let n: Option<u64> = leasehold::redis::cmd("GET")
+                    .arg("counter")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                let _: () = leasehold::redis::cmd("SET")
+                    .arg("counter")
+                    .arg(n.unwrap_or(0) + 1)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let counter: u64 = cmd(&server, &["GET", "counter"]).await;
+    assert_eq!(
+        counter, 160,
+        "an update was lost: the lock let two holders in"
+    );
+    let fences = fences.lock().unwrap();
+    assert_eq!(fences.len(), 160);
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences must grow in acquisition order: {fences:?}"
+    );
+}
+
+#[tokio::test]
+async fn try_acquire_reports_busy_then_succeeds_after_release() {
+    let server = RedisServer::start();
+    let a = client(&server).mutex("job").unwrap();
+    let b = client(&server).mutex("job").unwrap();
+    let held = a.try_acquire().await.unwrap().unwrap();
+    assert!(b.try_acquire().await.unwrap().is_none());
+    let first = held.fence();
+    held.release().await.unwrap();
+    let second = b.try_acquire().await.unwrap().unwrap();
+    assert!(second.fence() > first);
+    second.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_waiter_wakes_on_release_not_on_expiry() {
+    let server = RedisServer::start();
+    let holder = client_with(&server, LONG, true);
+    let waiter = client(&server);
+    let held = holder.mutex("job").unwrap().acquire().await.unwrap();
+    let mutex = waiter.mutex("job").unwrap();
+    // The wait bound is half the holder's lease: only a release can end it in time.
+    let waiting = tokio::spawn(async move { mutex.acquire_timeout(LONG / 2).await });
+    let inspector = holder.mutex("job").unwrap();
+    eventually("the waiter to subscribe", || async {
+        inspector.inspect().await.unwrap().waiting_clients == 1
+    })
+    .await;
+    let first = held.fence();
+    held.release().await.unwrap();
+    let guard = waiting.await.unwrap().unwrap();
+    assert!(guard.fence() > first);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_waiter_takes_the_lock_when_a_vanished_holder_expires() {
+    let server = RedisServer::start();
+    let holder = client_with(&server, Duration::from_millis(300), false);
+    let gone = holder
+        .mutex("job")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap()
+        .detach();
+    let waiter = client(&server);
+    let guard = waiter
+        .mutex("job")
+        .unwrap()
+        .acquire_timeout(LONG / 2)
+        .await
+        .unwrap();
+    assert!(guard.fence() > gone.fence);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn acquire_timeout_gives_up_with_a_timeout_error() {
+    let server = RedisServer::start();
+    let holder = client_with(&server, LONG, true);
+    let _held = holder.mutex("job").unwrap().acquire().await.unwrap();
+    let err = client(&server)
+        .mutex("job")
+        .unwrap()
+        .acquire_timeout(Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(err.is_retryable());
+    assert!(err.to_string().contains("still held"), "{err}");
+    let zero = client(&server)
+        .mutex("job")
+        .unwrap()
+        .acquire_timeout(Duration::ZERO)
+        .await
+        .unwrap_err();
+    assert!(zero.is_timeout());
+}
+
+#[tokio::test]
+async fn the_watchdog_keeps_a_short_lease_alive() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(1200);
+    let guard = hold(&server, lease, true).await;
+    tokio::time::sleep(lease * 3).await;
+    assert!(!guard.is_lost());
+    let other = client(&server);
+    assert!(other
+        .mutex("job")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    let pttl: i64 = cmd(&server, &["PTTL", "leasehold:{job}"]).await;
+    assert!(pttl > 0 && pttl <= 1200, "pttl {pttl}");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_fixed_lease_is_reported_lost_when_it_runs_out() {
+    let server = RedisServer::start();
+    let guard = hold(&server, Duration::from_millis(200), false).await;
+    tokio::time::timeout(LONG, guard.lost()).await.unwrap();
+    assert!(guard.is_lost());
+    assert_eq!(guard.valid_for(), Duration::ZERO);
+    assert!(guard.release().await.unwrap_err().is_not_held());
+}
+
+#[tokio::test]
+async fn a_deleted_key_makes_lost_fire() {
+    let server = RedisServer::start();
+    let guard = hold(&server, Duration::from_millis(900), true).await;
+    assert!(!guard.is_lost());
+    let _: i64 = cmd(&server, &["DEL", "leasehold:{job}"]).await;
+    tokio::time::timeout(LONG, guard.lost()).await.unwrap();
+    assert!(guard.is_lost());
+    let err = guard.extend(Duration::from_secs(5)).await.unwrap_err();
+    assert!(err.is_not_held(), "{err}");
+    let err = guard.release().await.unwrap_err();
+    assert!(err.is_not_held(), "{err}");
+    assert!(err.to_string().contains("was lost"), "{err}");
+}
+
+#[tokio::test]
+async fn a_stopped_server_makes_lost_fire() {
+    let mut server = RedisServer::start();
+    let client = Client::builder(server.url())
+        .lease(Duration::from_millis(900))
+        .command_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let guard = client.mutex("job").unwrap().acquire().await.unwrap();
+    server.stop();
+    tokio::time::timeout(LONG, guard.lost()).await.unwrap();
+    assert!(guard.is_lost());
+    let err = guard.release().await.unwrap_err();
+    assert!(err.is_connection() || err.is_not_held(), "{err}");
+}
+
+#[tokio::test]
+async fn extend_moves_the_lease() {
+    let server = RedisServer::start();
+    let guard = hold(&server, Duration::from_millis(500), false).await;
+    guard.extend(LONG).await.unwrap();
+    let pttl: i64 = cmd(&server, &["PTTL", "leasehold:{job}"]).await;
+    assert!(pttl > 50_000, "pttl {pttl}");
+    assert!(guard.valid_for() > Duration::from_secs(50));
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_dropped_guard_is_released_in_the_background() {
+    let server = RedisServer::start();
+    let holder = client_with(&server, LONG, true);
+    let guard = holder.mutex("job").unwrap().acquire().await.unwrap();
+    let first = guard.fence();
+    drop(guard);
+    let next = client(&server)
+        .mutex("job")
+        .unwrap()
+        .acquire_timeout(LONG / 2)
+        .await
+        .unwrap();
+    assert!(next.fence() > first);
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn fences_keep_growing_when_redis_loses_the_counter() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let mutex = client.mutex("job").unwrap();
+    let first = mutex.acquire().await.unwrap();
+    let fence = first.fence();
+    first.release().await.unwrap();
+    let _: i64 = cmd(&server, &["DEL", "leasehold:{job}:fence"]).await;
+    let second = mutex.acquire().await.unwrap();
+    assert!(second.fence() > fence, "{} <= {fence}", second.fence());
+    second.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn operations_survive_a_script_flush() {
+    let server = RedisServer::start();
+    let client = client_with(&server, Duration::from_millis(1200), true);
+    let mutex = client.mutex("job").unwrap();
+    let guard = mutex.acquire().await.unwrap();
+    let _: () = cmd(&server, &["SCRIPT", "FLUSH"]).await;
+    // The watchdog's pipelined renewals meet NOSCRIPT first.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert!(!guard.is_lost());
+    let _: () = cmd(&server, &["SCRIPT", "FLUSH"]).await;
+    guard.extend(Duration::from_secs(5)).await.unwrap();
+    let _: () = cmd(&server, &["SCRIPT", "FLUSH"]).await;
+    assert!(mutex.inspect().await.unwrap().held);
+    let _: () = cmd(&server, &["SCRIPT", "FLUSH"]).await;
+    guard.release().await.unwrap();
+    let _: () = cmd(&server, &["SCRIPT", "FLUSH"]).await;
+    let again = mutex.try_acquire().await.unwrap().unwrap();
+    let _: () = cmd(&server, &["SCRIPT", "FLUSH"]).await;
+    assert!(mutex.force_release().await.unwrap());
+    drop(again);
+}
+
+#[tokio::test]
+async fn inspect_and_force_release() {
+    let server = RedisServer::start();
+    let client = client_with(&server, LONG, true);
+    let mutex = client.mutex("job").unwrap();
+    let free = mutex.inspect().await.unwrap();
+    assert!(!free.held);
+    assert_eq!(free.last_fence, None);
+    assert_eq!(free.remaining, None);
+
+    let guard = mutex.acquire().await.unwrap();
+    let info = mutex.inspect().await.unwrap();
+    assert!(info.held);
+    assert_eq!(info.last_fence, Some(guard.fence()));
+    assert!(info.remaining.unwrap() > Duration::from_secs(30));
+
+    // A waiter with a bound below the lease: only force-release can let it in.
+    let waiter = client_with(&server, LONG, true).mutex("job").unwrap();
+    let waiting = tokio::spawn(async move { waiter.acquire_timeout(LONG / 2).await });
+    eventually("the waiter to subscribe", || async {
+        mutex.inspect().await.unwrap().waiting_clients == 1
+    })
+    .await;
+    assert!(mutex.force_release().await.unwrap());
+    let next = waiting.await.unwrap().unwrap();
+    assert!(next.fence() > guard.fence());
+    // The watchdog would notice at its next renewal, a third of the lease
+    // away; extend asks Redis now.
+    assert!(guard.extend(LONG).await.unwrap_err().is_not_held());
+    assert!(guard.is_lost());
+    tokio::time::timeout(LONG, guard.lost()).await.unwrap();
+    next.release().await.unwrap();
+    assert!(!mutex.force_release().await.unwrap());
+}
+
+#[tokio::test]
+async fn tokens_release_and_extend_detached_leases() {
+    let server = RedisServer::start();
+    let client = client_with(&server, Duration::from_secs(5), false);
+    let mutex = client.mutex("job").unwrap();
+    let lease = mutex.acquire().await.unwrap().detach();
+    assert_eq!(lease.token.len(), 32);
+    mutex.extend_token(&lease.token, LONG).await.unwrap();
+    let pttl: i64 = cmd(&server, &["PTTL", "leasehold:{job}"]).await;
+    assert!(pttl > 50_000);
+    assert!(mutex
+        .release_token("not-the-token")
+        .await
+        .unwrap_err()
+        .is_not_held());
+    mutex.release_token(&lease.token).await.unwrap();
+    assert!(mutex
+        .release_token(&lease.token)
+        .await
+        .unwrap_err()
+        .is_not_held());
+    assert!(mutex
+        .extend_token(&lease.token, LONG)
+        .await
+        .unwrap_err()
+        .is_not_held());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_of_one_client_queue_locally_so_only_the_head_talks_to_redis() {
+    const TASKS: u64 = 20;
+    let server = RedisServer::start();
+    let _: () = cmd(&server, &["CONFIG", "RESETSTAT"]).await;
+    let held = hold(&server, LONG, true).await;
+    let client = client_with(&server, LONG, true);
+    let mutex = client.mutex("job").unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let mutex = mutex.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = mutex.acquire_timeout(LONG / 2).await.unwrap();
+            guard.release().await.unwrap();
+        }));
+    }
+    // Asked without scripts, so that the count below is the lock's alone.
+    eventually("the head of the queue to subscribe", || async {
+        let (_, subscribers): (String, u64) =
+            cmd(&server, &["PUBSUB", "NUMSUB", "leasehold:{job}:ch"]).await;
+        subscribers == 1
+    })
+    .await;
+    held.release().await.unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    // One acquire and one release per task and for the holder, plus the
+    // head's two failed tries; tasks that each polled Redis, or all woke on
+    // every release, would need several times that.
+    let scripts = common::evalsha_calls(&server).await;
+    assert!(
+        scripts <= 2 * (TASKS + 1) + 6,
+        "{scripts} scripts for {TASKS} queued tasks"
+    );
+}
+
+#[tokio::test]
+async fn keys_written_by_hand_give_errors_or_waits_never_panics() {
+    let server = RedisServer::start();
+    let mutex = client(&server).mutex("job").unwrap();
+
+    // A TTL far beyond any lease: the waiter still gives up on time.
+    let _: () = cmd(
+        &server,
+        &["SET", "leasehold:{job}", "x", "PX", "9000000000000000"],
+    )
+    .await;
+    let err = mutex
+        .acquire_timeout(Duration::from_millis(100))
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err:?}");
+    assert!(mutex.try_acquire().await.unwrap().is_none());
+    assert!(mutex.inspect().await.unwrap().held);
+
+    // A lock key of another type counts as held; a release against it is a
+    // server error that names the operation.
+    let _: i64 = cmd(&server, &["DEL", "leasehold:{job}"]).await;
+    let _: i64 = cmd(&server, &["HSET", "leasehold:{job}", "f", "v"]).await;
+    assert!(mutex.try_acquire().await.unwrap().is_none());
+    let err = mutex.release_token("t").await.unwrap_err();
+    assert!(err.is_server(), "{err:?}");
+    assert!(err.to_string().contains("release"), "{err}");
+    let _: i64 = cmd(&server, &["DEL", "leasehold:{job}"]).await;
+
+    // A fence counter leasehold did not write counts as lost: fences start
+    // again from the server clock, and the lock keeps working.
+    for garbage in ["not a number", "inf", "-inf", "nan", "1e300", "-5"] {
+        let _: () = cmd(&server, &["SET", "leasehold:{job}:fence", garbage]).await;
+        let guard = mutex.try_acquire().await.unwrap().unwrap();
+        let fence = guard.fence();
+        assert!(fence > 1_000_000_000_000_000, "{garbage}: {fence}");
+        guard.release().await.unwrap();
+        let next = mutex.try_acquire().await.unwrap().unwrap();
+        assert!(next.fence() > fence, "{garbage}");
+        next.release().await.unwrap();
+    }
+}
