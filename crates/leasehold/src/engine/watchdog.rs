@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use redis::Value;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -21,6 +21,9 @@ use crate::keys::millis;
 /// Leases per renew script: one script blocks Redis while it runs, so big
 /// batches are cut into pieces that share one pipeline.
 const LEASES_PER_SCRIPT: usize = 256;
+
+/// How soon to look again at a lease whose extend is in flight.
+const BUSY_RECHECK: Duration = Duration::from_millis(10);
 
 #[derive(Debug, Default)]
 pub(crate) struct Watchdog {
@@ -56,27 +59,37 @@ impl Watchdog {
         self.wake.notify_one();
     }
 
-    /// The leases to renew now, and when to look again.
-    fn due(&self) -> (Vec<Arc<Lease>>, Option<Instant>) {
+    /// The leases to renew now, each with its renewal turn taken, and when
+    /// to look again.
+    fn due(&self) -> (Vec<Due>, Option<Instant>) {
         let now = Instant::now();
         let mut due = Vec::new();
         let mut next: Option<Instant> = None;
+        let mut soonest = |at: Instant| next = Some(next.map_or(at, |n: Instant| n.min(at)));
         let mut leases = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
         leases.retain(|_, lease| {
             if lease.is_finished() || lease.loss().is_some() {
                 return false;
             }
             let (at, ahead) = lease.renewal_window();
-            if at <= now + ahead {
-                due.push(Arc::clone(lease));
+            if at > now + ahead {
+                soonest(at);
+            } else if let Ok(turn) = Arc::clone(&lease.renewing).try_lock_owned() {
+                due.push((Arc::clone(lease), lease.lease(), turn));
             } else {
-                next = Some(next.map_or(at, |n| n.min(at)));
+                // An extend is in flight and sets the deadline itself; two
+                // renewals in flight could land out of order.
+                soonest(now + BUSY_RECHECK);
             }
             true
         });
         (due, next)
     }
 }
+
+/// A lease due for renewal, the length to renew it to, and the turn that
+/// keeps an extend out meanwhile.
+type Due = (Arc<Lease>, Duration, OwnedMutexGuard<()>);
 
 async fn run(client: Weak<ClientInner>, watchdog: Arc<Watchdog>) {
     loop {
@@ -87,7 +100,7 @@ async fn run(client: Weak<ClientInner>, watchdog: Arc<Watchdog>) {
             return;
         };
         if !due.is_empty() {
-            renew(&inner, &due).await;
+            renew(&inner, due).await;
             continue;
         }
         drop(inner);
@@ -99,19 +112,7 @@ async fn run(client: Weak<ClientInner>, watchdog: Arc<Watchdog>) {
     }
 }
 
-async fn renew(inner: &ClientInner, due: &[Arc<Lease>]) {
-    // Only leases that renew are registered. A lease with an extend in
-    // flight is skipped this round: its extend sets the deadline, and two
-    // renewals in flight could land out of order.
-    let mut leases = Vec::with_capacity(due.len());
-    for lease in due {
-        if let Ok(turn) = Arc::clone(&lease.renewing).try_lock_owned() {
-            leases.push((Arc::clone(lease), lease.lease(), turn));
-        }
-    }
-    if leases.is_empty() {
-        return;
-    }
+async fn renew(inner: &ClientInner, leases: Vec<Due>) {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     for chunk in leases.chunks(LEASES_PER_SCRIPT) {
@@ -134,9 +135,11 @@ async fn renew(inner: &ClientInner, due: &[Arc<Lease>]) {
         }
         return;
     };
-    for (chunk, reply) in leases.chunks(LEASES_PER_SCRIPT).zip(&replies) {
-        let outcomes = match reply {
-            Value::Array(items) if items.len() == chunk.len() => items,
+    for (i, chunk) in leases.chunks(LEASES_PER_SCRIPT).enumerate() {
+        // A reply of the wrong shape or a missing one leaves its leases to a
+        // later retry rather than due again at once.
+        let outcomes = match replies.get(i) {
+            Some(Value::Array(items)) if items.len() == chunk.len() => items,
             _ => {
                 for (lease, _, _) in chunk {
                     lease.retry_renewal_later();
