@@ -45,6 +45,10 @@ async fn run_locked(client: &leasehold::Client, args: &RunArgs) -> anyhow::Resul
     // Decided before the spawn: the child takes the terminal itself, before
     // exec, so that it never reads from it as a background job.
     let foreground = terminal::runner_is_foreground();
+    // Registered only now: while the lock is awaited, Ctrl-Z stops the runner
+    // as usual. Registered before the spawn, so that a SIGTSTP arriving as
+    // the child starts is caught and stops both.
+    let mut stop = signal(SignalKind::from_raw(libc::SIGTSTP))?;
     let mut child = match spawn(args, guard.fence(), foreground) {
         Ok(child) => child,
         Err(err) => {
@@ -62,8 +66,6 @@ async fn run_locked(client: &leasehold::Client, args: &RunArgs) -> anyhow::Resul
         }
     };
     let group = child.id().and_then(|pid| i32::try_from(pid).ok());
-    // Registered only now: before the child exists, Ctrl-Z may stop the runner as usual.
-    let mut stop = signal(SignalKind::from_raw(libc::SIGTSTP))?;
     let mut child_changed = signal(SignalKind::child())?;
 
     let mut lost = false;

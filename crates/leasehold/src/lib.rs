@@ -83,6 +83,11 @@
 //! `<prefix>:{name}:fence` (never expires) and its release channel at
 //! `<prefix>:{name}:ch`. Names are non-empty UTF-8 of at most 1024 bytes
 //! without `{` or `}`.
+//!
+//! An ACL user needs access to both the keys and the channels, for example
+//! `~leasehold:* &leasehold:*`. Redis 7 gives a new user no channels; without
+//! them locks still work, but waiters hear no releases and wake only when the
+//! holder's lease can have run out.
 #![cfg_attr(not(test), forbid(clippy::panic))]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]

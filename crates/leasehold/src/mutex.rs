@@ -128,6 +128,9 @@ impl Mutex {
 
     /// Waits at most `wait` for the lock.
     ///
+    /// An attempt that is in flight when `wait` runs out is seen through, so
+    /// against a slow Redis the call can end up to one command timeout late.
+    ///
     /// # Errors
     ///
     /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when the lock is

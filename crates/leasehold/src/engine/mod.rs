@@ -233,7 +233,7 @@ where
     }
     // Subscribe only once the fast path failed; the next attempt covers a
     // release that happened before the subscription was confirmed.
-    let mut subscription = client.notifier.subscribe(&keys.channel).await;
+    let mut subscription = client.notifier.subscribe(&keys.channel, deadline).await;
     loop {
         subscription.wake.borrow_and_update();
         let pttl = match attempt().await? {

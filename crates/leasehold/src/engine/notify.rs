@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
 
 enum Command {
     Subscribe(String, oneshot::Sender<bool>),
@@ -81,12 +82,13 @@ impl Notifier {
         }
     }
 
-    /// Subscribes to `channel` and waits (at most the command timeout) for
-    /// Redis to confirm, so that a release after this returns is not missed.
-    /// Without a confirmation the subscription still works as a timer-only one.
+    /// Subscribes to `channel` and waits (at most the command timeout, and
+    /// not past `until`) for Redis to confirm, so that a release after this
+    /// returns is not missed. Without a confirmation the subscription still
+    /// works as a timer-only one.
     ///
     /// Cancel safe: dropping the future drops the subscription.
-    pub(crate) async fn subscribe(&self, channel: &str) -> Subscription {
+    pub(crate) async fn subscribe(&self, channel: &str, until: Option<Instant>) -> Subscription {
         let (wake, commands) = {
             let mut state = self.shared.state();
             let commands = match &state.commands {
@@ -120,7 +122,11 @@ impl Notifier {
             .send(Command::Subscribe(channel.to_owned(), confirm))
             .is_ok()
         {
-            let _ = tokio::time::timeout(self.shared.timeout, confirmed).await;
+            let mut by = Instant::now() + self.shared.timeout;
+            if let Some(until) = until {
+                by = by.min(until);
+            }
+            let _ = tokio::time::timeout_at(by, confirmed).await;
         }
         subscription
     }
@@ -142,84 +148,158 @@ impl Drop for Subscription {
     }
 }
 
+/// First pause before reconnecting; it doubles on every failure in a row.
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// A connection that served this long counts as healthy: the backoff starts
+/// over. A shorter one (say, closed by a proxy after every subscribe) keeps
+/// doubling it.
+const HEALTHY_SESSION: Duration = Duration::from_secs(5);
+
 /// The subscriber task: keeps one pub/sub connection, reconnects with
-/// backoff, and resubscribes every channel still wanted.
+/// backoff, and resubscribes every channel still wanted. Every way out of a
+/// connection passes a pause, so a server that accepts and then fails each
+/// connection is not hammered.
 async fn run(shared: Weak<Shared>, mut commands: mpsc::UnboundedReceiver<Command>) {
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = FIRST_BACKOFF;
     loop {
         let Some((redis, timeout)) = shared.upgrade().map(|s| (s.redis.clone(), s.timeout)) else {
             return;
         };
-        let connected = tokio::time::timeout(timeout, redis.get_async_pubsub()).await;
-        let Ok(Ok(pubsub)) = connected else {
-            // Disconnected: answer subscriptions at once, so waiters fall back
-            // to their timers instead of waiting for a confirmation.
-            let pause = tokio::time::sleep(backoff);
-            tokio::pin!(pause);
-            loop {
-                tokio::select! {
-                    () = &mut pause => break,
-                    command = commands.recv() => match command {
-                        None => return,
-                        Some(Command::Subscribe(_, confirm)) => { let _ = confirm.send(false); }
-                        Some(Command::Unsubscribe(_)) => {}
+        if let Ok(Ok(pubsub)) = tokio::time::timeout(timeout, redis.get_async_pubsub()).await {
+            let started = Instant::now();
+            let ended = serve(&shared, pubsub, &mut commands, timeout).await;
+            // Notifications may have been missed: every waiter looks again.
+            match shared.upgrade() {
+                Some(s) if ended == Ended::Disconnected => s.wake_all(),
+                _ => return,
+            }
+            if started.elapsed() >= HEALTHY_SESSION {
+                backoff = FIRST_BACKOFF;
+            }
+        }
+        if !pause(&mut commands, backoff).await {
+            return;
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// The connection failed; connect again.
+    Disconnected,
+    /// The client is gone.
+    Closed,
+}
+
+/// Resubscribes the wanted channels on a new connection, then forwards
+/// notifications and serves subscribe commands until the connection fails.
+async fn serve(
+    shared: &Weak<Shared>,
+    pubsub: redis::aio::PubSub,
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+    timeout: Duration,
+) -> Ended {
+    let (mut sink, mut stream) = pubsub.split();
+    let wanted: Vec<String> = match shared.upgrade() {
+        Some(s) => s.state().channels.keys().cloned().collect(),
+        None => return Ended::Closed,
+    };
+    if !wanted.is_empty() {
+        match subscribe(&mut sink, &wanted, timeout).await {
+            Subscribed::Yes => {}
+            // One refused channel refuses the whole command: take them one
+            // at a time, so the others still get notifications.
+            Subscribed::Refused => {
+                for channel in &wanted {
+                    if subscribe(&mut sink, channel, timeout).await == Subscribed::Failed {
+                        return Ended::Disconnected;
                     }
                 }
             }
-            backoff = (backoff * 2).min(Duration::from_secs(2));
-            continue;
-        };
-        backoff = Duration::from_millis(50);
-        let (mut sink, mut stream) = pubsub.split();
-        let wanted: Vec<String> = match shared.upgrade() {
-            Some(s) => s.state().channels.keys().cloned().collect(),
-            None => return,
-        };
-        if !wanted.is_empty()
-            && !matches!(
-                tokio::time::timeout(timeout, sink.subscribe(&wanted)).await,
-                Ok(Ok(()))
-            )
+            Subscribed::Failed => return Ended::Disconnected,
+        }
+    }
+    match shared.upgrade() {
+        Some(s) => s.wake_all(),
+        None => return Ended::Closed,
+    }
+    loop {
+        tokio::select! {
+            message = stream.next() => match message {
+                Some(message) => match shared.upgrade() {
+                    Some(s) => s.wake(message.get_channel_name()),
+                    None => return Ended::Closed,
+                },
+                None => return Ended::Disconnected,
+            },
+            command = commands.recv() => match command {
+                None => return Ended::Closed,
+                Some(Command::Subscribe(channel, confirm)) => {
+                    let outcome = subscribe(&mut sink, &channel, timeout).await;
+                    let _ = confirm.send(outcome == Subscribed::Yes);
+                    if outcome == Subscribed::Failed {
+                        return Ended::Disconnected;
+                    }
+                }
+                Some(Command::Unsubscribe(channel)) => {
+                    let still_wanted = shared
+                        .upgrade()
+                        .is_some_and(|s| s.state().channels.contains_key(&channel));
+                    if !still_wanted {
+                        let _ = tokio::time::timeout(timeout, sink.unsubscribe(&channel)).await;
+                    }
+                }
+            },
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Subscribed {
+    Yes,
+    /// Redis answered with an error, typically an ACL user without access
+    /// to the channel; the connection is fine. Waiters on such a channel
+    /// wake on their timers only.
+    Refused,
+    /// No answer in time, or the connection failed.
+    Failed,
+}
+
+async fn subscribe(
+    sink: &mut redis::aio::PubSubSink,
+    channels: impl redis::ToRedisArgs,
+    timeout: Duration,
+) -> Subscribed {
+    match tokio::time::timeout(timeout, sink.subscribe(channels)).await {
+        Ok(Ok(())) => Subscribed::Yes,
+        Ok(Err(e))
+            if matches!(
+                e.kind(),
+                redis::ErrorKind::Server(_) | redis::ErrorKind::Extension
+            ) =>
         {
-            continue;
+            Subscribed::Refused
         }
-        if let Some(s) = shared.upgrade() {
-            s.wake_all();
-        }
-        loop {
-            tokio::select! {
-                message = stream.next() => match message {
-                    Some(message) => match shared.upgrade() {
-                        Some(s) => s.wake(message.get_channel_name()),
-                        None => return,
-                    },
-                    None => break,
-                },
-                command = commands.recv() => match command {
-                    None => return,
-                    Some(Command::Subscribe(channel, confirm)) => {
-                        let ok = matches!(
-                            tokio::time::timeout(timeout, sink.subscribe(&channel)).await,
-                            Ok(Ok(()))
-                        );
-                        let _ = confirm.send(ok);
-                        if !ok {
-                            break;
-                        }
-                    }
-                    Some(Command::Unsubscribe(channel)) => {
-                        let still_wanted = shared
-                            .upgrade()
-                            .is_some_and(|s| s.state().channels.contains_key(&channel));
-                        if !still_wanted {
-                            let _ = tokio::time::timeout(timeout, sink.unsubscribe(&channel)).await;
-                        }
-                    }
-                },
+        _ => Subscribed::Failed,
+    }
+}
+
+/// Waits `backoff` before the next connection, answering subscriptions at
+/// once meanwhile so that waiters fall back to their timers instead of
+/// waiting for a confirmation. False when the client is gone.
+async fn pause(commands: &mut mpsc::UnboundedReceiver<Command>, backoff: Duration) -> bool {
+    let pause = tokio::time::sleep(backoff);
+    tokio::pin!(pause);
+    loop {
+        tokio::select! {
+            () = &mut pause => return true,
+            command = commands.recv() => match command {
+                None => return false,
+                Some(Command::Subscribe(_, confirm)) => { let _ = confirm.send(false); }
+                Some(Command::Unsubscribe(_)) => {}
             }
-        }
-        if let Some(s) = shared.upgrade() {
-            s.wake_all();
         }
     }
 }

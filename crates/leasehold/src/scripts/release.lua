@@ -6,5 +6,7 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', KEYS[2], 'released')
+-- pcall: an ACL user without access to the channel still releases; its
+-- waiters then wake on their timers.
+redis.pcall('PUBLISH', KEYS[2], 'released')
 return 1
