@@ -145,13 +145,12 @@ pub(crate) fn release_in_background(client: Arc<ClientInner>, keys: LockKeys, to
     let ticket = Ticket::new(client);
     handle.spawn(async move {
         let client = &ticket.0;
-        let mut pause = Duration::from_millis(50);
-        for _ in 0..3 {
-            if release(client, &keys, &token).await.is_ok() {
+        // Three tries, 50 ms and 200 ms apart.
+        for pause in [50, 200, 0] {
+            if release(client, &keys, &token).await.is_ok() || pause == 0 {
                 return;
             }
-            tokio::time::sleep(pause).await;
-            pause *= 4;
+            tokio::time::sleep(Duration::from_millis(pause)).await;
         }
     });
 }
