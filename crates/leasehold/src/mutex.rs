@@ -394,8 +394,16 @@ impl MutexGuard {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future may or may not extend the lease in Redis; the
-    /// local deadline only moves on a confirmed extension.
+    /// Dropping the future may or may not change the lease in Redis. The
+    /// guard assumes the worst until told otherwise: from the moment the
+    /// request is sent it trusts the lease only as long as the shorter of
+    /// the old and the new length allows, and only a confirmed extension
+    /// moves the deadline later. An extend that fails or is dropped can
+    /// therefore bring the reported loss earlier, never later; the watchdog,
+    /// if on, renews with the old length soon after.
+    ///
+    /// While an extend is in flight the watchdog leaves this lease to it, so
+    /// do not keep the future alive without polling it.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
         self.held.extend(lease).await
     }

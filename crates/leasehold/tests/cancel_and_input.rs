@@ -149,6 +149,46 @@ async fn redis_out_of_reach_is_a_connection_error() {
     assert!(mutex.inspect().await.unwrap_err().is_connection());
 }
 
+/// Sends `extend(1 s)` on a 30 s lease while Redis is paused, and drops it
+/// before the reply: Redis applies it once the pause ends.
+async fn drop_a_shortening_extend(server: &RedisServer, guard: &leasehold::MutexGuard) {
+    // Loads the script first: a NOSCRIPT reply would stop the dropped one.
+    guard.extend(Duration::from_secs(30)).await.unwrap();
+    let _: () = common::cmd(server, &["CLIENT", "PAUSE", "300", "ALL"]).await;
+    let dropped = poll_then_drop(guard.extend(Duration::from_secs(1)), 20).await;
+    assert!(dropped.is_none(), "the extend finished during the pause");
+}
+
+/// A dropped extend that shortens a fixed lease must bring the reported
+/// loss forward: Redis lets the lock go after 1 s, and a guard still
+/// claiming its old 30 s would let two holders overlap.
+#[tokio::test]
+async fn a_dropped_extend_that_shortens_a_fixed_lease_is_trusted_no_longer() {
+    let server = RedisServer::start();
+    let guard = common::hold(&server, Duration::from_secs(30), false).await;
+    drop_a_shortening_extend(&server, &guard).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let exists: bool = common::cmd(&server, &["EXISTS", "leasehold:{job}"]).await;
+    assert!(!exists, "the shortened lease is still in Redis");
+    assert!(guard.is_lost(), "valid for {:?} more", guard.valid_for());
+}
+
+/// With the watchdog on, the renewal that follows restores the old length:
+/// whatever happens, the guard never claims a lock Redis does not hold.
+#[tokio::test]
+async fn a_dropped_extend_that_shortens_a_renewed_lease_is_renewed_back() {
+    let server = RedisServer::start();
+    let guard = common::hold(&server, Duration::from_secs(30), true).await;
+    drop_a_shortening_extend(&server, &guard).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let exists: bool = common::cmd(&server, &["EXISTS", "leasehold:{job}"]).await;
+    assert!(
+        exists || guard.is_lost(),
+        "the guard claims a lock Redis let go"
+    );
+    guard.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_server_that_comes_back_is_used_again() {
     let mut server = RedisServer::start();

@@ -69,6 +69,11 @@ impl Held {
         let _turn = self.lease.renewing.lock().await;
         let sent_at = Instant::now();
         let lease = &self.lease;
+        lease.extending(sent_at, length);
+        if lease.renew {
+            // The next renewal may have moved earlier.
+            self.client.watchdog.wake();
+        }
         if renew_one(&self.client, &lease.keys, &lease.token, length).await? {
             lease.renewed(sent_at, length);
         } else {

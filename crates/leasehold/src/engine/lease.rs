@@ -162,6 +162,17 @@ impl Lease {
         timing.failures = 0;
     }
 
+    /// An extend to `lease` is about to be sent at `sent_at`. Until Redis
+    /// confirms it, the lease is trusted only as long as the shorter of the
+    /// old and the new length allows: an extend that shortens the lease may
+    /// take effect even if its reply never arrives.
+    pub(crate) fn extending(&self, sent_at: Instant, lease: Duration) {
+        let mut timing = self.timing();
+        let deadline = sent_at + lease.saturating_sub(drift(lease));
+        timing.deadline = timing.deadline.min(deadline);
+        timing.next_renewal = timing.next_renewal.min(sent_at + lease / 3);
+    }
+
     /// A renewal got no usable answer: try again after a backoff that starts
     /// at a tenth of the lease and doubles, at most a second, so several
     /// tries fit before the deadline.

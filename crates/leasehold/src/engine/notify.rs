@@ -155,6 +155,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// over. A shorter one (say, closed by a proxy after every subscribe) keeps
 /// doubling it.
 const HEALTHY_SESSION: Duration = Duration::from_secs(5);
+/// How often an otherwise quiet subscriber connection is checked with PING.
+const HEALTH_CHECK: Duration = Duration::from_secs(30);
 
 /// The subscriber task: keeps one pub/sub connection, reconnects with
 /// backoff, and resubscribes every channel still wanted. Every way out of a
@@ -167,14 +169,17 @@ async fn run(shared: Weak<Shared>, mut commands: mpsc::UnboundedReceiver<Command
             return;
         };
         if let Ok(Ok(pubsub)) = tokio::time::timeout(timeout, redis.get_async_pubsub()).await {
-            let started = Instant::now();
-            let ended = serve(&shared, pubsub, &mut commands, timeout).await;
+            let Ended::Disconnected { served } =
+                serve(&shared, pubsub, &mut commands, timeout).await
+            else {
+                return;
+            };
             // Notifications may have been missed: every waiter looks again.
             match shared.upgrade() {
-                Some(s) if ended == Ended::Disconnected => s.wake_all(),
-                _ => return,
+                Some(s) => s.wake_all(),
+                None => return,
             }
-            if started.elapsed() >= HEALTHY_SESSION {
+            if served >= HEALTHY_SESSION {
                 backoff = FIRST_BACKOFF;
             }
         }
@@ -185,12 +190,18 @@ async fn run(shared: Weak<Shared>, mut commands: mpsc::UnboundedReceiver<Command
     }
 }
 
-#[derive(Debug, PartialEq, Eq)]
 enum Ended {
-    /// The connection failed; connect again.
-    Disconnected,
+    /// The connection failed after serving notifications for `served`
+    /// (zero if it failed while resubscribing); connect again.
+    Disconnected { served: Duration },
     /// The client is gone.
     Closed,
+}
+
+impl Ended {
+    const EARLY: Ended = Ended::Disconnected {
+        served: Duration::ZERO,
+    };
 }
 
 /// Resubscribes the wanted channels on a new connection, then forwards
@@ -214,17 +225,25 @@ async fn serve(
             Subscribed::Refused => {
                 for channel in &wanted {
                     if subscribe(&mut sink, channel, timeout).await == Subscribed::Failed {
-                        return Ended::Disconnected;
+                        return Ended::EARLY;
                     }
                 }
             }
-            Subscribed::Failed => return Ended::Disconnected,
+            Subscribed::Failed => return Ended::EARLY,
         }
     }
     match shared.upgrade() {
         Some(s) => s.wake_all(),
         None => return Ended::Closed,
     }
+    let serving = Instant::now();
+    let lost = || Ended::Disconnected {
+        served: serving.elapsed(),
+    };
+    // A connection that died without a FIN or RST (a host gone, a NAT entry
+    // dropped) shows only when a command goes unanswered: ask now and then.
+    let mut health = tokio::time::interval_at(serving + HEALTH_CHECK, HEALTH_CHECK);
+    health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             message = stream.next() => match message {
@@ -232,23 +251,36 @@ async fn serve(
                     Some(s) => s.wake(message.get_channel_name()),
                     None => return Ended::Closed,
                 },
-                None => return Ended::Disconnected,
+                None => return lost(),
             },
+            _ = health.tick() => {
+                let pong = tokio::time::timeout(timeout, sink.ping::<redis::Value>()).await;
+                if !matches!(pong, Ok(Ok(_))) {
+                    return lost();
+                }
+            }
             command = commands.recv() => match command {
                 None => return Ended::Closed,
                 Some(Command::Subscribe(channel, confirm)) => {
                     let outcome = subscribe(&mut sink, &channel, timeout).await;
                     let _ = confirm.send(outcome == Subscribed::Yes);
                     if outcome == Subscribed::Failed {
-                        return Ended::Disconnected;
+                        return lost();
                     }
                 }
                 Some(Command::Unsubscribe(channel)) => {
                     let still_wanted = shared
                         .upgrade()
                         .is_some_and(|s| s.state().channels.contains_key(&channel));
-                    if !still_wanted {
-                        let _ = tokio::time::timeout(timeout, sink.unsubscribe(&channel)).await;
+                    // An unanswered unsubscribe means a dead connection;
+                    // keeping it would make every later subscribe wait too.
+                    if !still_wanted
+                        && !matches!(
+                            tokio::time::timeout(timeout, sink.unsubscribe(&channel)).await,
+                            Ok(Ok(()))
+                        )
+                    {
+                        return lost();
                     }
                 }
             },
@@ -259,9 +291,8 @@ async fn serve(
 #[derive(Debug, PartialEq, Eq)]
 enum Subscribed {
     Yes,
-    /// Redis answered with an error, typically an ACL user without access
-    /// to the channel; the connection is fine. Waiters on such a channel
-    /// wake on their timers only.
+    /// NOPERM: an ACL user without access to the channel. The connection is
+    /// fine; waiters on such a channel wake on their timers only.
     Refused,
     /// No answer in time, or the connection failed.
     Failed,
@@ -274,12 +305,7 @@ async fn subscribe(
 ) -> Subscribed {
     match tokio::time::timeout(timeout, sink.subscribe(channels)).await {
         Ok(Ok(())) => Subscribed::Yes,
-        Ok(Err(e))
-            if matches!(
-                e.kind(),
-                redis::ErrorKind::Server(_) | redis::ErrorKind::Extension
-            ) =>
-        {
+        Ok(Err(e)) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) => {
             Subscribed::Refused
         }
         _ => Subscribed::Failed,

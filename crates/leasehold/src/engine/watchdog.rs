@@ -50,6 +50,11 @@ impl Watchdog {
         self.wake.notify_one();
     }
 
+    /// Makes the task look at every lease again now.
+    pub(crate) fn wake(&self) {
+        self.wake.notify_one();
+    }
+
     pub(crate) fn unregister(&self, id: u64) {
         self.leases
             .lock()
