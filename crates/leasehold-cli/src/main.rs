@@ -26,6 +26,7 @@ mod exit;
 mod runner;
 mod scripting;
 mod terminal;
+mod warden;
 
 use std::process::ExitCode;
 

@@ -1,8 +1,9 @@
 //! `leasehold run`: `flock` for a fleet.
 //!
 //! The child runs in its own process group and dies with the runner
-//! (`PR_SET_PDEATHSIG`), so a runner killed with SIGKILL never leaves a
-//! child writing without a lock. Whatever the child leaves behind in its
+//! (`PR_SET_PDEATHSIG`); a warden in that group (see [`warden`]) takes down
+//! what the child started, so a runner killed with SIGKILL never leaves
+//! anything writing without a lock. Whatever the child leaves behind in its
 //! group is killed before the lock is released.
 
 use std::io;
@@ -15,7 +16,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::cli::{Connection, OnLost, RunArgs};
 use crate::exit::{self, Fail};
 use crate::scripting::take;
-use crate::terminal;
+use crate::{terminal, warden};
 
 /// How long a child has between SIGTERM and SIGKILL after its lease is lost.
 const TERM_GRACE: Duration = Duration::from_secs(10);
@@ -66,6 +67,18 @@ async fn run_locked(client: &leasehold::Client, args: &RunArgs) -> anyhow::Resul
         }
     };
     let group = child.id().and_then(|pid| i32::try_from(pid).ok());
+    // Kept to the end: the warden takes the group down if this process dies.
+    let _warden = match group.map(warden::start) {
+        Some(Ok(warden)) => Some(warden),
+        Some(Err(err)) => {
+            eprintln!(
+                "leasehold: warning: could not start the warden ({err}): if this runner is \
+                 killed, what the command started in the background keeps running"
+            );
+            None
+        }
+        None => None,
+    };
     let mut child_changed = signal(SignalKind::child())?;
 
     let mut lost = false;

@@ -307,6 +307,31 @@ fn a_killed_runner_takes_its_command_with_it() {
     eventually("the orphaned command to die", || !alive(pid));
 }
 
+/// `sh -c 'sleep 60 & wait'`: PDEATHSIG reaches only the shell, so the
+/// `sleep` it started must be taken down some other way.
+#[test]
+fn a_killed_runner_takes_what_its_command_started_with_it() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let script = format!("sleep 60 & echo $! > '{}'; wait", pidfile.display());
+    let mut runner = spawn(&server.url(), &["run", "job", "--", "sh", "-c", &script]);
+    eventually("the background job to start", || {
+        std::fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let pid: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(pid));
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    eventually("the background job of the orphaned command to die", || {
+        !alive(pid)
+    });
+}
+
 #[test]
 fn a_missing_command_exits_127_and_releases() {
     let server = RedisServer::start();
