@@ -1,9 +1,9 @@
 //! `leasehold run`: `flock` for a fleet.
 //!
-//! The child runs in its own process group and dies with the runner
-//! (`PR_SET_PDEATHSIG`); a warden in that group (see [`warden`]) takes down
-//! what the child started, so a runner killed with SIGKILL never leaves
-//! anything writing without a lock. Whatever the child leaves behind in its
+//! The child runs in a process group led by a warden (see [`warden`]) and
+//! dies with the runner (`PR_SET_PDEATHSIG`); the warden takes down what the
+//! child started, so a runner killed with SIGKILL never leaves anything
+//! writing without a lock. Whatever the child leaves behind in its
 //! group is killed before the lock is released.
 
 use std::io;
@@ -50,7 +50,20 @@ async fn run_locked(client: &leasehold::Client, args: &RunArgs) -> anyhow::Resul
     // as usual. Registered before the spawn, so that a SIGTSTP arriving as
     // the child starts is caught and stops both.
     let mut stop = signal(SignalKind::from_raw(libc::SIGTSTP))?;
-    let mut child = match spawn(args, guard.fence(), foreground) {
+    // Started before the command, so that nothing the command starts can
+    // slip out before it exists; kept to the end.
+    let warden = match warden::start() {
+        Ok(warden) => Some(warden),
+        Err(err) => {
+            eprintln!(
+                "leasehold: warning: could not start the warden ({err}): if this runner is \
+                 killed, what the command starts in the background keeps running"
+            );
+            None
+        }
+    };
+    let joins = warden.as_ref().map(warden::Warden::group);
+    let mut child = match spawn(args, guard.fence(), foreground, joins) {
         Ok(child) => child,
         Err(err) => {
             let code = if err.kind() == io::ErrorKind::NotFound {
@@ -66,18 +79,14 @@ async fn run_locked(client: &leasehold::Client, args: &RunArgs) -> anyhow::Resul
             return Err(Fail { code, message }.into());
         }
     };
-    let group = child.id().and_then(|pid| i32::try_from(pid).ok());
-    // Kept to the end: the warden takes the group down if this process dies.
-    let _warden = match group.map(warden::start) {
-        Some(Ok(warden)) => Some(warden),
-        Some(Err(err)) => {
-            eprintln!(
-                "leasehold: warning: could not start the warden ({err}): if this runner is \
-                 killed, what the command started in the background keeps running"
-            );
-            None
-        }
-        None => None,
+    let pid = child.id().and_then(|pid| i32::try_from(pid).ok());
+    // The warden's group, or else the one the command leads.
+    let group = joins.or(pid);
+    let job = Job {
+        group,
+        foreground,
+        warden: warden.as_ref(),
+        on_lost: args.on_lost,
     };
     let mut child_changed = signal(SignalKind::child())?;
 
@@ -103,13 +112,13 @@ async fn run_locked(client: &leasehold::Client, args: &RunArgs) -> anyhow::Resul
             _ = interrupt.recv() => signal_group(group, libc::SIGINT),
             _ = terminate.recv() => signal_group(group, libc::SIGTERM),
             _ = hangup.recv() => signal_group(group, libc::SIGHUP),
-            _ = stop.recv() => suspend(group, foreground, &guard),
+            _ = stop.recv() => suspend(&job, &guard),
             _ = child_changed.recv() => {
                 // A job-control stop of the child (Ctrl-Z at its terminal, or a
                 // read from the terminal while in the background) stops the
                 // runner too, so the shell sees the job stopped.
-                if terminal::interactive() && group.is_some_and(terminal::child_stopped) {
-                    suspend(group, foreground, &guard);
+                if terminal::interactive() && pid.is_some_and(terminal::child_stopped) {
+                    suspend(&job, &guard);
                 }
             }
         }
@@ -180,17 +189,32 @@ fn on_lost(args: &RunArgs, group: Option<i32>) {
     }
 }
 
+/// The command's process group as the runner drives it.
+struct Job<'a> {
+    group: Option<i32>,
+    foreground: bool,
+    warden: Option<&'a warden::Warden>,
+    on_lost: OnLost,
+}
+
 /// Stops the child's group and then the runner, as one job; on resume gives
 /// the child back the terminal (if the job is in the foreground) and wakes it.
 /// While stopped nothing renews the lease: a lease lost meanwhile is handled
-/// before the child may run again.
-fn suspend(group: Option<i32>, foreground: bool, guard: &leasehold::MutexGuard) {
+/// before the child may run again, unless it is to be ignored.
+fn suspend(job: &Job<'_>, guard: &leasehold::MutexGuard) {
+    let Job {
+        group, foreground, ..
+    } = *job;
     signal_group(group, libc::SIGSTOP);
+    // The warden stays awake, to act if the runner dies while stopped.
+    if let Some(warden) = job.warden {
+        warden.resume();
+    }
     if let (true, Some(group)) = (foreground, group) {
         terminal::take_back(group);
     }
     terminal::stop_self();
-    if guard.is_lost() {
+    if guard.is_lost() && job.on_lost != OnLost::Ignore {
         return;
     }
     if let Some(group) = group {
@@ -201,17 +225,23 @@ fn suspend(group: Option<i32>, foreground: bool, guard: &leasehold::MutexGuard) 
     signal_group(group, libc::SIGCONT);
 }
 
-fn spawn(args: &RunArgs, fence: u64, foreground: bool) -> io::Result<tokio::process::Child> {
+/// Starts the command in process group `joins`, or in a new one it leads.
+fn spawn(
+    args: &RunArgs,
+    fence: u64,
+    foreground: bool,
+    joins: Option<i32>,
+) -> io::Result<tokio::process::Child> {
     let mut command = std::process::Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
         .env("LEASEHOLD_FENCE", fence.to_string())
         .env("LEASEHOLD_NAME", &args.name)
-        .process_group(0);
+        .process_group(joins.unwrap_or(0));
     let runner = std::process::id();
     // SAFETY: the closure runs in the forked child before exec and calls
     // only async-signal-safe functions (prctl, getppid, raise, signal,
-    // tcsetpgrp, getpid).
+    // tcsetpgrp, getpgrp).
     unsafe {
         command.pre_exec(move || {
             if libc::prctl(
@@ -229,7 +259,7 @@ fn spawn(args: &RunArgs, fence: u64, foreground: bool) -> io::Result<tokio::proc
                 libc::raise(libc::SIGKILL);
             }
             if foreground {
-                terminal::hand_to(libc::getpid());
+                terminal::hand_to(libc::getpgrp());
             }
             Ok(())
         });

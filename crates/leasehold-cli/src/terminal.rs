@@ -46,15 +46,15 @@ pub(crate) fn stop_self() {
     }
 }
 
-/// The child (leader of `group`) reports a job-control stop. Consumes that
-/// report; exits are left for the process reaper.
-pub(crate) fn child_stopped(group: libc::pid_t) -> bool {
+/// The child `pid` reports a job-control stop. Consumes that report; exits
+/// are left for the process reaper.
+pub(crate) fn child_stopped(pid: libc::pid_t) -> bool {
     // SAFETY: waitid writes only into `info`, which lives on this stack.
     unsafe {
         let mut info: libc::siginfo_t = std::mem::zeroed();
         let flags = libc::WSTOPPED | libc::WNOHANG;
-        libc::waitid(libc::P_PID, group as libc::id_t, &mut info, flags) == 0
-            && info.si_pid() == group
+        libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) == 0
+            && info.si_pid() == pid
             && info.si_code == libc::CLD_STOPPED
     }
 }

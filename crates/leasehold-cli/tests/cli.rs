@@ -430,10 +430,41 @@ fn url_comes_from_the_environment() {
     );
 }
 
-fn state(pid: u32) -> Option<char> {
+/// The fields of /proc/PID/stat after the name: state, ppid, pgrp, ...
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after_name = stat.rsplit_once(") ")?.1;
-    after_name.chars().next()
+    Some(after_name.split(' ').map(str::to_owned).collect())
+}
+
+fn state(pid: u32) -> Option<char> {
+    stat_fields(pid)?.first()?.chars().next()
+}
+
+fn group_of(pid: u32) -> u32 {
+    stat_fields(pid).unwrap()[2].parse().unwrap()
+}
+
+/// The processes of process group `group` that have not exited, with their
+/// names and states.
+fn live_members(group: u32) -> Vec<(u32, String, char)> {
+    let mut members = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        let (Some(fields), Ok(name)) = (
+            stat_fields(pid),
+            std::fs::read_to_string(format!("/proc/{pid}/comm")),
+        ) else {
+            continue;
+        };
+        let state = fields[0].chars().next().unwrap_or('?');
+        if fields[2] == group.to_string() && state != 'Z' {
+            members.push((pid, name.trim().to_owned(), state));
+        }
+    }
+    members
 }
 
 #[test]
@@ -452,6 +483,79 @@ fn what_the_command_leaves_running_is_killed_before_the_release() {
     eventually("the leftover to die", || !alive(pid));
 }
 
+/// A lease that runs out while the job is stopped, with `--on-lost ignore`:
+/// the command must be let go on when the job resumes, not left stopped.
+#[test]
+fn a_lease_lost_while_stopped_is_ignored_when_asked() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let script = format!("echo $$ > '{}'; sleep 2; exit 7", pidfile.display());
+    let args = ["run", "job", "--lease", "1s", "--on-lost", "ignore", "--"];
+    let mut runner = spawn(&server.url(), &[&args[..], &["sh", "-c", &script]].concat());
+    eventually("the command to start", || {
+        std::fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let child: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    unsafe {
+        libc::kill(runner.id() as i32, libc::SIGTSTP);
+    }
+    eventually("both to stop", || {
+        state(child) == Some('T') && state(runner.id()) == Some('T')
+    });
+    // Nothing renews while stopped: the 1 s lease runs out.
+    std::thread::sleep(Duration::from_millis(1500));
+    unsafe {
+        libc::kill(runner.id() as i32, libc::SIGCONT);
+    }
+    let status = (0..1500).find_map(|_| {
+        let status = runner.try_wait().unwrap();
+        if status.is_none() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        status
+    });
+    if status.is_none() {
+        // Its warden takes the stopped command down with it.
+        runner.kill().unwrap();
+    }
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(7),
+        "the run never ended"
+    );
+}
+
+/// The command's group holds the command and a warden while it runs, and
+/// nothing once the run is over; the warden does not pass for the runner.
+#[test]
+fn the_warden_leads_the_group_and_ends_with_the_run() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (runner, child) = run_sleeper(&server.url(), dir.path());
+    let group = group_of(child);
+    let members = live_members(group);
+    let warden = members
+        .iter()
+        .find(|(_, name, _)| name == "lh-warden")
+        .unwrap_or_else(|| panic!("no warden in the group: {members:?}"));
+    assert_eq!(warden.0, group, "the warden does not lead the group");
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", warden.0)).unwrap();
+    assert_eq!(
+        cmdline, b"lh-warden\0",
+        "its command line passes for the runner"
+    );
+    unsafe {
+        libc::kill(runner.id() as i32, libc::SIGTERM);
+    }
+    runner.wait_with_output().unwrap();
+    eventually("the group to be empty", || live_members(group).is_empty());
+}
+
 #[test]
 fn ctrl_z_stops_the_command_with_the_runner() {
     let server = RedisServer::start();
@@ -463,6 +567,14 @@ fn ctrl_z_stops_the_command_with_the_runner() {
     eventually("both to stop", || {
         state(child) == Some('T') && state(runner.id()) == Some('T')
     });
+    // The warden is left running, to act if the runner dies while stopped.
+    let members = live_members(group_of(child));
+    assert!(
+        members
+            .iter()
+            .any(|(_, name, state)| name == "lh-warden" && *state != 'T'),
+        "no running warden in the stopped job: {members:?}"
+    );
     unsafe {
         libc::kill(runner.id() as i32, libc::SIGCONT);
     }
