@@ -50,20 +50,22 @@ async fn run_locked(client: &leasehold::Client, args: &RunArgs) -> anyhow::Resul
     // as usual. Registered before the spawn, so that a SIGTSTP arriving as
     // the child starts is caught and stops both.
     let mut stop = signal(SignalKind::from_raw(libc::SIGTSTP))?;
-    // Started before the command, so that nothing the command starts can
-    // slip out before it exists; kept to the end.
-    let warden = match warden::start() {
-        Ok(warden) => Some(warden),
+    // Started before the command, which lets it into its group before it
+    // execs: nothing the command starts can slip out first. Kept to the end.
+    let (warden, handover) = match warden::start() {
+        Ok((warden, handover)) => (Some(warden), Some(handover)),
         Err(err) => {
-            eprintln!(
-                "leasehold: warning: could not start the warden ({err}): if this runner is \
-                 killed, what the command starts in the background keeps running"
-            );
-            None
+            warn_unguarded(&err.to_string());
+            (None, None)
         }
     };
-    let joins = warden.as_ref().map(warden::Warden::group);
-    let mut child = match spawn(args, guard.fence(), foreground, joins) {
+    let spawned = spawn(args, guard.fence(), foreground, handover.as_ref());
+    if let Some(handover) = handover {
+        if spawned.is_ok() && !handover.confirmed() {
+            warn_unguarded("it did not answer");
+        }
+    }
+    let mut child = match spawned {
         Ok(child) => child,
         Err(err) => {
             let code = if err.kind() == io::ErrorKind::NotFound {
@@ -79,9 +81,8 @@ async fn run_locked(client: &leasehold::Client, args: &RunArgs) -> anyhow::Resul
             return Err(Fail { code, message }.into());
         }
     };
-    let pid = child.id().and_then(|pid| i32::try_from(pid).ok());
-    // The warden's group, or else the one the command leads.
-    let group = joins.or(pid);
+    // The command leads its group.
+    let group = child.id().and_then(|pid| i32::try_from(pid).ok());
     let job = Job {
         group,
         foreground,
@@ -117,7 +118,7 @@ async fn run_locked(client: &leasehold::Client, args: &RunArgs) -> anyhow::Resul
                 // A job-control stop of the child (Ctrl-Z at its terminal, or a
                 // read from the terminal while in the background) stops the
                 // runner too, so the shell sees the job stopped.
-                if terminal::interactive() && pid.is_some_and(terminal::child_stopped) {
+                if terminal::interactive() && group.is_some_and(terminal::child_stopped) {
                     suspend(&job, &guard);
                 }
             }
@@ -225,23 +226,32 @@ fn suspend(job: &Job<'_>, guard: &leasehold::MutexGuard) {
     signal_group(group, libc::SIGCONT);
 }
 
-/// Starts the command in process group `joins`, or in a new one it leads.
+fn warn_unguarded(why: &str) {
+    eprintln!(
+        "leasehold: warning: no warden for the command ({why}): if this runner is killed, \
+         what the command starts in the background keeps running"
+    );
+}
+
+/// Starts the command in a new process group it leads, with the warden in
+/// it before it execs.
 fn spawn(
     args: &RunArgs,
     fence: u64,
     foreground: bool,
-    joins: Option<i32>,
+    warden: Option<&warden::Handover>,
 ) -> io::Result<tokio::process::Child> {
     let mut command = std::process::Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
         .env("LEASEHOLD_FENCE", fence.to_string())
         .env("LEASEHOLD_NAME", &args.name)
-        .process_group(joins.unwrap_or(0));
+        .process_group(0);
     let runner = std::process::id();
+    let handover = warden.map(warden::Handover::raw);
     // SAFETY: the closure runs in the forked child before exec and calls
     // only async-signal-safe functions (prctl, getppid, raise, signal,
-    // tcsetpgrp, getpgrp).
+    // tcsetpgrp, getpid, and those of `warden::join`).
     unsafe {
         command.pre_exec(move || {
             if libc::prctl(
@@ -258,8 +268,13 @@ fn spawn(
             if u32::try_from(libc::getppid()).ok() != Some(runner) {
                 libc::raise(libc::SIGKILL);
             }
+            if let Some(handover) = handover {
+                // Without an answer the command runs unguarded; the runner
+                // warns.
+                warden::join(handover);
+            }
             if foreground {
-                terminal::hand_to(libc::getpgrp());
+                terminal::hand_to(libc::getpid());
             }
             Ok(())
         });

@@ -24,6 +24,8 @@ fn spawn(server_url: &str, args: &[&str]) -> Child {
         .arg("--url")
         .arg(server_url)
         .args(args)
+        // Never the harness's terminal: a runner at a terminal hands it over.
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -332,6 +334,29 @@ fn a_killed_runner_takes_what_its_command_started_with_it() {
     });
 }
 
+/// GNU `timeout` (like `bash -i`) calls setpgid(0, 0). As the leader of
+/// its group already, it stays in it, and stays guarded.
+#[test]
+fn a_command_that_makes_its_own_group_stays_guarded() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let script = format!("echo $$ > '{}'; exec sleep 60", pidfile.display());
+    let args = ["run", "job", "--", "timeout", "60", "sh", "-c", &script];
+    let mut runner = spawn(&server.url(), &args);
+    eventually("the command to start", || {
+        std::fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let pid: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    eventually("the command's child to die", || !alive(pid));
+}
+
 #[test]
 fn a_missing_command_exits_127_and_releases() {
     let server = RedisServer::start();
@@ -530,20 +555,20 @@ fn a_lease_lost_while_stopped_is_ignored_when_asked() {
     );
 }
 
-/// The command's group holds the command and a warden while it runs, and
+/// The command leads its group, which holds a warden while it runs and
 /// nothing once the run is over; the warden does not pass for the runner.
 #[test]
-fn the_warden_leads_the_group_and_ends_with_the_run() {
+fn the_warden_guards_the_group_and_ends_with_the_run() {
     let server = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let (runner, child) = run_sleeper(&server.url(), dir.path());
     let group = group_of(child);
+    assert_eq!(group, child, "the command does not lead its group");
     let members = live_members(group);
     let warden = members
         .iter()
         .find(|(_, name, _)| name == "lh-warden")
         .unwrap_or_else(|| panic!("no warden in the group: {members:?}"));
-    assert_eq!(warden.0, group, "the warden does not lead the group");
     let cmdline = std::fs::read(format!("/proc/{}/cmdline", warden.0)).unwrap();
     assert_eq!(
         cmdline, b"lh-warden\0",
