@@ -1,9 +1,9 @@
 //! `leasehold run`: `flock` for a fleet.
 //!
-//! The child runs in a process group led by a warden (see [`warden`]) and
-//! dies with the runner (`PR_SET_PDEATHSIG`); the warden takes down what the
-//! child started, so a runner killed with SIGKILL never leaves anything
-//! writing without a lock. Whatever the child leaves behind in its
+//! The child leads a process group of its own and dies with the runner
+//! (`PR_SET_PDEATHSIG`); a warden in that group (see [`warden`]) takes down
+//! what the child started, so a runner killed with SIGKILL never leaves
+//! anything writing without a lock. Whatever the child leaves behind in its
 //! group is killed before the lock is released.
 
 use std::io;

@@ -272,13 +272,31 @@ fn sigterm_is_forwarded_and_the_lock_released_after_the_command_exits() {
     );
     let runner = spawn(&url, &["run", "job", "--", "sh", "-c", &script]);
     eventually("the command to start", || ready.exists());
-    unsafe {
-        libc::kill(runner.id() as i32, libc::SIGTERM);
-    }
+    send(runner.id(), libc::SIGTERM);
     let out = runner.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
     assert!(got.exists(), "the command never saw SIGTERM");
     assert_eq!(inspect(&url, "job")["held"], false);
+}
+
+/// Sends `signal` to process `pid`.
+fn send(pid: u32, signal: libc::c_int) {
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe {
+        libc::kill(pid as i32, signal);
+    }
+}
+
+/// Waits until the command has written its pid, one line, to `pidfile`.
+fn written_pid(pidfile: &Path) -> u32 {
+    eventually("the command to write its pid", || {
+        std::fs::read_to_string(pidfile).is_ok_and(|s| s.ends_with('\n'))
+    });
+    std::fs::read_to_string(pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 /// Starts `run` around a command that sleeps for a minute, and returns the
@@ -287,14 +305,7 @@ fn run_sleeper(url: &str, dir: &Path) -> (Child, u32) {
     let pidfile = dir.join("pid");
     let script = format!("echo $$ > '{}'; exec sleep 60", pidfile.display());
     let runner = spawn(url, &["run", "job", "--", "sh", "-c", &script]);
-    eventually("the command to start", || {
-        std::fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n'))
-    });
-    let pid = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = written_pid(&pidfile);
     (runner, pid)
 }
 
@@ -318,14 +329,7 @@ fn a_killed_runner_takes_what_its_command_started_with_it() {
     let pidfile = dir.path().join("pid");
     let script = format!("sleep 60 & echo $! > '{}'; wait", pidfile.display());
     let mut runner = spawn(&server.url(), &["run", "job", "--", "sh", "-c", &script]);
-    eventually("the background job to start", || {
-        std::fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n'))
-    });
-    let pid: u32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = written_pid(&pidfile);
     assert!(alive(pid));
     runner.kill().unwrap();
     runner.wait().unwrap();
@@ -344,14 +348,7 @@ fn a_command_that_makes_its_own_group_stays_guarded() {
     let script = format!("echo $$ > '{}'; exec sleep 60", pidfile.display());
     let args = ["run", "job", "--", "timeout", "60", "sh", "-c", &script];
     let mut runner = spawn(&server.url(), &args);
-    eventually("the command to start", || {
-        std::fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n'))
-    });
-    let pid: u32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = written_pid(&pidfile);
     runner.kill().unwrap();
     runner.wait().unwrap();
     eventually("the command's child to die", || !alive(pid));
@@ -500,11 +497,7 @@ fn what_the_command_leaves_running_is_killed_before_the_release() {
     let script = format!("sleep 60 & echo $! > '{}'; exit 0", pidfile.display());
     let out = leasehold(&server.url(), &["run", "job", "--", "sh", "-c", &script]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let pid: u32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = written_pid(&pidfile);
     eventually("the leftover to die", || !alive(pid));
 }
 
@@ -518,25 +511,14 @@ fn a_lease_lost_while_stopped_is_ignored_when_asked() {
     let script = format!("echo $$ > '{}'; sleep 2; exit 7", pidfile.display());
     let args = ["run", "job", "--lease", "1s", "--on-lost", "ignore", "--"];
     let mut runner = spawn(&server.url(), &[&args[..], &["sh", "-c", &script]].concat());
-    eventually("the command to start", || {
-        std::fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n'))
-    });
-    let child: u32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    unsafe {
-        libc::kill(runner.id() as i32, libc::SIGTSTP);
-    }
+    let child = written_pid(&pidfile);
+    send(runner.id(), libc::SIGTSTP);
     eventually("both to stop", || {
         state(child) == Some('T') && state(runner.id()) == Some('T')
     });
     // Nothing renews while stopped: the 1 s lease runs out.
     std::thread::sleep(Duration::from_millis(1500));
-    unsafe {
-        libc::kill(runner.id() as i32, libc::SIGCONT);
-    }
+    send(runner.id(), libc::SIGCONT);
     let status = (0..1500).find_map(|_| {
         let status = runner.try_wait().unwrap();
         if status.is_none() {
@@ -574,9 +556,7 @@ fn the_warden_guards_the_group_and_ends_with_the_run() {
         cmdline, b"lh-warden\0",
         "its command line passes for the runner"
     );
-    unsafe {
-        libc::kill(runner.id() as i32, libc::SIGTERM);
-    }
+    send(runner.id(), libc::SIGTERM);
     runner.wait_with_output().unwrap();
     eventually("the group to be empty", || live_members(group).is_empty());
 }
@@ -586,9 +566,7 @@ fn ctrl_z_stops_the_command_with_the_runner() {
     let server = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let (runner, child) = run_sleeper(&server.url(), dir.path());
-    unsafe {
-        libc::kill(runner.id() as i32, libc::SIGTSTP);
-    }
+    send(runner.id(), libc::SIGTSTP);
     eventually("both to stop", || {
         state(child) == Some('T') && state(runner.id()) == Some('T')
     });
@@ -600,13 +578,9 @@ fn ctrl_z_stops_the_command_with_the_runner() {
             .any(|(_, name, state)| name == "lh-warden" && *state != 'T'),
         "no running warden in the stopped job: {members:?}"
     );
-    unsafe {
-        libc::kill(runner.id() as i32, libc::SIGCONT);
-    }
+    send(runner.id(), libc::SIGCONT);
     eventually("the command to run again", || state(child) == Some('S'));
-    unsafe {
-        libc::kill(runner.id() as i32, libc::SIGTERM);
-    }
+    send(runner.id(), libc::SIGTERM);
     let out = runner.wait_with_output().unwrap();
     assert_eq!(
         out.status.code(),

@@ -149,14 +149,23 @@ async fn redis_out_of_reach_is_a_connection_error() {
     assert!(mutex.inspect().await.unwrap_err().is_connection());
 }
 
-/// Sends `extend(1 s)` on a 30 s lease while Redis is paused, and drops it
-/// before the reply: Redis applies it once the pause ends.
-async fn drop_a_shortening_extend(server: &RedisServer, guard: &leasehold::MutexGuard) {
+/// Holds a 30 s lease, sends `extend(1 s)` while Redis is paused and drops
+/// it before the reply (Redis applies it once the pause ends), then waits
+/// past the shorter lease. Returns the guard and whether Redis still has
+/// the lock.
+async fn after_a_dropped_shortening_extend(
+    server: &RedisServer,
+    watchdog: bool,
+) -> (leasehold::MutexGuard, bool) {
+    let guard = common::hold(server, Duration::from_secs(30), watchdog).await;
     // Loads the script first: a NOSCRIPT reply would stop the dropped one.
     guard.extend(Duration::from_secs(30)).await.unwrap();
     let _: () = common::cmd(server, &["CLIENT", "PAUSE", "300", "ALL"]).await;
     let dropped = poll_then_drop(guard.extend(Duration::from_secs(1)), 20).await;
     assert!(dropped.is_none(), "the extend finished during the pause");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let exists: bool = common::cmd(server, &["EXISTS", "leasehold:{job}"]).await;
+    (guard, exists)
 }
 
 /// A dropped extend that shortens a fixed lease must bring the reported
@@ -165,10 +174,7 @@ async fn drop_a_shortening_extend(server: &RedisServer, guard: &leasehold::Mutex
 #[tokio::test]
 async fn a_dropped_extend_that_shortens_a_fixed_lease_is_trusted_no_longer() {
     let server = RedisServer::start();
-    let guard = common::hold(&server, Duration::from_secs(30), false).await;
-    drop_a_shortening_extend(&server, &guard).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let exists: bool = common::cmd(&server, &["EXISTS", "leasehold:{job}"]).await;
+    let (guard, exists) = after_a_dropped_shortening_extend(&server, false).await;
     assert!(!exists, "the shortened lease is still in Redis");
     assert!(guard.is_lost(), "valid for {:?} more", guard.valid_for());
 }
@@ -178,10 +184,7 @@ async fn a_dropped_extend_that_shortens_a_fixed_lease_is_trusted_no_longer() {
 #[tokio::test]
 async fn a_dropped_extend_that_shortens_a_renewed_lease_is_renewed_back() {
     let server = RedisServer::start();
-    let guard = common::hold(&server, Duration::from_secs(30), true).await;
-    drop_a_shortening_extend(&server, &guard).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let exists: bool = common::cmd(&server, &["EXISTS", "leasehold:{job}"]).await;
+    let (guard, exists) = after_a_dropped_shortening_extend(&server, true).await;
     assert!(
         exists || guard.is_lost(),
         "the guard claims a lock Redis let go"

@@ -146,12 +146,13 @@ pub(crate) fn release_in_background(client: Arc<ClientInner>, keys: LockKeys, to
     handle.spawn(async move {
         let client = &ticket.0;
         // Three tries, 50 ms and 200 ms apart.
-        for pause in [50, 200, 0] {
-            if release(client, &keys, &token).await.is_ok() || pause == 0 {
+        for pause in [50, 200] {
+            if release(client, &keys, &token).await.is_ok() {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(pause)).await;
         }
+        let _ = release(client, &keys, &token).await;
     });
 }
 

@@ -47,7 +47,7 @@ impl Watchdog {
                 }
             }
         }
-        self.wake.notify_one();
+        self.wake();
     }
 
     /// Makes the task look at every lease again now.
@@ -61,7 +61,7 @@ impl Watchdog {
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&id);
         // Let the task see at once whether anything is left to renew.
-        self.wake.notify_one();
+        self.wake();
     }
 
     /// The leases to renew now, each with its renewal turn taken, and when
