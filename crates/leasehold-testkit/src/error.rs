@@ -1,6 +1,8 @@
 use std::fmt;
 
-/// Why a `redis-server` could not be started.
+/// Why a `redis-server` or [`FaultProxy`](crate::FaultProxy) could not be
+/// started, or a [`RedisServer::command`](crate::RedisServer::command) could
+/// not be carried out.
 ///
 /// The message says what happened and, when the server got far enough to
 /// write one, includes its log file contents.

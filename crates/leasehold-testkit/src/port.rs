@@ -1,6 +1,9 @@
 use std::collections::HashSet;
+use std::io;
 use std::net::{Ipv4Addr, TcpListener};
 use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use crate::error::StartError;
 
 /// The user's own Redis lives here; never hand it out.
 const FORBIDDEN_PORT: u16 = 6379;
@@ -68,6 +71,49 @@ pub(crate) fn reserve_port() -> u16 {
     let port = pick(&reserved);
     reserved.insert(port);
     port
+}
+
+/// Tries for [`reserve_port_pair`] before giving up.
+const PAIR_ATTEMPTS: usize = 200;
+
+/// Picks a free port `p` such that `p + offset` is free too (a cluster node
+/// binds its bus there), and reserves both until [`release_port`].
+pub(crate) fn reserve_port_pair(offset: u16) -> Result<(u16, u16), StartError> {
+    let mut reserved = reserved();
+    for _ in 0..PAIR_ATTEMPTS {
+        let port = pick(&reserved);
+        let Some(companion) = port.checked_add(offset) else {
+            continue;
+        };
+        if companion == FORBIDDEN_PORT
+            || reserved.contains(&companion)
+            || TcpListener::bind((Ipv4Addr::LOCALHOST, companion)).is_err()
+        {
+            continue;
+        }
+        reserved.insert(port);
+        reserved.insert(companion);
+        return Ok((port, companion));
+    }
+    Err(StartError::other(format!(
+        "found no free loopback port p with p+{offset} free as well after {PAIR_ATTEMPTS} \
+         tries: widen net.ipv4.ip_local_port_range below {}",
+        u16::MAX - offset
+    )))
+}
+
+/// Binds a listener on `127.0.0.1` on a port that is neither 6379 nor
+/// reserved, and reserves it until [`release_port`].
+pub(crate) fn bind_reserved() -> io::Result<TcpListener> {
+    loop {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+        let port = listener.local_addr()?.port();
+        let mut reserved = reserved();
+        // A reserved port may be one a stopped server waits to get back.
+        if port != FORBIDDEN_PORT && reserved.insert(port) {
+            return Ok(listener);
+        }
+    }
 }
 
 pub(crate) fn release_port(port: u16) {

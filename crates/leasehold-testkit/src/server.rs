@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use crate::error::{StartError, NOT_FOUND_MESSAGE};
-use crate::port::{release_port, reserve_port};
+use crate::port::{release_port, reserve_port, reserve_port_pair};
+use crate::resp;
 
 const ENV_BINARY: &str = "LEASEHOLD_REDIS_SERVER";
 const LOG_FILE: &str = "redis.log";
@@ -30,6 +31,15 @@ const START_PORT_ATTEMPTS: usize = 5;
 /// `restart` must keep its port, so it waits for it instead of moving.
 const RESTART_BIND_ATTEMPTS: usize = 50;
 const RESTART_BIND_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Read and write timeout of [`RedisServer::command`].
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+const CLUSTER_CONFIG_FILE: &str = "nodes.conf";
+/// A cluster node binds its bus on its port plus this.
+const CLUSTER_BUS_OFFSET: u16 = 10_000;
+const LAST_SLOT: u16 = 16_383;
+const CLUSTER_OK: &str = "cluster_state:ok";
+const CLUSTER_READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Locates the `redis-server` binary.
 ///
@@ -90,6 +100,8 @@ fn is_executable_file(path: &Path) -> bool {
 /// kills the process, reaps it and removes the directory.
 pub struct RedisServer {
     port: u16,
+    /// The cluster bus port of a cluster node, reserved with `port`.
+    bus_port: Option<u16>,
     child: Option<Child>,
     binary: PathBuf,
     extra: Vec<String>,
@@ -101,6 +113,7 @@ impl fmt::Debug for RedisServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisServer")
             .field("port", &self.port)
+            .field("bus_port", &self.bus_port)
             .field("pid", &self.pid())
             .field("dir", &self.dir.path())
             .field("extra_args", &self.extra)
@@ -138,36 +151,151 @@ impl RedisServer {
     /// Like [`start_with_args`](Self::start_with_args), but returns the
     /// failure instead of panicking.
     pub fn try_start_with_args(extra: &[&str]) -> Result<RedisServer, StartError> {
+        Self::launch(Mode::Standalone, extra)
+    }
+
+    /// Starts a server in cluster mode (`--cluster-enabled yes`, its
+    /// `nodes.conf` in its directory) that holds all 16384 slots alone, and
+    /// waits until `CLUSTER INFO` reports `cluster_state:ok`.
+    ///
+    /// It is a real one-node cluster: keys of different slots cannot meet in
+    /// one command (`CROSSSLOT`), and cluster clients can connect to it.
+    /// [`restart`](Self::restart) waits for `cluster_state:ok` again.
+    ///
+    /// Panics if it cannot be started or never reports `cluster_state:ok`;
+    /// the message includes the server's log.
+    pub fn start_cluster_node() -> RedisServer {
+        Self::try_start_cluster_node().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`start_cluster_node`](Self::start_cluster_node), but returns the
+    /// failure instead of panicking.
+    pub fn try_start_cluster_node() -> Result<RedisServer, StartError> {
+        let server = Self::launch(Mode::ClusterNode, &[])?;
+        server.claim_all_slots()?;
+        server.wait_cluster_ok()?;
+        Ok(server)
+    }
+
+    fn launch(mode: Mode, extra: &[&str]) -> Result<RedisServer, StartError> {
         let binary = redis_server_path()?;
         let dir = tempfile::Builder::new()
             .prefix("leasehold-redis-")
             .tempdir()
             .map_err(|e| StartError::io("cannot create a temporary directory for redis", e))?;
-        let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
+        let mut args = mode.args(dir.path())?;
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
 
         let mut last_error = None;
         for _ in 0..START_PORT_ATTEMPTS {
-            let port = reserve_port();
-            match spawn_ready(&binary, port, dir.path(), &extra) {
+            let (port, bus_port) = mode.reserve_ports()?;
+            match spawn_ready(&binary, port, dir.path(), &args) {
                 Ok(child) => {
                     return Ok(RedisServer {
                         port,
+                        bus_port,
                         child: Some(child),
                         binary,
-                        extra,
+                        extra: args,
                         dir,
                     })
                 }
                 Err(e) => {
                     release_port(port);
+                    if let Some(bus_port) = bus_port {
+                        release_port(bus_port);
+                    }
                     if !e.is_port_in_use() {
                         return Err(e);
                     }
+                    // The next try is a new node on new ports, not this one.
+                    let _ = fs::remove_file(dir.path().join(CLUSTER_CONFIG_FILE));
                     last_error = Some(e);
                 }
             }
         }
         Err(last_error.unwrap_or_else(|| StartError::other("redis-server was never started")))
+    }
+
+    /// Sends one command over a fresh raw RESP connection and returns the
+    /// reply as text: simple and bulk strings as they are, integers in
+    /// decimal, nil as `(nil)`, an error reply as `(error) MESSAGE` (e.g.
+    /// `(error) CROSSSLOT Keys in request don't hash to the same slot`), and
+    /// array elements one per line.
+    ///
+    /// Meant for setting up and inspecting a server in tests, e.g.
+    /// `server.command(&["CONFIG", "SET", "maxmemory", "1mb"])`.
+    ///
+    /// # Errors
+    ///
+    /// An error reply is not an error here, only a failure to talk: the
+    /// server does not accept the connection, does not answer within 5 s, or
+    /// answers something that is not RESP2.
+    pub fn command(&self, args: &[&str]) -> Result<String, StartError> {
+        resp::command(self.addr(), args, COMMAND_TIMEOUT).map_err(|e| {
+            StartError::io(
+                format!(
+                    "command {} to redis on 127.0.0.1:{} failed",
+                    args.first().copied().unwrap_or("(empty)"),
+                    self.port
+                ),
+                e,
+            )
+        })
+    }
+
+    fn claim_all_slots(&self) -> Result<(), StartError> {
+        let last = LAST_SLOT.to_string();
+        let mut reply = self.setup_command(&["CLUSTER", "ADDSLOTSRANGE", "0", &last])?;
+        // ADDSLOTSRANGE is new in Redis 7.
+        if reply.to_ascii_lowercase().contains("unknown subcommand") {
+            let slots: Vec<String> = (0..=LAST_SLOT).map(|slot| slot.to_string()).collect();
+            let mut args = vec!["CLUSTER", "ADDSLOTS"];
+            args.extend(slots.iter().map(String::as_str));
+            reply = self.setup_command(&args)?;
+        }
+        if reply == "OK" {
+            Ok(())
+        } else {
+            Err(self.failure(&format!("refused to take every slot: {reply}")))
+        }
+    }
+
+    fn wait_cluster_ok(&self) -> Result<(), StartError> {
+        let deadline = Instant::now() + CLUSTER_READY_TIMEOUT;
+        loop {
+            let info = self.setup_command(&["CLUSTER", "INFO"])?;
+            if info.lines().any(|line| line.trim_end() == CLUSTER_OK) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(self.failure(&format!(
+                    "did not report {CLUSTER_OK} within {} s; CLUSTER INFO said:\n{}",
+                    CLUSTER_READY_TIMEOUT.as_secs(),
+                    info.trim_end()
+                )));
+            }
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    /// [`command`](Self::command), failing with the server's log attached.
+    fn setup_command(&self, args: &[&str]) -> Result<String, StartError> {
+        self.command(args)
+            .map_err(|e| self.failure(&format!("could not be set up: {e}")))
+    }
+
+    /// An error about this running server, with its log attached.
+    fn failure(&self, what: &str) -> StartError {
+        let dir = self.dir.path();
+        StartError::other(failure_message(
+            &self.binary,
+            self.port,
+            what,
+            &read_log(&dir.join(STDERR_FILE), 0),
+            &dir.join(LOG_FILE),
+            &self.log(),
+        ))
     }
 
     /// The TCP port the server listens on (on `127.0.0.1`); never 6379.
@@ -206,7 +334,9 @@ impl RedisServer {
     /// `PING`. With `--appendonly yes` it reloads its data from the directory.
     ///
     /// Retries for a few seconds while the port is still in use; panics with
-    /// the server's log if it cannot be restarted.
+    /// the server's log if it cannot be restarted. A cluster node keeps its
+    /// slots (they are in its `nodes.conf`) and is waited for until it
+    /// reports `cluster_state:ok` again.
     pub fn restart(&mut self) {
         self.stop();
         let mut attempts = 0;
@@ -215,12 +345,17 @@ impl RedisServer {
             match spawn_ready(&self.binary, self.port, self.dir.path(), &self.extra) {
                 Ok(child) => {
                     self.child = Some(child);
-                    return;
+                    break;
                 }
                 Err(e) if e.is_port_in_use() && attempts < RESTART_BIND_ATTEMPTS => {
                     thread::sleep(RESTART_BIND_BACKOFF);
                 }
                 Err(e) => panic!("restart after {attempts} attempt(s): {e}"),
+            }
+        }
+        if self.bus_port.is_some() {
+            if let Err(e) = self.wait_cluster_ok() {
+                panic!("restart: {e}");
             }
         }
     }
@@ -257,6 +392,51 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
         release_port(self.port);
+        if let Some(bus_port) = self.bus_port {
+            release_port(bus_port);
+        }
+    }
+}
+
+/// What kind of server [`RedisServer::launch`] starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Standalone,
+    ClusterNode,
+}
+
+impl Mode {
+    /// Arguments that go before the caller's extras.
+    fn args(self, dir: &Path) -> Result<Vec<String>, StartError> {
+        match self {
+            Mode::Standalone => Ok(Vec::new()),
+            Mode::ClusterNode => {
+                let config = dir.join(CLUSTER_CONFIG_FILE);
+                let config = config.to_str().ok_or_else(|| {
+                    StartError::other(format!(
+                        "the temporary directory {} is not valid UTF-8",
+                        dir.display()
+                    ))
+                })?;
+                Ok(
+                    ["--cluster-enabled", "yes", "--cluster-config-file", config]
+                        .map(str::to_owned)
+                        .to_vec(),
+                )
+            }
+        }
+    }
+
+    /// The client port, and for a cluster node its bus port (the client
+    /// port plus 10000 on every Redis version: no `--cluster-port` needed).
+    fn reserve_ports(self) -> Result<(u16, Option<u16>), StartError> {
+        match self {
+            Mode::Standalone => Ok((reserve_port(), None)),
+            Mode::ClusterNode => {
+                let (port, bus_port) = reserve_port_pair(CLUSTER_BUS_OFFSET)?;
+                Ok((port, Some(bus_port)))
+            }
+        }
     }
 }
 

@@ -219,3 +219,63 @@ fn env_override_is_used_and_checked() {
     assert!(err.is_not_found());
     assert!(err.to_string().contains(ENV_BINARY), "{err}");
 }
+
+#[test]
+fn command_renders_every_reply_kind() {
+    let server = RedisServer::start();
+    assert_eq!(server.command(&["SET", "k", "v"]).unwrap(), "OK");
+    assert_eq!(server.command(&["GET", "k"]).unwrap(), "v");
+    assert_eq!(server.command(&["GET", "missing"]).unwrap(), "(nil)");
+    assert_eq!(server.command(&["INCR", "n"]).unwrap(), "1");
+    assert_eq!(server.command(&["ECHO", "a\r\nb"]).unwrap(), "a\r\nb");
+    assert_eq!(
+        server.command(&["MGET", "k", "missing", "n"]).unwrap(),
+        "v\n(nil)\n1"
+    );
+    assert_eq!(server.command(&["LRANGE", "none", "0", "-1"]).unwrap(), "");
+    let error = server.command(&["INCR", "k"]).unwrap();
+    assert!(error.starts_with("(error) ERR "), "{error}");
+}
+
+#[test]
+fn command_to_a_stopped_server_fails() {
+    let mut server = RedisServer::start();
+    server.stop();
+    let err = server.command(&["PING"]).unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("command PING"), "{message}");
+    assert!(message.contains(&server.port().to_string()), "{message}");
+}
+
+#[test]
+fn cluster_node_holds_every_slot() {
+    let node = RedisServer::start_cluster_node();
+    assert_ne!(node.port(), 6379);
+    let info = node.command(&["CLUSTER", "INFO"]).unwrap();
+    assert!(info.contains("cluster_state:ok"), "{info}");
+    assert!(info.contains("cluster_slots_assigned:16384"), "{info}");
+    assert!(node.dir().join(CLUSTER_CONFIG_FILE).exists());
+    assert_eq!(
+        node.command(&["CLUSTER", "KEYSLOT", "foo"]).unwrap(),
+        "12182"
+    );
+    assert_eq!(node.command(&["SET", "foo", "1"]).unwrap(), "OK");
+    // Keys of one hash tag share a slot; keys of different slots cannot meet.
+    assert_eq!(
+        node.command(&["MSET", "{t}a", "1", "{t}b", "2"]).unwrap(),
+        "OK"
+    );
+    let refused = node.command(&["MSET", "a", "1", "b", "2"]).unwrap();
+    assert!(refused.starts_with("(error) CROSSSLOT"), "{refused}");
+}
+
+#[test]
+fn cluster_node_restarts_with_its_slots() {
+    let mut node = RedisServer::start_cluster_node();
+    let port = node.port();
+    node.restart();
+    assert_eq!(node.port(), port);
+    let info = node.command(&["CLUSTER", "INFO"]).unwrap();
+    assert!(info.contains("cluster_state:ok"), "{info}");
+    assert!(info.contains("cluster_slots_assigned:16384"), "{info}");
+}
