@@ -2,18 +2,16 @@
 //! watchdog task, shared by every lock made from it.
 
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::io::tcp::{socket2, TcpSettings};
+use redis::IntoConnectionInfo;
 
-use crate::engine::notify::Notifier;
-use crate::engine::queue::LocalQueues;
-use crate::engine::watchdog::Watchdog;
-use crate::engine::Background;
+use crate::engine::node::{Node, NodeConfig};
 use crate::error::{Error, Result};
-use crate::keys::{validate_lease, validate_prefix, LockKeys};
+use crate::fair_mutex::FairMutex;
+use crate::keys::{validate_lease, validate_prefix, LockKeys, MAX_LEASE};
 use crate::mutex::Mutex;
 
 /// The Redis leasehold talks to when nothing else is said.
@@ -24,12 +22,13 @@ pub const DEFAULT_PREFIX: &str = "leasehold";
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// How long one command may take before it counts as Redis not answering.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a fence counter outlives the last acquisition of its lock.
+pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
 /// Settings every lock of a client starts from.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) prefix: String,
-    pub(crate) command_timeout: Duration,
     pub(crate) lease: Duration,
     pub(crate) watchdog: bool,
 }
@@ -40,6 +39,7 @@ pub(crate) struct Config {
 pub struct ClientBuilder {
     url: String,
     config: Config,
+    node: NodeConfig,
     tls_root: Option<Vec<u8>>,
 }
 
@@ -55,7 +55,30 @@ impl ClientBuilder {
     /// Keep it well below a third of the shortest lease, so that a slow
     /// renewal is noticed while the lease still runs.
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
-        self.config.command_timeout = timeout;
+        self.node.command_timeout = timeout;
+        self
+    }
+
+    /// Grants no lock through a Redis server that has been up for less than
+    /// `grace` (default: off). Set it to at least the longest lease in use
+    /// when Redis runs without persistence: a restart then forgets every
+    /// lock, and without a grace a waiter takes a lock at once whose old
+    /// holder learns of the loss only at its next renewal. With the grace,
+    /// every holder from before the restart has passed its local deadline
+    /// before anyone is granted the lock again. The uptime is read once per
+    /// connection.
+    pub fn restart_grace(mut self, grace: Duration) -> Self {
+        self.node.restart_grace = Some(grace);
+        self
+    }
+
+    /// How long the fence counter of a lock outlives its last acquisition
+    /// (default [`DEFAULT_FENCE_RETENTION`], at least the longest lease, 24 h).
+    /// Fences stay monotonic across its expiry because a fence is never
+    /// smaller than the Redis server's clock in microseconds; this assumes
+    /// that clock never steps back by more than the retention.
+    pub fn fence_retention(mut self, retention: Duration) -> Self {
+        self.node.fence_retention = retention;
         self
     }
 
@@ -92,9 +115,21 @@ impl ClientBuilder {
     pub fn build(self) -> Result<Client> {
         validate_prefix(&self.config.prefix)?;
         validate_lease(self.config.lease)?;
-        if self.config.command_timeout.is_zero() {
+        if self.node.command_timeout.is_zero() {
             return Err(Error::invalid(
                 "command timeout is zero: give Redis some time to answer, e.g. 2s",
+            ));
+        }
+        if self.node.fence_retention < MAX_LEASE {
+            return Err(Error::invalid(format!(
+                "fence retention {:?} is shorter than the longest lease (24h): a fence counter \
+                 must outlive every lease, e.g. 7 days",
+                self.node.fence_retention
+            )));
+        }
+        if self.node.restart_grace.is_some_and(|g| g > MAX_LEASE) {
+            return Err(Error::invalid(
+                "restart grace is longer than 24h: set it to the longest lease in use",
             ));
         }
         if self.url.starts_with("rediss:") {
@@ -108,14 +143,32 @@ impl ClientBuilder {
             )
             .with_source(e)
         };
+        let mut info = self
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(invalid_url)?;
+        // Small requests go out at once; a peer that vanished is noticed by
+        // the kernel too, not only by a command that goes unanswered.
+        let timeout = self.node.command_timeout;
+        info = info.set_tcp_settings(
+            TcpSettings::default()
+                .set_nodelay(true)
+                .set_keepalive(
+                    socket2::TcpKeepalive::new()
+                        .with_time(Duration::from_secs(15))
+                        .with_interval(Duration::from_secs(5)),
+                )
+                .set_user_timeout(timeout.saturating_mul(3).max(Duration::from_secs(5))),
+        );
         let redis = match self.tls_root {
-            None => redis::Client::open(self.url.as_str()).map_err(invalid_url)?,
+            None => redis::Client::open(info).map_err(invalid_url)?,
             Some(root) => {
                 let certificates = redis::TlsCertificates {
                     client_tls: None,
                     root_cert: Some(root),
                 };
-                redis::Client::build_with_tls(self.url.as_str(), certificates).map_err(|e| {
+                redis::Client::build_with_tls(info, certificates).map_err(|e| {
                     Error::invalid(
                         "TLS root certificate is not usable: pass the CA certificate in PEM form",
                     )
@@ -123,19 +176,9 @@ impl ClientBuilder {
                 })?
             }
         };
-        let address = redis.get_connection_info().addr().to_string();
-        let notifier = Notifier::new(redis.clone(), self.config.command_timeout);
         Ok(Client {
-            inner: Arc::new(ClientInner {
-                redis,
-                address,
-                connection: tokio::sync::OnceCell::new(),
-                config: self.config,
-                notifier,
-                watchdog: Arc::new(Watchdog::default()),
-                queues: LocalQueues::default(),
-                background: Background::default(),
-            }),
+            node: Node::new(redis, self.node)?,
+            config: Arc::new(self.config),
         })
     }
 }
@@ -155,7 +198,8 @@ impl ClientBuilder {
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    pub(crate) inner: Arc<ClientInner>,
+    pub(crate) node: Arc<Node>,
+    pub(crate) config: Arc<Config>,
 }
 
 impl Client {
@@ -175,9 +219,13 @@ impl Client {
             url: url.into(),
             config: Config {
                 prefix: DEFAULT_PREFIX.to_owned(),
-                command_timeout: DEFAULT_COMMAND_TIMEOUT,
                 lease: DEFAULT_LEASE,
                 watchdog: true,
+            },
+            node: NodeConfig {
+                command_timeout: DEFAULT_COMMAND_TIMEOUT,
+                restart_grace: None,
+                fence_retention: DEFAULT_FENCE_RETENTION,
             },
             tls_root: None,
         }
@@ -190,8 +238,22 @@ impl Client {
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for an empty
     /// name, a name over 1024 bytes, or one that contains `{` or `}`.
     pub fn mutex(&self, name: &str) -> Result<Mutex> {
-        let keys = LockKeys::new(&self.inner.config.prefix, name)?;
+        let keys = LockKeys::new(&self.config.prefix, name)?;
         Ok(Mutex::new(self.clone(), keys))
+    }
+
+    /// The fair mutex called `name`: one holder at a time, fenced, granted
+    /// in the order the waiters arrived at Redis.
+    ///
+    /// A fair mutex and a [`Mutex`] of the same name share one lock; use
+    /// one kind per name.
+    ///
+    /// # Errors
+    ///
+    /// As [`mutex`](Client::mutex).
+    pub fn fair_mutex(&self, name: &str) -> Result<FairMutex> {
+        let keys = LockKeys::new(&self.config.prefix, name)?;
+        Ok(FairMutex::new(self.clone(), keys))
     }
 
     /// Waits until the releases this client runs in the background — for
@@ -207,118 +269,22 @@ impl Client {
     ///
     /// Cancel safe: it only waits.
     pub async fn flush(&self) {
-        let limit = self.inner.config.command_timeout.saturating_mul(4);
-        let _ = tokio::time::timeout(limit, self.inner.background.idle()).await;
+        let limit = self.node.config.command_timeout.saturating_mul(4);
+        let _ = tokio::time::timeout(limit, self.node.background.idle()).await;
     }
 
     /// The key prefix of this client.
     pub fn prefix(&self) -> &str {
-        &self.inner.config.prefix
+        &self.config.prefix
     }
 }
 
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
-            .field("address", &self.inner.address)
-            .field("config", &self.inner.config)
+            .field("address", &self.node.address())
+            .field("config", &self.config)
+            .field("node", &self.node.config)
             .finish_non_exhaustive()
-    }
-}
-
-pub(crate) struct ClientInner {
-    redis: redis::Client,
-    /// Host and port only: the URL may carry a password.
-    address: String,
-    connection: tokio::sync::OnceCell<ConnectionManager>,
-    pub(crate) config: Config,
-    pub(crate) notifier: Notifier,
-    pub(crate) watchdog: Arc<Watchdog>,
-    pub(crate) queues: LocalQueues,
-    pub(crate) background: Background,
-}
-
-impl ClientInner {
-    /// The connection, made on first use (bounded by the command timeout);
-    /// nothing is sent by this.
-    pub(crate) async fn connected(&self) -> Result<ConnectionManager> {
-        let timeout = self.config.command_timeout;
-        let connect = self.connection.get_or_try_init(|| async {
-            let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(timeout))
-                .set_response_timeout(Some(timeout))
-                .set_number_of_retries(2)
-                .set_max_delay(Duration::from_millis(500));
-            ConnectionManager::new_with_config(self.redis.clone(), config)
-                .await
-                .map_err(|e| Error::redis(&self.address, "connect", e))
-        });
-        match tokio::time::timeout(timeout, connect).await {
-            Ok(manager) => Ok(manager?.clone()),
-            Err(_) => Err(Error::no_answer(&self.address, "connect", timeout)),
-        }
-    }
-
-    /// Runs `operation` on `conn`, bounded by the command timeout.
-    pub(crate) async fn run_on<T, F, Fut>(
-        &self,
-        conn: ConnectionManager,
-        operation: &str,
-        f: F,
-    ) -> Result<T>
-    where
-        F: FnOnce(ConnectionManager) -> Fut,
-        Fut: Future<Output = redis::RedisResult<T>>,
-    {
-        let timeout = self.config.command_timeout;
-        match tokio::time::timeout(timeout, f(conn)).await {
-            Ok(result) => result.map_err(|e| Error::redis(&self.address, operation, e)),
-            Err(_) => Err(Error::no_answer(&self.address, operation, timeout)),
-        }
-    }
-
-    /// Runs `operation` with a connection.
-    pub(crate) async fn run<T, F, Fut>(&self, operation: &str, f: F) -> Result<T>
-    where
-        F: FnOnce(ConnectionManager) -> Fut,
-        Fut: Future<Output = redis::RedisResult<T>>,
-    {
-        let conn = self.connected().await?;
-        self.run_on(conn, operation, f).await
-    }
-
-    /// Runs one script on `conn`; NOSCRIPT is answered by loading it and
-    /// sending it again.
-    pub(crate) async fn eval_on(
-        &self,
-        conn: ConnectionManager,
-        operation: &str,
-        script: &redis::Script,
-        keys: &[&str],
-        args: &[&[u8]],
-    ) -> Result<redis::Value> {
-        self.run_on(conn, operation, |mut conn| async move {
-            let mut invocation = script.prepare_invoke();
-            for key in keys {
-                invocation.key(*key);
-            }
-            for arg in args {
-                invocation.arg(*arg);
-            }
-            invocation.invoke_async(&mut conn).await
-        })
-        .await
-    }
-
-    /// Runs one script with a connection.
-    pub(crate) async fn eval(
-        &self,
-        operation: &str,
-        script: &redis::Script,
-        keys: &[&str],
-        args: &[&[u8]],
-    ) -> Result<redis::Value> {
-        let conn = self.connected().await?;
-        self.eval_on(conn, operation, script, keys, args).await
     }
 }

@@ -35,6 +35,9 @@ pub struct Error {
     kind: ErrorKind,
     message: Cow<'static, str>,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    /// A passing fault (no answer, connection lost, server not ready): a
+    /// wait tries again instead of ending on it.
+    transient: bool,
 }
 
 impl Error {
@@ -43,7 +46,19 @@ impl Error {
             kind,
             message: message.into(),
             source: None,
+            transient: false,
         }
+    }
+
+    fn transient(mut self) -> Self {
+        self.transient = true;
+        self
+    }
+
+    /// A fault a wait rides out: Redis did not answer, the connection
+    /// failed, or the server was not ready.
+    pub(crate) fn is_transient(&self) -> bool {
+        self.transient
     }
 
     pub(crate) fn with_source(
@@ -122,47 +137,84 @@ impl Error {
 impl Error {
     /// Wraps an error of the Redis client at `address` met during `operation`.
     pub(crate) fn redis(address: &str, operation: &str, err: redis::RedisError) -> Self {
-        let (kind, message) = if err.kind() == redis::ErrorKind::InvalidClientConfig {
-            (
+        use redis::ServerErrorKind as S;
+        let not_ready = matches!(
+            err.kind(),
+            redis::ErrorKind::Server(S::BusyLoading | S::TryAgain | S::MasterDown | S::ClusterDown)
+        ) || err.code() == Some("BUSY");
+        let error = if err.kind() == redis::ErrorKind::InvalidClientConfig {
+            Error::new(
                 ErrorKind::InvalidInput,
                 format!("the connection settings for redis at {address} are not usable"),
             )
         } else if err.kind() == redis::ErrorKind::AuthenticationFailed {
-            (
+            Error::new(
                 ErrorKind::Connection,
                 format!(
                     "redis at {address} refused the credentials ({operation}): check the user \
                      and password in the URL"
                 ),
             )
+        } else if not_ready {
+            Error::new(
+                ErrorKind::Connection,
+                format!(
+                    "redis at {address} is not ready ({operation}): it is loading its data, \
+                     running a long script or failing over; try again shortly"
+                ),
+            )
+            .transient()
+        } else if err.is_timeout() {
+            Error::new(
+                ErrorKind::Connection,
+                format!(
+                    "redis at {address} did not answer {operation} in time: check that it is \
+                     reachable and not overloaded or paused"
+                ),
+            )
+            .transient()
         } else if err.is_io_error()
-            || err.is_timeout()
             || err.is_connection_dropped()
             || err.is_connection_refusal()
             || err.is_unrecoverable_error()
         {
-            (
+            Error::new(
                 ErrorKind::Connection,
                 format!(
                     "cannot reach redis at {address} ({operation}): check that it runs and that \
                      the URL is right"
                 ),
             )
+            .transient()
         } else {
-            (
+            Error::new(
                 ErrorKind::Server,
                 format!("redis at {address} answered {operation} with an error"),
             )
         };
-        Error::new(kind, message).with_source(RedisCause(err))
+        error.with_source(RedisCause(err))
     }
 
     pub(crate) fn no_answer(address: &str, operation: &str, timeout: Duration) -> Self {
         Error::new(
             ErrorKind::Connection,
             format!(
-                "redis at {address} did not answer {operation} within {timeout:?}: check that it \
-                 is reachable and not overloaded, or raise the command timeout"
+                "redis at {address} did not answer {operation} within {timeout:?}: it is slow, \
+                 paused or out of reach; check its load, or raise the command timeout"
+            ),
+        )
+        .transient()
+    }
+
+    /// A release that got no answer: whether the lease held to its end is
+    /// not known.
+    pub(crate) fn release_unknown(name: &str, fence: u64, last: &Error) -> Self {
+        Error::new(
+            ErrorKind::Connection,
+            format!(
+                "release of lock {name:?} (fence {fence}) got no answer, so whether the lease \
+                 held to the end is unknown: {last}; the lock expires by itself at the end of \
+                 its lease"
             ),
         )
     }

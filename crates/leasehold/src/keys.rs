@@ -23,9 +23,15 @@ pub const MAX_TOKEN_LEN: usize = 256;
 pub(crate) struct LockKeys {
     pub(crate) name: String,
     pub(crate) lock: String,
-    /// Never expires: fences must not go backwards.
+    /// Expires only after a long retention: fences must not go backwards,
+    /// and the fence's clock term keeps them growing across its expiry.
     pub(crate) fence: String,
-    pub(crate) channel: String,
+    /// The waiter queue: arrival order, and each waiter's heartbeat record.
+    pub(crate) queue: String,
+    pub(crate) records: String,
+    /// Each client's notification channel for this lock is this prefix
+    /// followed by the client's id.
+    pub(crate) channels: String,
 }
 
 impl LockKeys {
@@ -35,7 +41,9 @@ impl LockKeys {
         Ok(LockKeys {
             name: name.to_owned(),
             fence: format!("{lock}:fence"),
-            channel: format!("{lock}:ch"),
+            queue: format!("{lock}:q"),
+            records: format!("{lock}:qr"),
+            channels: format!("{lock}:ch:"),
             lock,
         })
     }
@@ -144,7 +152,9 @@ mod tests {
         let keys = LockKeys::new("app", "jobs:nightly").unwrap();
         assert_eq!(keys.lock, "app:{jobs:nightly}");
         assert_eq!(keys.fence, "app:{jobs:nightly}:fence");
-        assert_eq!(keys.channel, "app:{jobs:nightly}:ch");
+        assert_eq!(keys.queue, "app:{jobs:nightly}:q");
+        assert_eq!(keys.records, "app:{jobs:nightly}:qr");
+        assert_eq!(keys.channels, "app:{jobs:nightly}:ch:");
     }
 
     #[test]

@@ -95,13 +95,16 @@
 mod client;
 mod engine;
 mod error;
+mod fair_mutex;
 mod keys;
 mod mutex;
 
 pub use client::{
-    Client, ClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_URL,
+    Client, ClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FENCE_RETENTION, DEFAULT_LEASE,
+    DEFAULT_PREFIX, DEFAULT_URL,
 };
 pub use error::{Error, ErrorKind, Result};
+pub use fair_mutex::FairMutex;
 pub use keys::{MAX_LEASE, MAX_NAME_LEN, MAX_PREFIX_LEN, MAX_TOKEN_LEN, MAX_WAIT, MIN_LEASE};
 pub use mutex::{DetachedLease, LockInfo, Mutex, MutexGuard};
 /// The Redis client crate leasehold is built on, so that users name one version.
@@ -117,6 +120,7 @@ mod tests {
     fn bounds() {
         is_send_sync::<Client>();
         is_send_sync::<Mutex>();
+        is_send_sync::<FairMutex>();
         is_send_sync::<MutexGuard>();
         is_send_sync::<Error>();
     }

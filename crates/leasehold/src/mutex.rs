@@ -3,11 +3,10 @@
 use std::fmt;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use crate::client::Client;
 use crate::engine::held::Held;
-use crate::engine::{self, scripts, Attempt, PendingRelease};
+use crate::engine::release::release;
+use crate::engine::{self, scripts, wait, Kind, Request};
 use crate::error::{Error, Result};
 use crate::keys::{millis, validate_lease, validate_token, validate_wait, LockKeys};
 
@@ -33,37 +32,25 @@ use crate::keys::{millis, validate_lease, validate_token, validate_wait, LockKey
 /// ```
 #[derive(Clone)]
 pub struct Mutex {
-    client: Client,
-    keys: LockKeys,
-    lease: Duration,
-    watchdog: bool,
+    core: Core,
 }
 
 impl fmt::Debug for Mutex {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Mutex")
-            .field("name", &self.keys.name)
-            .field("lease", &self.lease)
-            .field("watchdog", &self.watchdog)
-            .finish()
+        self.core.debug("Mutex", f)
     }
 }
 
 impl Mutex {
     pub(crate) fn new(client: Client, keys: LockKeys) -> Self {
-        let config = &client.inner.config;
-        let (lease, watchdog) = (config.lease, config.watchdog);
         Mutex {
-            client,
-            keys,
-            lease,
-            watchdog,
+            core: Core::new(client, keys, Kind::Mutex),
         }
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.keys.name
+        &self.core.keys.name
     }
 
     /// This mutex with another lease length (the client's by default).
@@ -74,7 +61,7 @@ impl Mutex {
     /// lease, one under 10 ms, or one over 24 h.
     pub fn with_lease(mut self, lease: Duration) -> Result<Self> {
         validate_lease(lease)?;
-        self.lease = lease;
+        self.core.lease = lease;
         Ok(self)
     }
 
@@ -82,7 +69,7 @@ impl Mutex {
     /// default). Off, each lease is fixed: it ends after its length unless
     /// extended, and the guard reports it lost then.
     pub fn with_watchdog(mut self, on: bool) -> Self {
-        self.watchdog = on;
+        self.core.watchdog = on;
         self
     }
 
@@ -91,7 +78,8 @@ impl Mutex {
     /// # Errors
     ///
     /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when Redis is
-    /// out of reach or slow; [`ErrorKind::Server`](crate::ErrorKind::Server)
+    /// out of reach, slow, or answered so late that the lease had almost run
+    /// out (it is then given back); [`ErrorKind::Server`](crate::ErrorKind::Server)
     /// for an unexpected reply.
     ///
     /// # Cancel safety
@@ -100,30 +88,35 @@ impl Mutex {
     /// reached Redis, the token it sent is released in the background, so the
     /// lock is never left held by nobody.
     pub async fn try_acquire(&self) -> Result<Option<MutexGuard>> {
-        match self.attempt().await? {
-            Attempt::Acquired(guard) => Ok(Some(guard)),
-            Attempt::Busy { .. } => Ok(None),
-        }
+        self.core.try_acquire().await
     }
 
     /// Waits as long as it takes for the lock.
     ///
-    /// Waiting does not poll: the waiter sleeps until the holder's release is
-    /// published, or until the holder's lease can have run out. Tasks of one
-    /// client that wait for the same lock queue in FIFO order, and only the
-    /// first of them talks to Redis.
+    /// Waiting does not poll. A waiter that finds the lock busy joins the
+    /// lock's waiter queue in Redis; a release wakes the first live waiter
+    /// alone, which then tries again (a free lock still goes to whoever asks
+    /// first: use [`FairMutex`](crate::FairMutex) for first come, first
+    /// served). A waiter also wakes when the holder's lease can have run out.
+    /// Tasks of one client that wait for the same lock queue in FIFO order,
+    /// and only the first of them talks to Redis.
+    ///
+    /// Passing faults do not end the wait: when Redis does not answer, the
+    /// connection fails or the server is not ready, the waiter keeps its
+    /// place, backs off and tries again on a new connection.
     ///
     /// # Errors
     ///
-    /// As [`try_acquire`](Mutex::try_acquire); a Redis outage during the wait
-    /// ends it with [`ErrorKind::Connection`](crate::ErrorKind::Connection).
+    /// [`ErrorKind::Server`](crate::ErrorKind::Server) for an unexpected
+    /// reply or a refused script. Connection faults are ridden out.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: dropping the future at any point leaves nothing held; a
-    /// request that may have taken the lock is undone in the background.
+    /// request that may have taken the lock is undone, and the waiter leaves
+    /// the queue, in the background.
     pub async fn acquire(&self) -> Result<MutexGuard> {
-        engine::wait_for(&self.client.inner, &self.keys, None, || self.attempt()).await
+        self.core.acquire(None).await
     }
 
     /// Waits at most `wait` for the lock.
@@ -134,7 +127,9 @@ impl Mutex {
     /// # Errors
     ///
     /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when the lock is
-    /// still held after `wait`; [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput)
+    /// still held after `wait`; [`ErrorKind::Connection`](crate::ErrorKind::Connection)
+    /// when Redis did not answer at all during the whole wait (the last fault
+    /// is reported); [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput)
     /// for a wait over a day; otherwise as [`acquire`](Mutex::acquire).
     ///
     /// # Cancel safety
@@ -142,53 +137,7 @@ impl Mutex {
     /// Cancel safe, as [`acquire`](Mutex::acquire).
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<MutexGuard> {
         validate_wait(wait)?;
-        engine::wait_for(&self.client.inner, &self.keys, Some(wait), || {
-            self.attempt()
-        })
-        .await
-    }
-
-    async fn attempt(&self) -> Result<Attempt<MutexGuard>> {
-        let inner = &self.client.inner;
-        let token = engine::new_token()?;
-        let lease_ms = millis(self.lease).to_string();
-        // Nothing can be held before the request leaves: connect first, then
-        // arm the release that undoes a request cut off on its way.
-        let conn = inner.connected().await?;
-        let pending = PendingRelease::arm(inner, &self.keys, &token);
-        let sent_at = Instant::now();
-        let reply = inner
-            .eval_on(
-                conn,
-                "acquire",
-                &scripts::ACQUIRE,
-                &[&self.keys.lock, &self.keys.fence],
-                &[token.as_bytes(), lease_ms.as_bytes()],
-            )
-            .await?;
-        let [taken, value] = scripts::int_list::<2>("acquire", &reply)?;
-        match (taken, u64::try_from(value)) {
-            (1, Ok(fence)) => {
-                pending.disarm();
-                let held = Held::take(
-                    inner,
-                    self.keys.clone(),
-                    token,
-                    fence,
-                    self.lease,
-                    self.watchdog,
-                    sent_at,
-                );
-                Ok(Attempt::Acquired(MutexGuard { held }))
-            }
-            (0, _) => {
-                pending.disarm();
-                Ok(Attempt::Busy {
-                    pttl: engine::pttl(value),
-                })
-            }
-            _ => Err(Error::unexpected_reply("acquire", &reply)),
-        }
+        self.core.acquire(Some(wait)).await
     }
 
     /// Releases the lock if `token` holds it: for a lease taken by another
@@ -203,12 +152,7 @@ impl Mutex {
     ///
     /// Dropping the future may or may not release the lock.
     pub async fn release_token(&self, token: &str) -> Result<()> {
-        validate_token(token)?;
-        if engine::release(&self.client.inner, &self.keys, token).await? {
-            Ok(())
-        } else {
-            Err(self.token_not_held())
-        }
+        self.core.release_token(token).await
     }
 
     /// Sets the remaining lease of `token` to `lease` if it still holds the lock.
@@ -223,25 +167,13 @@ impl Mutex {
     ///
     /// Dropping the future may or may not extend the lease.
     pub async fn extend_token(&self, token: &str, lease: Duration) -> Result<()> {
-        validate_token(token)?;
-        validate_lease(lease)?;
-        if engine::renew_one(&self.client.inner, &self.keys, token, lease).await? {
-            Ok(())
-        } else {
-            Err(self.token_not_held())
-        }
+        self.core.extend_token(token, lease).await
     }
 
-    fn token_not_held(&self) -> Error {
-        Error::not_held(format!(
-            "lock {:?} is not held by this token: it expired, or was released or removed",
-            self.keys.name
-        ))
-    }
-
-    /// Removes the lock whoever holds it, and wakes its waiters: an admin
-    /// action for a lock whose holder is known to be gone. Returns whether a
-    /// lock was removed. The fence counter is kept, so fences never go back.
+    /// Removes the lock whoever holds it, and wakes its first waiter: an
+    /// admin action for a lock whose holder is known to be gone. Returns
+    /// whether a lock was removed. The fence counter is kept, so fences
+    /// never go back.
     ///
     /// # Errors
     ///
@@ -252,17 +184,7 @@ impl Mutex {
     ///
     /// Dropping the future may or may not remove the lock.
     pub async fn force_release(&self) -> Result<bool> {
-        let reply = self
-            .client
-            .inner
-            .eval(
-                "force-release",
-                &scripts::FORCE_RELEASE,
-                &[&self.keys.lock, &self.keys.channel],
-                &[],
-            )
-            .await?;
-        scripts::flag("force-release", &reply)
+        self.core.force_release().await
     }
 
     /// The lock's state as Redis sees it now.
@@ -276,14 +198,110 @@ impl Mutex {
     ///
     /// Cancel safe: it only reads.
     pub async fn inspect(&self) -> Result<LockInfo> {
+        self.core.inspect().await
+    }
+}
+
+/// What [`Mutex`] and [`FairMutex`](crate::FairMutex) share: the lock's
+/// keys and settings, and the calls into the engine.
+#[derive(Clone)]
+pub(crate) struct Core {
+    client: Client,
+    pub(crate) keys: LockKeys,
+    pub(crate) lease: Duration,
+    pub(crate) watchdog: bool,
+    kind: Kind,
+}
+
+impl Core {
+    pub(crate) fn new(client: Client, keys: LockKeys, kind: Kind) -> Self {
+        let (lease, watchdog) = (client.config.lease, client.config.watchdog);
+        Core {
+            client,
+            keys,
+            lease,
+            watchdog,
+            kind,
+        }
+    }
+
+    pub(crate) fn debug(&self, name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct(name)
+            .field("name", &self.keys.name)
+            .field("lease", &self.lease)
+            .field("watchdog", &self.watchdog)
+            .finish()
+    }
+
+    fn request(&self) -> Request<'_> {
+        Request {
+            keys: &self.keys,
+            kind: self.kind,
+            lease: self.lease,
+            renew: self.watchdog,
+        }
+    }
+
+    pub(crate) async fn try_acquire(&self) -> Result<Option<MutexGuard>> {
+        let held = wait::try_acquire(&self.client.node, &self.request()).await?;
+        Ok(held.map(|held| MutexGuard { held }))
+    }
+
+    pub(crate) async fn acquire(&self, wait: Option<Duration>) -> Result<MutexGuard> {
+        let held = wait::acquire(&self.client.node, &self.request(), wait).await?;
+        Ok(MutexGuard { held })
+    }
+
+    pub(crate) async fn release_token(&self, token: &str) -> Result<()> {
+        validate_token(token)?;
+        if release(&self.client.node, &self.keys, token, false).await? {
+            Ok(())
+        } else {
+            Err(self.token_not_held())
+        }
+    }
+
+    pub(crate) async fn extend_token(&self, token: &str, lease: Duration) -> Result<()> {
+        validate_token(token)?;
+        validate_lease(lease)?;
+        if engine::renew_one(&self.client.node, &self.keys, token, lease).await? {
+            Ok(())
+        } else {
+            Err(self.token_not_held())
+        }
+    }
+
+    fn token_not_held(&self) -> Error {
+        Error::not_held(format!(
+            "lock {:?} is not held by this token: it expired, or was released or removed",
+            self.keys.name
+        ))
+    }
+
+    pub(crate) async fn force_release(&self) -> Result<bool> {
+        let node = &self.client.node;
+        let keys = &self.keys;
+        let retention = millis(node.config.fence_retention).to_string();
+        let reply = node
+            .eval(
+                "force-release",
+                &scripts::FORCE_RELEASE,
+                &[&keys.lock, &keys.fence, &keys.queue, &keys.records],
+                &[retention.as_bytes(), keys.channels.as_bytes()],
+            )
+            .await?;
+        scripts::flag("force-release", &reply)
+    }
+
+    pub(crate) async fn inspect(&self) -> Result<LockInfo> {
         let keys = &self.keys;
         let reply = self
             .client
-            .inner
+            .node
             .eval(
                 "inspect",
                 &scripts::INSPECT,
-                &[&keys.lock, &keys.fence, &keys.channel],
+                &[&keys.lock, &keys.fence, &keys.queue],
                 &[],
             )
             .await?;
@@ -311,8 +329,9 @@ pub struct LockInfo {
     pub remaining: Option<Duration>,
     /// The last fence handed out, if any ever was.
     pub last_fence: Option<u64>,
-    /// Clients subscribed to the lock's release notifications: clients with
-    /// a task waiting for it.
+    /// Clients in the lock's waiter queue (each client queues one waiting
+    /// task per lock; its other tasks wait behind it locally). A waiter that
+    /// died counts until its heartbeat runs out.
     pub waiting_clients: u64,
 }
 
@@ -408,14 +427,21 @@ impl MutexGuard {
         self.held.extend(lease).await
     }
 
-    /// Releases the lock: checks the token, deletes, wakes the waiters.
+    /// Releases the lock: checks the token, deletes, and wakes the first
+    /// waiter (a [`FairMutex`](crate::FairMutex) hands the lock to it).
+    ///
+    /// A release that cannot reach Redis is tried again for a few command
+    /// timeouts (never past the lease), so its outcome is known whenever
+    /// Redis answers in that time.
     ///
     /// # Errors
     ///
     /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the lease was
     /// lost before the release: the work done under it may have overlapped
-    /// with another holder. Connection errors leave the lock to expire at the
-    /// end of its lease (renewal has stopped).
+    /// with another holder. [`ErrorKind::Connection`](crate::ErrorKind::Connection)
+    /// when no answer came: whether the lease held to the end is unknown
+    /// (treat the work as unprotected); the lock expires at the end of its
+    /// lease, and the release goes on in the background meanwhile.
     ///
     /// # Cancel safety
     ///

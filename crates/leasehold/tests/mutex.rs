@@ -361,9 +361,10 @@ async fn tasks_of_one_client_queue_locally_so_only_the_head_talks_to_redis() {
     }
     // Asked without scripts, so that the count below is the lock's alone.
     eventually("the head of the queue to subscribe", || async {
-        let (_, subscribers): (String, u64) =
-            cmd(&server, &["PUBSUB", "NUMSUB", "leasehold:{job}:ch"]).await;
-        subscribers == 1
+        let channels: Vec<String> =
+            cmd(&server, &["PUBSUB", "CHANNELS", "leasehold:{job}:ch:*"]).await;
+        let queued: u64 = cmd(&server, &["ZCARD", "leasehold:{job}:q"]).await;
+        channels.len() == 1 && queued == 1
     })
     .await;
     held.release().await.unwrap();

@@ -1,4 +1,4 @@
-//! A held lease together with its client: what every primitive's guard
+//! A held lease together with its node: what every primitive's guard
 //! wraps. Extending, releasing, detaching and dropping live here once.
 
 use std::sync::Arc;
@@ -6,35 +6,47 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::client::ClientInner;
 use crate::engine::lease::{Lease, LossReason};
-use crate::engine::{release, release_in_background, renew_one, PendingRelease};
+use crate::engine::node::Node;
+use crate::engine::release::{release, release_in_background, PendingRelease};
+use crate::engine::{renew_one, Request};
 use crate::error::{Error, Result};
-use crate::keys::{validate_lease, LockKeys};
+use crate::keys::validate_lease;
+
+/// A release that fails to reach Redis is tried again for this many command
+/// timeouts, and never past the lease.
+const RELEASE_TRIES_FOR: u32 = 3;
 
 pub(crate) struct Held {
-    client: Arc<ClientInner>,
+    node: Arc<Node>,
     lease: Arc<Lease>,
 }
 
 impl Held {
-    /// A lease just taken by an acquire sent at `sent_at`; handed to the
-    /// watchdog when `renew` is on.
+    /// A lease just taken: Redis set it to `ttl` by a request sent at
+    /// `sent_at`. Handed to the watchdog when the request asks for renewal.
     pub(crate) fn take(
-        client: &Arc<ClientInner>,
-        keys: LockKeys,
+        node: &Arc<Node>,
+        request: &Request<'_>,
         token: String,
         fence: u64,
-        length: Duration,
-        renew: bool,
         sent_at: Instant,
+        ttl: Duration,
     ) -> Self {
-        let lease = Arc::new(Lease::new(keys, token, fence, length, renew, sent_at));
-        if renew {
-            client.watchdog.register(client, Arc::clone(&lease));
+        let lease = Arc::new(Lease::new(
+            request.keys.clone(),
+            token,
+            fence,
+            request.lease,
+            request.renew,
+            sent_at,
+            ttl,
+        ));
+        if request.renew {
+            node.watchdog.register(node, Arc::clone(&lease));
         }
         Held {
-            client: Arc::clone(client),
+            node: Arc::clone(node),
             lease,
         }
     }
@@ -65,19 +77,22 @@ impl Held {
         if let Some(reason) = self.lease.loss() {
             return Err(self.lost_error(reason));
         }
-        // One renewal at a time per lease; see `Lease::renewing`.
+        // One request at a time per lease; see `Lease::renewing`.
         let _turn = self.lease.renewing.lock().await;
         let sent_at = Instant::now();
         let lease = &self.lease;
         lease.extending(sent_at, length);
         if lease.renew {
             // The next renewal may have moved earlier.
-            self.client.watchdog.wake();
+            self.node.watchdog.schedule(lease);
         }
-        if renew_one(&self.client, &lease.keys, &lease.token, length).await? {
+        if renew_one(&self.node, &lease.keys, &lease.token, length).await? {
             lease.renewed(sent_at, length);
         } else {
             lease.mark_lost(LossReason::TokenGone);
+        }
+        if lease.renew {
+            self.node.watchdog.schedule(lease);
         }
         match lease.loss() {
             Some(reason) => Err(self.lost_error(reason)),
@@ -85,12 +100,42 @@ impl Held {
         }
     }
 
+    /// Releases the lock and reports how the lease ended: held to the end,
+    /// lost, or unknown (no answer).
     pub(crate) async fn release(self) -> Result<()> {
-        // From here the drop does nothing: this call owns the release.
+        // From here the drop does nothing and the watchdog lets go: this
+        // call owns the release.
         self.finish();
-        let (client, lease) = (&self.client, &self.lease);
-        let pending = PendingRelease::arm(client, &lease.keys, &lease.token);
-        let released = release(client, &lease.keys, &lease.token).await?;
+        // A renewal in flight is seen through first, so that its answer is
+        // never applied after the release's.
+        let _turn = Arc::clone(&self.lease.renewing).lock_owned().await;
+        let (node, lease) = (&self.node, &self.lease);
+        let timeout = node.config.command_timeout;
+        let give_up = (Instant::now() + timeout * RELEASE_TRIES_FOR).min(lease.deadline().max(
+            // At least one try, whatever is left of the lease.
+            Instant::now() + timeout,
+        ));
+        // Dropped before an answer, the release goes on in the background.
+        let pending = PendingRelease::arm(node, &lease.keys, &lease.token);
+        let mut pause = Duration::from_millis(25);
+        let released = loop {
+            match release(node, &lease.keys, &lease.token, false).await {
+                Ok(released) => break released,
+                Err(error) if error.is_transient() && Instant::now() + pause < give_up => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                // `pending` goes on trying in the background; the expiry is
+                // the safety net after that.
+                Err(error) => {
+                    return Err(Error::release_unknown(
+                        &lease.keys.name,
+                        lease.fence,
+                        &error,
+                    ))
+                }
+            }
+        };
         pending.disarm();
         if !released {
             lease.mark_lost(LossReason::TokenGone);
@@ -110,7 +155,7 @@ impl Held {
     fn finish(&self) -> bool {
         let first = self.lease.finish();
         if first {
-            self.client.watchdog.unregister(self.lease.id);
+            self.node.watchdog.unregister(self.lease.id);
         }
         first
     }
@@ -130,9 +175,10 @@ impl Drop for Held {
     fn drop(&mut self) {
         if self.finish() {
             release_in_background(
-                Arc::clone(&self.client),
+                Arc::clone(&self.node),
                 self.lease.keys.clone(),
                 self.lease.token.clone(),
+                false,
             );
         }
     }

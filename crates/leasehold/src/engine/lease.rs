@@ -43,6 +43,9 @@ struct Timing {
     /// successful acquire, renewal or extend.
     deadline: Instant,
     next_renewal: Instant,
+    /// The renewal time the watchdog's queue holds for this lease; entries
+    /// with another time are stale.
+    scheduled: Option<Instant>,
     /// Renewals in a row that got no usable answer.
     failures: u32,
     loss: Option<LossReason>,
@@ -58,7 +61,9 @@ pub(crate) struct Lease {
     pub(crate) fence: u64,
     pub(crate) renew: bool,
     timing: Mutex<Timing>,
-    lost_tx: watch::Sender<bool>,
+    /// Bumped when the lease is lost and when its deadline moves earlier,
+    /// so that `lost()` never sleeps past the deadline.
+    lost_tx: watch::Sender<u64>,
     /// Held while a renewal or extend is in flight: one at a time, so their
     /// replies cannot be applied out of order and move the deadline past
     /// the expiry Redis really has.
@@ -72,6 +77,12 @@ fn drift(lease: Duration) -> Duration {
     lease / 100 + Duration::from_millis(2)
 }
 
+/// Until when a lease that Redis set to `ttl` by a request sent at
+/// `sent_at` can be trusted by the local monotonic clock.
+pub(crate) fn local_deadline(sent_at: Instant, ttl: Duration) -> Instant {
+    sent_at + ttl.saturating_sub(drift(ttl))
+}
+
 impl Lease {
     pub(crate) fn new(
         keys: LockKeys,
@@ -80,8 +91,9 @@ impl Lease {
         lease: Duration,
         renew: bool,
         sent_at: Instant,
+        granted: Duration,
     ) -> Self {
-        let (lost_tx, _) = watch::channel(false);
+        let (lost_tx, _) = watch::channel(0);
         Lease {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             keys,
@@ -90,8 +102,9 @@ impl Lease {
             renew,
             timing: Mutex::new(Timing {
                 lease,
-                deadline: sent_at + lease.saturating_sub(drift(lease)),
-                next_renewal: sent_at + lease / 3,
+                deadline: local_deadline(sent_at, granted),
+                next_renewal: sent_at + granted / 3,
+                scheduled: None,
                 failures: 0,
                 loss: None,
             }),
@@ -114,18 +127,22 @@ impl Lease {
         self.timing().deadline
     }
 
-    /// When to renew next, and how far ahead of that a renewal round may
-    /// take it along: a sixth of the lease normally, so leases taken at
-    /// different moments settle into shared rounds; nothing while retrying,
-    /// so a failing renewal backs off instead of spinning.
-    pub(crate) fn renewal_window(&self) -> (Instant, Duration) {
+    /// How far ahead of its renewal time a round may take this lease
+    /// along: a sixth of the lease normally, so leases taken at different
+    /// moments settle into shared rounds; nothing while retrying, so a
+    /// failing renewal backs off instead of spinning.
+    pub(crate) fn renewal_ahead(&self) -> Duration {
         let timing = self.timing();
-        let ahead = if timing.failures == 0 {
+        if timing.failures == 0 {
             timing.lease / 6
         } else {
             Duration::ZERO
-        };
-        (timing.next_renewal, ahead)
+        }
+    }
+
+    /// Looks at the lease again at `at` (its extend or release is in flight).
+    pub(crate) fn retry_renewal_at(&self, at: Instant) {
+        self.timing().next_renewal = at;
     }
 
     /// The reason the lease was lost, if it was; passing the deadline counts.
@@ -134,7 +151,7 @@ impl Lease {
         if timing.loss.is_none() && Instant::now() >= timing.deadline {
             timing.loss = Some(LossReason::DeadlinePassed);
             drop(timing);
-            self.lost_tx.send_replace(true);
+            self.signal();
             return Some(LossReason::DeadlinePassed);
         }
         timing.loss
@@ -145,8 +162,25 @@ impl Lease {
         if timing.loss.is_none() {
             timing.loss = Some(reason);
             drop(timing);
-            self.lost_tx.send_replace(true);
+            self.signal();
         }
+    }
+
+    fn signal(&self) {
+        self.lost_tx.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Records that the watchdog's queue holds this lease at its next
+    /// renewal time, and returns that time.
+    pub(crate) fn schedule(&self) -> Instant {
+        let mut timing = self.timing();
+        timing.scheduled = Some(timing.next_renewal);
+        timing.next_renewal
+    }
+
+    /// Whether a queue entry for `at` is the current one.
+    pub(crate) fn is_scheduled_at(&self, at: Instant) -> bool {
+        self.timing().scheduled == Some(at)
     }
 
     /// A renewal or extend sent at `sent_at` found the token and set `lease`.
@@ -156,10 +190,16 @@ impl Lease {
         if timing.loss.is_some() || Instant::now() >= timing.deadline {
             return;
         }
+        let deadline = local_deadline(sent_at, lease);
+        let earlier = deadline < timing.deadline;
         timing.lease = lease;
-        timing.deadline = sent_at + lease.saturating_sub(drift(lease));
+        timing.deadline = deadline;
         timing.next_renewal = sent_at + lease / 3;
         timing.failures = 0;
+        drop(timing);
+        if earlier {
+            self.signal();
+        }
     }
 
     /// An extend to `lease` is about to be sent at `sent_at`. Until Redis
@@ -168,9 +208,14 @@ impl Lease {
     /// take effect even if its reply never arrives.
     pub(crate) fn extending(&self, sent_at: Instant, lease: Duration) {
         let mut timing = self.timing();
-        let deadline = sent_at + lease.saturating_sub(drift(lease));
+        let deadline = local_deadline(sent_at, lease);
+        let earlier = deadline < timing.deadline;
         timing.deadline = timing.deadline.min(deadline);
         timing.next_renewal = timing.next_renewal.min(sent_at + lease / 3);
+        drop(timing);
+        if earlier {
+            self.signal();
+        }
     }
 
     /// A renewal got no usable answer: try again after a backoff that starts
@@ -198,17 +243,14 @@ impl Lease {
     pub(crate) async fn lost(&self) {
         let mut rx = self.lost_tx.subscribe();
         loop {
+            rx.borrow_and_update();
             if self.loss().is_some() {
                 return;
             }
             let deadline = self.deadline();
             tokio::select! {
-                changed = rx.changed() => {
-                    if changed.is_err() {
-                        // The sender lives in `self`: this cannot end while `self` is borrowed.
-                        tokio::time::sleep_until(deadline).await;
-                    }
-                }
+                // The sender lives in `self`: it cannot close while `self` is borrowed.
+                _ = rx.changed() => {}
                 () = tokio::time::sleep_until(deadline) => {}
             }
         }

@@ -1,25 +1,37 @@
-//! Release notifications: one subscriber connection per client, with
-//! subscriptions counted per channel.
+//! Notifications for waiters: one subscriber connection per client, one
+//! channel per lock for this client alone, and each message routed to the
+//! waiters of this client that listen on it.
 //!
 //! A notification only wakes a waiter early; a waiter never depends on one,
-//! because it also wakes when the blocking lease can have run out.
+//! because it also wakes when the blocking lease can have run out and when
+//! its heartbeat is due. A channel stays subscribed for a while after its
+//! last waiter leaves, so that a client that waits for a lock again and
+//! again does not pay a subscribe each time.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
+
+/// What a waiter hears: a message published on its channel, or (empty)
+/// "notifications may have been missed, look again".
+pub(crate) type Message = Arc<[u8]>;
 
 enum Command {
     Subscribe(String, oneshot::Sender<bool>),
-    Unsubscribe(String),
 }
 
+#[derive(Default)]
 struct Channel {
-    wake: watch::Sender<u64>,
-    subscribers: usize,
+    listeners: HashMap<u64, mpsc::UnboundedSender<Message>>,
+    /// Redis confirmed the subscription on the current connection.
+    confirmed: bool,
+    /// Since when nobody listens; unsubscribed after [`LINGER`].
+    idle_since: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -32,6 +44,7 @@ struct Shared {
     redis: redis::Client,
     timeout: Duration,
     state: Mutex<State>,
+    next_listener: AtomicU64,
 }
 
 impl Shared {
@@ -39,16 +52,30 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn wake(&self, channel: &str) {
+    fn deliver(&self, channel: &str, message: &Message) {
         if let Some(entry) = self.state().channels.get(channel) {
-            entry.wake.send_modify(|n| *n = n.wrapping_add(1));
+            for listener in entry.listeners.values() {
+                let _ = listener.send(Arc::clone(message));
+            }
         }
     }
 
     /// Notifications may have been missed: every waiter looks again.
     fn wake_all(&self) {
+        let look_again: Message = Arc::from(&[][..]);
         for entry in self.state().channels.values() {
-            entry.wake.send_modify(|n| *n = n.wrapping_add(1));
+            for listener in entry.listeners.values() {
+                let _ = listener.send(Arc::clone(&look_again));
+            }
+        }
+    }
+
+    fn set_confirmed(&self, channels: &[String], confirmed: bool) {
+        let mut state = self.state();
+        for channel in channels {
+            if let Some(entry) = state.channels.get_mut(channel) {
+                entry.confirmed = confirmed;
+            }
         }
     }
 }
@@ -63,12 +90,12 @@ impl std::fmt::Debug for Notifier {
     }
 }
 
-/// A waiter's interest in one channel; dropping it unsubscribes when it was
-/// the last one of this client.
+/// A waiter's interest in one channel, with its inbox.
 pub(crate) struct Subscription {
     shared: Arc<Shared>,
     channel: String,
-    pub(crate) wake: watch::Receiver<u64>,
+    id: u64,
+    pub(crate) inbox: mpsc::UnboundedReceiver<Message>,
 }
 
 impl Notifier {
@@ -78,18 +105,22 @@ impl Notifier {
                 redis,
                 timeout,
                 state: Mutex::default(),
+                next_listener: AtomicU64::new(0),
             }),
         }
     }
 
-    /// Subscribes to `channel` and waits (at most the command timeout, and
-    /// not past `until`) for Redis to confirm, so that a release after this
-    /// returns is not missed. Without a confirmation the subscription still
-    /// works as a timer-only one.
+    /// Listens on `channel`. If Redis has not confirmed the channel yet,
+    /// subscribes and waits (at most the command timeout, and not past
+    /// `until`) for the confirmation, so that a message published after
+    /// this returns is not missed. Without a confirmation the subscription
+    /// still works as a timer-only one.
     ///
     /// Cancel safe: dropping the future drops the subscription.
     pub(crate) async fn subscribe(&self, channel: &str, until: Option<Instant>) -> Subscription {
-        let (wake, commands) = {
+        let id = self.shared.next_listener.fetch_add(1, Ordering::Relaxed);
+        let (tx, inbox) = mpsc::unbounded_channel();
+        let (confirmed, commands) = {
             let mut state = self.shared.state();
             let commands = match &state.commands {
                 Some(tx) if !tx.is_closed() => tx.clone(),
@@ -102,22 +133,21 @@ impl Notifier {
                     tx
                 }
             };
-            let entry = state
-                .channels
-                .entry(channel.to_owned())
-                .or_insert_with(|| Channel {
-                    wake: watch::channel(0).0,
-                    subscribers: 0,
-                });
-            entry.subscribers += 1;
-            (entry.wake.subscribe(), commands)
+            let entry = state.channels.entry(channel.to_owned()).or_default();
+            entry.listeners.insert(id, tx);
+            entry.idle_since = None;
+            (entry.confirmed, commands)
         };
         let subscription = Subscription {
             shared: Arc::clone(&self.shared),
             channel: channel.to_owned(),
-            wake,
+            id,
+            inbox,
         };
-        let (confirm, confirmed) = oneshot::channel();
+        if confirmed {
+            return subscription;
+        }
+        let (confirm, confirmation) = oneshot::channel();
         if commands
             .send(Command::Subscribe(channel.to_owned(), confirm))
             .is_ok()
@@ -126,7 +156,7 @@ impl Notifier {
             if let Some(until) = until {
                 by = by.min(until);
             }
-            let _ = tokio::time::timeout_at(by, confirmed).await;
+            let _ = tokio::time::timeout_at(by, confirmation).await;
         }
         subscription
     }
@@ -135,19 +165,17 @@ impl Notifier {
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut state = self.shared.state();
-        let Some(entry) = state.channels.get_mut(&self.channel) else {
-            return;
-        };
-        entry.subscribers = entry.subscribers.saturating_sub(1);
-        if entry.subscribers == 0 {
-            state.channels.remove(&self.channel);
-            if let Some(commands) = &state.commands {
-                let _ = commands.send(Command::Unsubscribe(std::mem::take(&mut self.channel)));
+        if let Some(entry) = state.channels.get_mut(&self.channel) {
+            entry.listeners.remove(&self.id);
+            if entry.listeners.is_empty() {
+                entry.idle_since = Some(Instant::now());
             }
         }
     }
 }
 
+/// How long a channel nobody listens on stays subscribed.
+const LINGER: Duration = Duration::from_secs(5);
 /// First pause before reconnecting; it doubles on every failure in a row.
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -176,7 +204,14 @@ async fn run(shared: Weak<Shared>, mut commands: mpsc::UnboundedReceiver<Command
             };
             // Notifications may have been missed: every waiter looks again.
             match shared.upgrade() {
-                Some(s) => s.wake_all(),
+                Some(s) => {
+                    let mut state = s.state();
+                    for channel in state.channels.values_mut() {
+                        channel.confirmed = false;
+                    }
+                    drop(state);
+                    s.wake_all();
+                }
                 None => return,
             }
             if served >= HEALTHY_SESSION {
@@ -214,7 +249,12 @@ async fn serve(
 ) -> Ended {
     let (mut sink, mut stream) = pubsub.split();
     let wanted: Vec<String> = match shared.upgrade() {
-        Some(s) => s.state().channels.keys().cloned().collect(),
+        Some(s) => {
+            let mut state = s.state();
+            // Channels nobody listens on are not taken to the new connection.
+            state.channels.retain(|_, c| !c.listeners.is_empty());
+            state.channels.keys().cloned().collect()
+        }
         None => return Ended::Closed,
     };
     if !wanted.is_empty() {
@@ -233,7 +273,10 @@ async fn serve(
         }
     }
     match shared.upgrade() {
-        Some(s) => s.wake_all(),
+        Some(s) => {
+            s.set_confirmed(&wanted, true);
+            s.wake_all();
+        }
         None => return Ended::Closed,
     }
     let serving = Instant::now();
@@ -244,11 +287,16 @@ async fn serve(
     // dropped) shows only when a command goes unanswered: ask now and then.
     let mut health = tokio::time::interval_at(serving + HEALTH_CHECK, HEALTH_CHECK);
     health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut linger = tokio::time::interval_at(serving + LINGER, LINGER);
+    linger.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             message = stream.next() => match message {
                 Some(message) => match shared.upgrade() {
-                    Some(s) => s.wake(message.get_channel_name()),
+                    Some(s) => {
+                        let payload: Message = Arc::from(message.get_payload_bytes());
+                        s.deliver(message.get_channel_name(), &payload);
+                    }
                     None => return Ended::Closed,
                 },
                 None => return lost(),
@@ -259,27 +307,45 @@ async fn serve(
                     return lost();
                 }
             }
+            _ = linger.tick() => {
+                let idle: Vec<String> = match shared.upgrade() {
+                    Some(s) => {
+                        let mut state = s.state();
+                        let idle: Vec<String> = state
+                            .channels
+                            .iter()
+                            .filter(|(_, c)| c.idle_since.is_some_and(|at| at.elapsed() >= LINGER))
+                            .map(|(name, _)| name.clone())
+                            .collect();
+                        for name in &idle {
+                            state.channels.remove(name);
+                        }
+                        idle
+                    }
+                    None => return Ended::Closed,
+                };
+                // An unanswered unsubscribe means a dead connection; keeping
+                // it would make every later subscribe wait too.
+                if !idle.is_empty()
+                    && !matches!(
+                        tokio::time::timeout(timeout, sink.unsubscribe(&idle)).await,
+                        Ok(Ok(()))
+                    )
+                {
+                    return lost();
+                }
+            }
             command = commands.recv() => match command {
                 None => return Ended::Closed,
                 Some(Command::Subscribe(channel, confirm)) => {
                     let outcome = subscribe(&mut sink, &channel, timeout).await;
+                    if outcome == Subscribed::Yes {
+                        if let Some(s) = shared.upgrade() {
+                            s.set_confirmed(std::slice::from_ref(&channel), true);
+                        }
+                    }
                     let _ = confirm.send(outcome == Subscribed::Yes);
                     if outcome == Subscribed::Failed {
-                        return lost();
-                    }
-                }
-                Some(Command::Unsubscribe(channel)) => {
-                    let still_wanted = shared
-                        .upgrade()
-                        .is_some_and(|s| s.state().channels.contains_key(&channel));
-                    // An unanswered unsubscribe means a dead connection;
-                    // keeping it would make every later subscribe wait too.
-                    if !still_wanted
-                        && !matches!(
-                            tokio::time::timeout(timeout, sink.unsubscribe(&channel)).await,
-                            Ok(Ok(()))
-                        )
-                    {
                         return lost();
                     }
                 }
@@ -324,7 +390,6 @@ async fn pause(commands: &mut mpsc::UnboundedReceiver<Command>, backoff: Duratio
             command = commands.recv() => match command {
                 None => return false,
                 Some(Command::Subscribe(_, confirm)) => { let _ = confirm.send(false); }
-                Some(Command::Unsubscribe(_)) => {}
             }
         }
     }

@@ -9,14 +9,24 @@ use redis::Value;
 
 use crate::error::{Error, Result};
 
-pub(crate) static ACQUIRE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../scripts/acquire.lua")));
-pub(crate) static RELEASE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../scripts/release.lua")));
+/// A script made of the shared functions of `lib.lua` and one operation.
+macro_rules! with_lib {
+    ($file:literal) => {
+        LazyLock::new(|| {
+            redis::Script::new(concat!(
+                include_str!("../scripts/lib.lua"),
+                include_str!(concat!("../scripts/", $file))
+            ))
+        })
+    };
+}
+
+pub(crate) static ACQUIRE: LazyLock<redis::Script> = with_lib!("acquire.lua");
+pub(crate) static RELEASE: LazyLock<redis::Script> = with_lib!("release.lua");
+pub(crate) static FAIR_ACQUIRE: LazyLock<redis::Script> = with_lib!("fair_acquire.lua");
+pub(crate) static FORCE_RELEASE: LazyLock<redis::Script> = with_lib!("force_release.lua");
 pub(crate) static RENEW: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../scripts/renew.lua")));
-pub(crate) static FORCE_RELEASE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../scripts/force_release.lua")));
 pub(crate) static INSPECT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../scripts/inspect.lua")));
 

@@ -1,11 +1,14 @@
-//! One task per client renews every held lease at a third of its length.
+//! One task per node renews every held lease at a third of its length.
 //!
-//! All leases due around the same time go out together: one pipeline of
-//! multi-key renew scripts per round, so the cost grows with round trips,
-//! not with the number of held locks.
+//! Leases wait in a queue ordered by renewal time, so an acquire or release
+//! costs the same with twenty thousand leases held as with none; the task
+//! is woken only when the next renewal time moves earlier. All leases due
+//! around the same time go out together: one pipeline of multi-key renew
+//! scripts per round, one script per hash slot on a cluster-mode server.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use redis::Value;
@@ -13,8 +16,8 @@ use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::client::ClientInner;
 use crate::engine::lease::{Lease, LossReason};
+use crate::engine::node::Node;
 use crate::engine::scripts::{self, RENEW};
 use crate::keys::millis;
 
@@ -22,86 +25,126 @@ use crate::keys::millis;
 /// batches are cut into pieces that share one pipeline.
 const LEASES_PER_SCRIPT: usize = 256;
 
-/// How soon to look again at a lease whose extend is in flight.
+/// How soon to look again at a lease whose extend or release is in flight.
 const BUSY_RECHECK: Duration = Duration::from_millis(10);
 
 #[derive(Debug, Default)]
+struct State {
+    leases: HashMap<u64, Arc<Lease>>,
+    /// Renewal time and lease id; an entry whose time is no longer the
+    /// lease's scheduled one is stale and skipped.
+    queue: BinaryHeap<Reverse<(Instant, u64)>>,
+}
+
+#[derive(Debug, Default)]
 pub(crate) struct Watchdog {
-    leases: Mutex<HashMap<u64, Arc<Lease>>>,
+    state: Mutex<State>,
     wake: Notify,
     /// The renewal task; started again if the runtime it ran on is gone.
     task: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Watchdog {
-    pub(crate) fn register(self: &Arc<Self>, client: &Arc<ClientInner>, lease: Arc<Lease>) {
-        self.leases
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(lease.id, lease);
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn register(self: &Arc<Self>, node: &Arc<Node>, lease: Arc<Lease>) {
         {
             let mut task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
             if task.as_ref().is_none_or(JoinHandle::is_finished) {
                 if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                    *task = Some(handle.spawn(run(Arc::downgrade(client), Arc::clone(self))));
+                    *task = Some(handle.spawn(run(Arc::downgrade(node), Arc::clone(self))));
                 }
             }
         }
-        self.wake();
+        self.state().leases.insert(lease.id, Arc::clone(&lease));
+        self.schedule(&lease);
     }
 
-    /// Makes the task look at every lease again now.
-    pub(crate) fn wake(&self) {
-        self.wake.notify_one();
+    /// Queues `lease` at its next renewal time; wakes the task only if that
+    /// is now the earliest.
+    pub(crate) fn schedule(&self, lease: &Lease) {
+        if self.enqueue(lease) {
+            self.wake.notify_one();
+        }
     }
 
+    /// Queues `lease` without waking the task (the task itself calls this);
+    /// true when it is now the earliest.
+    fn enqueue(&self, lease: &Lease) -> bool {
+        let at = lease.schedule();
+        let mut state = self.state();
+        if !state.leases.contains_key(&lease.id) {
+            return false;
+        }
+        let earliest = state
+            .queue
+            .peek()
+            .is_none_or(|Reverse((next, _))| at < *next);
+        state.queue.push(Reverse((at, lease.id)));
+        earliest
+    }
+
+    /// Forgets a lease; its queue entry is dropped when it comes up.
     pub(crate) fn unregister(&self, id: u64) {
-        self.leases
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&id);
-        // Let the task see at once whether anything is left to renew.
-        self.wake();
+        self.state().leases.remove(&id);
     }
 
     /// The leases to renew now, each with its renewal turn taken, and when
-    /// to look again.
+    /// the next one comes due.
     fn due(&self) -> (Vec<Due>, Option<Instant>) {
         let now = Instant::now();
         let mut due = Vec::new();
-        let mut next: Option<Instant> = None;
-        let mut soonest = |at: Instant| next = Some(next.map_or(at, |n: Instant| n.min(at)));
-        let mut leases = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
-        leases.retain(|_, lease| {
+        let mut busy = Vec::new();
+        let mut state = self.state();
+        while let Some(&Reverse((at, id))) = state.queue.peek() {
+            let lease = match state.leases.get(&id) {
+                Some(lease) if lease.is_scheduled_at(at) => Arc::clone(lease),
+                _ => {
+                    state.queue.pop();
+                    continue;
+                }
+            };
             if lease.is_finished() || lease.loss().is_some() {
-                return false;
+                state.queue.pop();
+                state.leases.remove(&id);
+                continue;
             }
-            let (at, ahead) = lease.renewal_window();
-            if at > now + ahead {
-                soonest(at);
-            } else if let Ok(turn) = Arc::clone(&lease.renewing).try_lock_owned() {
-                due.push((Arc::clone(lease), lease.lease(), turn));
-            } else {
-                // An extend is in flight and sets the deadline itself; two
-                // renewals in flight could land out of order.
-                soonest(now + BUSY_RECHECK);
+            // Leases due a little later go along, so that leases taken at
+            // different moments settle into shared rounds.
+            if at > now + lease.renewal_ahead() {
+                break;
             }
-            true
-        });
+            state.queue.pop();
+            match Arc::clone(&lease.renewing).try_lock_owned() {
+                Ok(turn) => due.push((Arc::clone(&lease), lease.lease(), turn)),
+                // An extend or release is in flight and sets the outcome
+                // itself; two requests in flight could land out of order.
+                Err(_) => busy.push(lease),
+            }
+        }
+        drop(state);
+        for lease in busy {
+            lease.retry_renewal_at(now + BUSY_RECHECK);
+            // No wake: the task looks at the queue again when it has done.
+            self.enqueue(&lease);
+        }
+        let next = self.state().queue.peek().map(|Reverse((at, _))| *at);
         (due, next)
     }
 }
 
 /// A lease due for renewal, the length to renew it to, and the turn that
-/// keeps an extend out meanwhile.
+/// keeps an extend or release out meanwhile.
 type Due = (Arc<Lease>, Duration, OwnedMutexGuard<()>);
 
-async fn run(client: Weak<ClientInner>, watchdog: Arc<Watchdog>) {
+async fn run(node: Weak<Node>, watchdog: Arc<Watchdog>) {
     loop {
         let (due, next) = watchdog.due();
-        // The task holds the client only while it renews, so that dropping
-        // the last handle to the client ends the task.
-        let Some(inner) = client.upgrade() else {
+        // The task holds the node only while it renews, so that dropping the
+        // last handle to the client ends the task.
+        let Some(inner) = node.upgrade() else {
             return;
         };
         if !due.is_empty() {
@@ -117,57 +160,111 @@ async fn run(client: Weak<ClientInner>, watchdog: Arc<Watchdog>) {
     }
 }
 
-async fn renew(inner: &ClientInner, leases: Vec<Due>) {
+/// The Redis Cluster hash slot of `key` (CRC16/XMODEM of its hash tag).
+fn slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = bytes
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &bytes[open + 1..];
+            rest.iter()
+                .position(|&b| b == b'}')
+                .filter(|&close| close > 0)
+                .map(|close| &rest[..close])
+        })
+        .unwrap_or(bytes);
+    let mut crc: u16 = 0;
+    for &b in tagged {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
+async fn renew(node: &Node, leases: Vec<Due>) {
+    let cluster = match node.connected().await {
+        Ok(conn) => conn.server.cluster,
+        Err(_) => {
+            retry_later(node, leases.iter());
+            return;
+        }
+    };
+    // One script may only touch one slot on a cluster-mode server.
+    let mut groups: BTreeMap<u16, Vec<Due>> = BTreeMap::new();
+    for due in leases {
+        let group = if cluster { slot(&due.0.keys.lock) } else { 0 };
+        groups.entry(group).or_default().push(due);
+    }
+    let batches: Vec<&[Due]> = groups
+        .values()
+        .flat_map(|group| group.chunks(LEASES_PER_SCRIPT))
+        .collect();
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
-    for chunk in leases.chunks(LEASES_PER_SCRIPT) {
-        let keys: Vec<&str> = chunk.iter().map(|(l, _, _)| l.keys.lock.as_str()).collect();
-        let lease_ms: Vec<String> = chunk
+    for batch in &batches {
+        let keys: Vec<&str> = batch.iter().map(|(l, _, _)| l.keys.lock.as_str()).collect();
+        let lease_ms: Vec<String> = batch
             .iter()
             .map(|(_, d, _)| millis(*d).to_string())
             .collect();
-        let mut args: Vec<&[u8]> = Vec::with_capacity(chunk.len() * 2);
-        for ((lease, _, _), ms) in chunk.iter().zip(&lease_ms) {
+        let mut args: Vec<&[u8]> = Vec::with_capacity(batch.len() * 2);
+        for ((lease, _, _), ms) in batch.iter().zip(&lease_ms) {
             args.push(lease.token.as_bytes());
             args.push(ms.as_bytes());
         }
         pipe.add_command(scripts::evalsha(&RENEW, &keys, &args));
     }
     let sent_at = Instant::now();
-    let Some(replies) = send_renewals(inner, &pipe).await else {
-        for (lease, _, _) in &leases {
-            lease.retry_renewal_later();
-        }
+    let Some(replies) = send_renewals(node, &pipe).await else {
+        retry_later(node, batches.iter().flat_map(|b| b.iter()));
         return;
     };
-    for (i, chunk) in leases.chunks(LEASES_PER_SCRIPT).enumerate() {
+    for (i, batch) in batches.iter().enumerate() {
         // A reply of the wrong shape or a missing one leaves its leases to a
         // later retry rather than due again at once.
         let outcomes = match replies.get(i) {
-            Some(Value::Array(items)) if items.len() == chunk.len() => items,
+            Some(Value::Array(items)) if items.len() == batch.len() => items,
             _ => {
-                for (lease, _, _) in chunk {
-                    lease.retry_renewal_later();
-                }
+                retry_later(node, batch.iter());
                 continue;
             }
         };
-        for ((lease, length, _), outcome) in chunk.iter().zip(outcomes) {
+        for ((lease, length, _), outcome) in batch.iter().zip(outcomes) {
+            // A lease released meanwhile has its outcome from the release.
+            if lease.is_finished() {
+                continue;
+            }
             match scripts::renewal(outcome) {
                 scripts::Renewal::Renewed => lease.renewed(sent_at, *length),
                 scripts::Renewal::NotHeld => lease.mark_lost(LossReason::TokenGone),
                 scripts::Renewal::Refused(_) => lease.retry_renewal_later(),
             }
+            node.watchdog.enqueue(lease);
         }
+    }
+}
+
+fn retry_later<'a>(node: &Node, leases: impl Iterator<Item = &'a Due>) {
+    for (lease, _, _) in leases {
+        lease.retry_renewal_later();
+        node.watchdog.enqueue(lease);
     }
 }
 
 /// Sends the renewal pipeline; loads the script and sends again if the
 /// server lost it. `None` when Redis did not answer usefully.
-async fn send_renewals(inner: &ClientInner, pipe: &redis::Pipeline) -> Option<Vec<Value>> {
+async fn send_renewals(node: &Node, pipe: &redis::Pipeline) -> Option<Vec<Value>> {
     for _ in 0..2 {
-        let replies: Vec<Value> = inner
-            .run("lease renewal", |mut conn| async move {
+        let replies: Vec<Value> = node
+            .connection
+            .run("lease renewal", |mut conn, _| async move {
                 pipe.query_async(&mut conn).await
             })
             .await
@@ -175,12 +272,28 @@ async fn send_renewals(inner: &ClientInner, pipe: &redis::Pipeline) -> Option<Ve
         if !replies.iter().any(scripts::is_noscript) {
             return Some(replies);
         }
-        inner
-            .run("loading the renew script", |mut conn| async move {
+        node.connection
+            .run("loading the renew script", |mut conn, _| async move {
                 RENEW.prepare_invoke().load_async(&mut conn).await
             })
             .await
             .ok()?;
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slot;
+
+    #[test]
+    fn slots_follow_the_hash_tag() {
+        // Known values from the Redis Cluster specification.
+        assert_eq!(slot("123456789"), 0x31c3);
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("{user1000}.following"), slot("user1000"));
+        assert_eq!(slot("leasehold:{a}:q"), slot("leasehold:{a}"));
+        // An empty tag does not count: the whole key is hashed.
+        assert_ne!(slot("{}a"), slot("{}b"));
+    }
 }

@@ -1,22 +1,26 @@
--- Take a free lock and hand out its fence.
--- KEYS[1] lock, KEYS[2] fence counter
--- ARGV[1] token, ARGV[2] lease in milliseconds
--- Returns {1, fence} when taken, {0, pttl of the holder} when busy.
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return {0, redis.call('PTTL', KEYS[1])}
+-- Take a free lock and hand out its fence (Mutex: a free lock goes to
+-- whoever asks; waiters queue so that a release wakes only one of them).
+-- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] queue records
+-- ARGV[1] token, ARGV[2] lease ms, ARGV[3] fence retention ms,
+-- ARGV[4] '1' to queue when busy, ARGV[5] heartbeat ms,
+-- ARGV[6] hand-off lease ms (unused here), ARGV[7] the waiting client's channel,
+-- ARGV[8] '1' when this token may be queued already
+-- Returns {1, fence, lease ms} when held, {0, pttl of the holder} when busy.
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if ARGV[8] == '1' then
+    leave_queue(KEYS[3], KEYS[4], ARGV[1])
+  end
+  return {1, next_fence(KEYS[2], server_us(), ARGV[3]), tonumber(ARGV[2])}
 end
--- The fence is a hybrid logical clock: it stays monotonic even when the
--- counter is lost (restart without persistence, failover to a stale replica),
--- as long as the server clock does not step back.
-local time = redis.call('TIME')
-local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local stored = tonumber(redis.call('GET', KEYS[2])) or 0
--- Anything leasehold did not write (NaN, infinities, beyond 2^53 where Lua
--- numbers stop being exact) counts as a lost counter.
-if stored ~= stored or stored < 0 or stored >= 9007199254740992 then
-  stored = 0
+-- pcall: a key of another type written by hand counts as held by someone else.
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
+  -- An earlier attempt of this wait took it, and its answer was lost.
+  if ARGV[8] == '1' then
+    leave_queue(KEYS[3], KEYS[4], ARGV[1])
+  end
+  return {1, tonumber(redis.call('GET', KEYS[2])) or -1, redis.call('PTTL', KEYS[1])}
 end
-local fence = math.max(math.floor(stored) + 1, now_us)
-redis.call('SET', KEYS[2], string.format('%.0f', fence))
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return {1, fence}
+if ARGV[4] == '1' then
+  enqueue(KEYS[3], KEYS[4], ARGV[1], math.floor(server_us() / 1000), ARGV[5], ARGV[6], 'm', ARGV[7])
+end
+return {0, redis.call('PTTL', KEYS[1])}

@@ -1,12 +1,22 @@
--- Release a lock held by this token and wake its waiters.
--- KEYS[1] lock, KEYS[2] notification channel
--- ARGV[1] token
+-- Release a lock held by this token, or take a waiter that gives up out of
+-- the queue; if that leaves the lock free, wake its first live waiter (a
+-- FairMutex waiter is handed the lock).
+-- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] queue records
+-- ARGV[1] token, ARGV[2] '1' when this token may be queued,
+-- ARGV[3] fence retention ms, ARGV[4] channel prefix
 -- Returns 1 when released, 0 when the token did not hold the lock.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+local released = 0
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  released = 1
+elseif ARGV[2] == '1' then
+  leave_queue(KEYS[3], KEYS[4], ARGV[1])
+  if holder then
+    return 0
+  end
+else
   return 0
 end
-redis.call('DEL', KEYS[1])
--- pcall: an ACL user without access to the channel still releases; its
--- waiters then wake on their timers.
-redis.pcall('PUBLISH', KEYS[2], 'released')
-return 1
+wake_first(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4])
+return released

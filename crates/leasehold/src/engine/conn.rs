@@ -1,0 +1,241 @@
+//! The command connection to one Redis: made on first use, checked when it
+//! has been idle, and replaced — never reused — once it stops answering.
+//!
+//! Every command is bounded by the command timeout here, and only here, so
+//! that a slow or paused Redis is reported as "did not answer within …"
+//! and a refused connection as "cannot reach".
+
+use std::future::Future;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::AsyncConnectionConfig;
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+
+/// A connection unused this long is checked with PING before it is trusted
+/// again: a peer that vanished without FIN or RST shows only when asked.
+const IDLE_CHECK: Duration = Duration::from_secs(15);
+
+/// What was learnt about the server when the connection was made.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ServerInfo {
+    /// When the server started, on the local monotonic clock (the latest
+    /// moment consistent with its reported uptime).
+    pub(crate) started: Instant,
+    /// The server runs in cluster mode: a script may only touch one slot.
+    pub(crate) cluster: bool,
+}
+
+#[derive(Clone)]
+struct Current {
+    conn: MultiplexedConnection,
+    generation: u64,
+    server: ServerInfo,
+}
+
+#[derive(Default)]
+struct Slot {
+    current: Option<Current>,
+    generation: u64,
+    last_answer: Option<Instant>,
+}
+
+/// One live connection handed out for a command, with what it was made for.
+pub(crate) struct Lease {
+    pub(crate) conn: MultiplexedConnection,
+    generation: u64,
+    pub(crate) server: ServerInfo,
+}
+
+pub(crate) struct Connection {
+    redis: redis::Client,
+    /// Host and port only: the URL may carry a password.
+    pub(crate) address: String,
+    pub(crate) timeout: Duration,
+    slot: Mutex<Slot>,
+    /// One connect at a time; the others wait for its outcome.
+    connecting: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("address", &self.address)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    pub(crate) fn new(redis: redis::Client, address: String, timeout: Duration) -> Self {
+        Connection {
+            redis,
+            address,
+            timeout,
+            slot: Mutex::default(),
+            connecting: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn slot(&self) -> MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A healthy connection, made (bounded by the command timeout) if there
+    /// is none. Nothing the caller asked for is sent by this.
+    pub(crate) async fn get(&self) -> Result<Lease> {
+        if let Some(lease) = self.fresh() {
+            return Ok(lease);
+        }
+        let _connecting = self.connecting.lock().await;
+        if let Some(lease) = self.fresh() {
+            return Ok(lease);
+        }
+        let stale = self.slot().current.take();
+        if let Some(current) = stale {
+            // Idle for a while: ask before trusting it again.
+            let mut conn = current.conn.clone();
+            let pong = tokio::time::timeout(
+                self.timeout,
+                redis::cmd("PING").query_async::<redis::Value>(&mut conn),
+            )
+            .await;
+            if matches!(pong, Ok(Ok(_))) {
+                let lease = Lease {
+                    conn: current.conn.clone(),
+                    generation: current.generation,
+                    server: current.server,
+                };
+                let mut slot = self.slot();
+                slot.current = Some(current);
+                slot.last_answer = Some(Instant::now());
+                return Ok(lease);
+            }
+        }
+        let (conn, server) = self.connect().await?;
+        let mut slot = self.slot();
+        slot.generation += 1;
+        let current = Current {
+            conn,
+            generation: slot.generation,
+            server,
+        };
+        slot.current = Some(current.clone());
+        slot.last_answer = Some(Instant::now());
+        Ok(Lease {
+            conn: current.conn,
+            generation: current.generation,
+            server: current.server,
+        })
+    }
+
+    fn fresh(&self) -> Option<Lease> {
+        let slot = self.slot();
+        let current = slot.current.as_ref()?;
+        if slot.last_answer.is_none_or(|at| at.elapsed() >= IDLE_CHECK) {
+            return None;
+        }
+        Some(Lease {
+            conn: current.conn.clone(),
+            generation: current.generation,
+            server: current.server,
+        })
+    }
+
+    async fn connect(&self) -> Result<(MultiplexedConnection, ServerInfo)> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(None)
+            .set_response_timeout(None);
+        let connect = async {
+            let mut conn = self
+                .redis
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            let (server, cluster): (String, String) = redis::pipe()
+                .cmd("INFO")
+                .arg("server")
+                .cmd("INFO")
+                .arg("cluster")
+                .query_async(&mut conn)
+                .await?;
+            Ok::<_, redis::RedisError>((conn, server, cluster))
+        };
+        let (conn, server, cluster) = match tokio::time::timeout(self.timeout, connect).await {
+            Ok(Ok(made)) => made,
+            Ok(Err(e)) => return Err(Error::redis(&self.address, "connect", e)),
+            Err(_) => return Err(Error::no_answer(&self.address, "connect", self.timeout)),
+        };
+        let uptime = info_field(&server, "uptime_in_seconds")
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or(0);
+        let now = Instant::now();
+        let info = ServerInfo {
+            started: now.checked_sub(Duration::from_secs(uptime)).unwrap_or(now),
+            cluster: info_field(&cluster, "cluster_enabled") == Some("1"),
+        };
+        Ok((conn, info))
+    }
+
+    /// Runs `f` on a healthy connection, bounded by the command timeout. A
+    /// connection that timed out or failed is dropped, so the next command
+    /// gets a new one.
+    pub(crate) async fn run<T, F, Fut>(&self, operation: &str, f: F) -> Result<T>
+    where
+        F: FnOnce(MultiplexedConnection, ServerInfo) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let lease = self.get().await?;
+        self.run_on(lease, operation, f).await
+    }
+
+    /// As [`run`](Self::run), on a connection already taken with [`get`](Self::get).
+    pub(crate) async fn run_on<T, F, Fut>(&self, lease: Lease, operation: &str, f: F) -> Result<T>
+    where
+        F: FnOnce(MultiplexedConnection, ServerInfo) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let generation = lease.generation;
+        match tokio::time::timeout(self.timeout, f(lease.conn, lease.server)).await {
+            Ok(Ok(value)) => {
+                self.slot().last_answer = Some(Instant::now());
+                Ok(value)
+            }
+            Ok(Err(e)) => {
+                if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+                    self.broken(generation);
+                } else {
+                    // The server answered, with an error.
+                    self.slot().last_answer = Some(Instant::now());
+                }
+                Err(Error::redis(&self.address, operation, e))
+            }
+            Err(_) => {
+                self.broken(generation);
+                Err(Error::no_answer(&self.address, operation, self.timeout))
+            }
+        }
+    }
+
+    /// Forgets the connection of `generation` if it is still the current one.
+    fn broken(&self, generation: u64) {
+        let mut slot = self.slot();
+        if slot
+            .current
+            .as_ref()
+            .is_some_and(|c| c.generation == generation)
+        {
+            slot.current = None;
+        }
+    }
+}
+
+/// The value of `field` in an `INFO` reply.
+fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines().find_map(|line| {
+        line.strip_prefix(field)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .map(str::trim)
+    })
+}

@@ -1,0 +1,153 @@
+//! Releasing: the release script, the pending release armed around every
+//! request that may take a lock, and the background releases that drops
+//! leave behind.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::engine::node::Node;
+use crate::engine::scripts;
+use crate::error::Result;
+use crate::keys::{millis, LockKeys};
+
+/// Releases `token` of `keys`, or takes it out of the waiter queue if it
+/// waits there (`queued`); wakes (or, for a fair waiter, hands the lock to)
+/// the next live waiter. `Ok(false)` when the token did not hold the lock.
+pub(crate) async fn release(
+    node: &Node,
+    keys: &LockKeys,
+    token: &str,
+    queued: bool,
+) -> Result<bool> {
+    let retention = millis(node.config.fence_retention).to_string();
+    let reply = node
+        .eval(
+            "release",
+            &scripts::RELEASE,
+            &[&keys.lock, &keys.fence, &keys.queue, &keys.records],
+            &[
+                token.as_bytes(),
+                if queued { b"1" } else { b"0" },
+                retention.as_bytes(),
+                keys.channels.as_bytes(),
+            ],
+        )
+        .await?;
+    scripts::flag("release", &reply)
+}
+
+/// Releases a token in the background unless disarmed: armed around every
+/// request that may take a lock or queue a waiter, so that a dropped or
+/// failed request whose command may have reached Redis never leaves the
+/// lock held by nobody, nor a waiter in the queue that nobody refreshes.
+pub(crate) struct PendingRelease {
+    node: Arc<Node>,
+    keys: LockKeys,
+    token: String,
+    queued: bool,
+    armed: bool,
+}
+
+impl PendingRelease {
+    pub(crate) fn arm(node: &Arc<Node>, keys: &LockKeys, token: &str) -> Self {
+        PendingRelease {
+            node: Arc::clone(node),
+            keys: keys.clone(),
+            token: token.to_owned(),
+            queued: false,
+            armed: true,
+        }
+    }
+
+    /// The token may be in the waiter queue from now on.
+    pub(crate) fn queued(&mut self) {
+        self.queued = true;
+    }
+
+    pub(crate) fn is_queued(&self) -> bool {
+        self.queued
+    }
+
+    pub(crate) fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for PendingRelease {
+    fn drop(&mut self) {
+        if self.armed {
+            release_in_background(
+                Arc::clone(&self.node),
+                self.keys.clone(),
+                std::mem::take(&mut self.token),
+                self.queued,
+            );
+        }
+    }
+}
+
+/// Releases started from drops, counted so that [`Background::idle`] can
+/// wait for them before the runtime shuts down and cancels them.
+#[derive(Debug, Default)]
+pub(crate) struct Background {
+    pending: AtomicUsize,
+    done: Notify,
+}
+
+impl Background {
+    /// Resolves once no background release is running.
+    pub(crate) async fn idle(&self) {
+        loop {
+            let done = self.done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            if self.pending.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            done.await;
+        }
+    }
+}
+
+/// Counts one background release for as long as its future exists, even if
+/// a shutting-down runtime drops it unpolled.
+struct Ticket(Arc<Node>);
+
+impl Ticket {
+    fn new(node: Arc<Node>) -> Self {
+        node.background.pending.fetch_add(1, Ordering::AcqRel);
+        Ticket(node)
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.0.background.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.background.done.notify_waiters();
+        }
+    }
+}
+
+/// Releases a token from a drop: a few tries, then the lease's expiry (or
+/// the waiter's heartbeat) is the safety net. Without a runtime only the
+/// expiry is left.
+pub(crate) fn release_in_background(node: Arc<Node>, keys: LockKeys, token: String, queued: bool) {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let ticket = Ticket::new(node);
+    handle.spawn(async move {
+        let node = &ticket.0;
+        // Three tries, 50 ms and 200 ms apart.
+        for pause in [50, 200] {
+            if release(node, &keys, &token, queued).await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+        }
+        let _ = release(node, &keys, &token, queued).await;
+    });
+}

@@ -1,0 +1,379 @@
+//! Taking a lock: one attempt, or a wait in the lock's waiter queue.
+//!
+//! A failed attempt puts the waiting client into the queue in Redis in the
+//! same script, with a heartbeat deadline on the server's clock. A release
+//! wakes the first live waiter alone (`Mutex`), or hands it the lock
+//! (`FairMutex`), with a message on that client's own channel for the lock.
+//! The waiter refreshes its heartbeat while it waits, and also wakes when
+//! the blocking lease can have run out, so a lost message only delays it.
+//! Passing faults (no answer, a lost connection, a server not ready) do not
+//! end a wait: it backs off and tries again until the wait runs out.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::engine::held::Held;
+use crate::engine::lease::local_deadline;
+use crate::engine::node::Node;
+use crate::engine::notify::Subscription;
+use crate::engine::release::PendingRelease;
+use crate::engine::{new_token, pttl, scripts, Kind, Request};
+use crate::error::{Error, Result};
+use crate::keys::{millis, MAX_LEASE};
+
+/// How long a waiter stays in the queue without a heartbeat: a waiter that
+/// died is passed over after this, and a lock handed to it comes back
+/// within this (the hand-off lease is no longer when the watchdog is on).
+pub(crate) const WAITER_HEARTBEAT: Duration = Duration::from_secs(3);
+/// How often a waiter refreshes its heartbeat (by trying again).
+const HEARTBEAT_REFRESH: Duration = Duration::from_secs(1);
+/// Backoff after a passing fault: from the first pause, doubling, capped.
+const FIRST_BACKOFF: Duration = Duration::from_millis(25);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// What one attempt found.
+enum Outcome {
+    /// Held by this token, with the lease Redis set (`ttl`) by a request
+    /// sent at `sent_at`.
+    Granted {
+        fence: u64,
+        ttl: Duration,
+        sent_at: Instant,
+    },
+    /// Held by someone else (or promised to an earlier waiter); the blocking
+    /// lease runs out within `pttl` if known.
+    Busy {
+        pttl: Option<Duration>,
+        sent_at: Instant,
+    },
+}
+
+/// One attempt without queueing: the lease if the lock was free.
+///
+/// Cancel safe: a request that may have taken the lock is undone in the
+/// background.
+pub(crate) async fn try_acquire(node: &Arc<Node>, request: &Request<'_>) -> Result<Option<Held>> {
+    let token = new_token()?;
+    let mut pending = None;
+    match attempt(node, request, &token, false, &mut pending).await? {
+        Outcome::Granted {
+            fence,
+            ttl,
+            sent_at,
+        } => {
+            if !usable(sent_at, ttl) {
+                // `pending` releases it on the way out.
+                return Err(late_grant(node, request));
+            }
+            if let Some(pending) = pending {
+                pending.disarm();
+            }
+            Ok(Some(Held::take(node, request, token, fence, sent_at, ttl)))
+        }
+        Outcome::Busy { .. } => {
+            if let Some(pending) = pending {
+                pending.disarm();
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// Waits for the lock, at most `wait` if given.
+///
+/// Cancel safe: dropping the future leaves nothing held and takes the
+/// waiter out of the queue, in the background.
+pub(crate) async fn acquire(
+    node: &Arc<Node>,
+    request: &Request<'_>,
+    wait: Option<Duration>,
+) -> Result<Held> {
+    let deadline = wait.map(|wait| Instant::now() + wait);
+    let mut seen = Seen::default();
+    let waiting = wait_for(node, request, wait, deadline, &mut seen);
+    let Some(deadline) = deadline else {
+        return waiting.await;
+    };
+    // A request in flight when the wait runs out gets one command timeout.
+    match tokio::time::timeout_at(deadline + node.config.command_timeout, waiting).await {
+        Ok(result) => result,
+        Err(_) => Err(seen.give_up(request, wait.unwrap_or_default())),
+    }
+}
+
+/// What a wait met, for the error it ends with.
+#[derive(Default)]
+struct Seen {
+    /// Some attempt got an answer.
+    answered: bool,
+    last_error: Option<Error>,
+}
+
+impl Seen {
+    /// The error a wait that ran out ends with: the last fault if Redis
+    /// never answered during the whole wait, else a timeout.
+    fn give_up(&mut self, request: &Request<'_>, wait: Duration) -> Error {
+        match self.last_error.take() {
+            Some(error) if !self.answered => error,
+            _ => Error::wait_timed_out(&request.keys.name, wait),
+        }
+    }
+}
+
+async fn wait_for(
+    node: &Arc<Node>,
+    request: &Request<'_>,
+    wait: Option<Duration>,
+    deadline: Option<Instant>,
+    seen: &mut Seen,
+) -> Result<Held> {
+    let keys = request.keys;
+    let waited = wait.unwrap_or_default();
+    let local = node.queues.queue(&keys.lock);
+    let _turn = match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, local.lock())
+            .await
+            .map_err(|_| Error::wait_timed_out(&keys.name, waited))?,
+        None => local.lock().await,
+    };
+    // A wait of zero is one attempt: it does not queue.
+    let queue = deadline.is_none_or(|d| d > Instant::now());
+    let channel = format!("{}{}", keys.channels, node.id);
+    let mut token = new_token()?;
+    let mut pending: Option<PendingRelease> = None;
+    let mut subscription: Option<Subscription> = None;
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        // The send time of the attempt that found the lock busy: a hand-off
+        // announced after it happened after that attempt ran.
+        let (blocked_for, busy_sent) =
+            match attempt(node, request, &token, queue, &mut pending).await {
+                Ok(Outcome::Granted {
+                    fence,
+                    ttl,
+                    sent_at,
+                }) => {
+                    seen.answered = true;
+                    if usable(sent_at, ttl) {
+                        if let Some(pending) = pending.take() {
+                            pending.disarm();
+                        }
+                        return Ok(Held::take(node, request, token, fence, sent_at, ttl));
+                    }
+                    // The answer came too late to use: let the lease go (in the
+                    // background, through `pending`) and wait on afresh.
+                    pending = None;
+                    token = new_token()?;
+                    pause(backoff_step(&mut backoff), deadline).await;
+                    continue;
+                }
+                Ok(Outcome::Busy { pttl, sent_at }) => {
+                    seen.answered = true;
+                    backoff = FIRST_BACKOFF;
+                    (pttl, sent_at)
+                }
+                Err(error) if error.is_transient() && queue => {
+                    // Keep the queue turn and try again on a healed connection.
+                    seen.last_error = Some(error);
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(seen.give_up(request, waited));
+                    }
+                    pause(backoff_step(&mut backoff), deadline).await;
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Err(seen.give_up(request, waited));
+        }
+        let Some(listening) = subscription.as_mut() else {
+            // Listen once the fast path failed; the next attempt covers a
+            // release that happened before the subscription was confirmed.
+            subscription = Some(node.notifier.subscribe(&channel, deadline).await);
+            continue;
+        };
+        // One millisecond past the PTTL, so the key has surely expired; and
+        // no later than the next heartbeat.
+        let nap = blocked_for
+            .map_or(HEARTBEAT_REFRESH, |p| {
+                p.min(MAX_LEASE) + Duration::from_millis(1)
+            })
+            .min(HEARTBEAT_REFRESH);
+        let mut until = now + nap;
+        if let Some(deadline) = deadline {
+            until = until.min(deadline);
+        }
+        match listen(listening, &token, until).await {
+            Heard::TryAgain => {}
+            Heard::HandedOver { fence } => {
+                let ttl = hand_off_lease(request);
+                if request.kind == Kind::Fair && usable(busy_sent, ttl) {
+                    if let Some(pending) = pending.take() {
+                        pending.disarm();
+                    }
+                    return Ok(Held::take(node, request, token, fence, busy_sent, ttl));
+                }
+                // Handed over too late to use: the attempt that follows
+                // finds it ours and lets it go.
+            }
+        }
+    }
+}
+
+/// Sleeps `step`, not past `deadline`.
+async fn pause(step: Duration, deadline: Option<Instant>) {
+    let mut until = Instant::now() + step;
+    if let Some(deadline) = deadline {
+        until = until.min(deadline);
+    }
+    tokio::time::sleep_until(until).await;
+}
+
+enum Heard {
+    TryAgain,
+    HandedOver { fence: u64 },
+}
+
+/// Sleeps until a message for `token` (or a "look again"), or `until`.
+async fn listen(subscription: &mut Subscription, token: &str, until: Instant) -> Heard {
+    loop {
+        tokio::select! {
+            message = subscription.inbox.recv() => {
+                let Some(message) = message else {
+                    tokio::time::sleep_until(until).await;
+                    return Heard::TryAgain;
+                };
+                if message.is_empty() {
+                    return Heard::TryAgain;
+                }
+                let text = String::from_utf8_lossy(&message);
+                let mut words = text.split(' ');
+                if words.next() != Some(token) {
+                    // For an earlier wait of this client: not ours.
+                    continue;
+                }
+                return match words.next().map(str::parse::<u64>) {
+                    Some(Ok(fence)) => Heard::HandedOver { fence },
+                    _ => Heard::TryAgain,
+                };
+            }
+            () = tokio::time::sleep_until(until) => return Heard::TryAgain,
+        }
+    }
+}
+
+/// The lease a release hands to this waiter: short while the watchdog is on
+/// (it renews to the full lease at once), so that a lock handed to a waiter
+/// that died comes back soon; the whole lease when it is off.
+fn hand_off_lease(request: &Request<'_>) -> Duration {
+    if request.renew {
+        request.lease.min(WAITER_HEARTBEAT)
+    } else {
+        request.lease
+    }
+}
+
+/// Whether a lease set to `ttl` by a request sent at `sent_at` still has
+/// more than a tenth of it left by the local clock.
+fn usable(sent_at: Instant, ttl: Duration) -> bool {
+    local_deadline(sent_at, ttl) > Instant::now() + ttl / 10
+}
+
+fn late_grant(node: &Node, request: &Request<'_>) -> Error {
+    Error::new(
+        crate::error::ErrorKind::Connection,
+        format!(
+            "redis at {} answered so late that the lease on lock {:?} had almost run out; it \
+             was given back: check the network and the server's load",
+            node.address(),
+            request.keys.name
+        ),
+    )
+}
+
+fn backoff_step(backoff: &mut Duration) -> Duration {
+    let step = *backoff;
+    *backoff = (*backoff * 2).min(MAX_BACKOFF);
+    // Jitter in [step/2, step): waiters that failed together spread out.
+    let half = step / 2;
+    let jitter =
+        getrandom::u64().unwrap_or(0) % u64::try_from(half.as_micros()).unwrap_or(1).max(1);
+    half + Duration::from_micros(jitter)
+}
+
+/// One attempt with `token`; `queue` puts it in the waiter queue when busy.
+/// Arms `pending` before anything is sent.
+async fn attempt(
+    node: &Arc<Node>,
+    request: &Request<'_>,
+    token: &str,
+    queue: bool,
+    pending: &mut Option<PendingRelease>,
+) -> Result<Outcome> {
+    let keys = request.keys;
+    // Nothing can be held before the request leaves: connect first, then
+    // arm the release that undoes a request cut off on its way.
+    let conn = node.connected().await?;
+    if let Some(left) = node.restart_grace_left(&conn.server) {
+        return Ok(Outcome::Busy {
+            pttl: Some(left),
+            sent_at: Instant::now(),
+        });
+    }
+    let pending = pending.get_or_insert_with(|| PendingRelease::arm(node, keys, token));
+    let was_queued = pending.is_queued();
+    if queue {
+        pending.queued();
+    }
+    let lease_ms = millis(request.lease).to_string();
+    let retention = millis(node.config.fence_retention).to_string();
+    let heartbeat = millis(WAITER_HEARTBEAT).to_string();
+    let hand_off = millis(hand_off_lease(request)).to_string();
+    let script = match request.kind {
+        Kind::Mutex => &scripts::ACQUIRE,
+        Kind::Fair => &scripts::FAIR_ACQUIRE,
+    };
+    let sent_at = Instant::now();
+    let reply = node
+        .eval_on(
+            conn,
+            "acquire",
+            script,
+            &[&keys.lock, &keys.fence, &keys.queue, &keys.records],
+            &[
+                token.as_bytes(),
+                lease_ms.as_bytes(),
+                retention.as_bytes(),
+                if queue { b"1" } else { b"0" },
+                heartbeat.as_bytes(),
+                hand_off.as_bytes(),
+                node.id.as_bytes(),
+                if was_queued { b"1" } else { b"0" },
+            ],
+        )
+        .await?;
+    let unexpected = || Error::unexpected_reply("acquire", &reply);
+    let redis::Value::Array(items) = &reply else {
+        return Err(unexpected());
+    };
+    let numbers: Option<Vec<i64>> = items.iter().map(scripts::as_int).collect();
+    match numbers.as_deref() {
+        Some(&[1, fence, ttl]) => {
+            let fence = u64::try_from(fence).map_err(|_| unexpected())?;
+            let ttl = pttl(ttl).ok_or_else(unexpected)?;
+            Ok(Outcome::Granted {
+                fence,
+                ttl,
+                sent_at,
+            })
+        }
+        Some(&[0, blocker]) => Ok(Outcome::Busy {
+            pttl: pttl(blocker),
+            sent_at,
+        }),
+        _ => Err(unexpected()),
+    }
+}

@@ -1,0 +1,178 @@
+//! The fair mutex: one holder at a time, fenced, first come first served.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::engine::Kind;
+use crate::error::Result;
+use crate::keys::{validate_lease, validate_wait, LockKeys};
+use crate::mutex::{Core, LockInfo, MutexGuard};
+
+/// A lock with one holder at a time that is granted in the order the
+/// waiters arrived at Redis, across every process. Made by
+/// [`Client::fair_mutex`]; cheap to clone.
+///
+/// A waiter that finds the lock busy joins the lock's queue in Redis. A
+/// release hands the lock straight to the first live waiter — the release
+/// script makes it the holder, with its fence, and tells it so — so the new
+/// holder starts without another round trip and nobody can barge in. A
+/// waiter that dies leaves the queue when its heartbeat (3 s) runs out; a
+/// lock handed to a waiter that died meanwhile comes back after the
+/// hand-off lease (the same 3 s while the watchdog is on, the lock's lease
+/// when it is off) and goes to the next.
+///
+/// Use it when waits must be bounded and even, for example many workers
+/// taking turns on one resource. A [`Mutex`](crate::Mutex) is cheaper when
+/// the lock is rarely contended. Guards, fences, the watchdog, losing a
+/// lease and cancel safety are those of the `Mutex`: see [`MutexGuard`].
+///
+/// ```no_run
+/// # async fn demo(client: leasehold::Client) -> leasehold::Result<()> {
+/// let lock = client.fair_mutex("ledger:eu")?;
+/// let guard = lock.acquire().await?; // in turn
+/// // write, passing guard.fence() along
+/// guard.release().await?; // hands the lock to the next in line
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct FairMutex {
+    core: Core,
+}
+
+impl fmt::Debug for FairMutex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.core.debug("FairMutex", f)
+    }
+}
+
+impl FairMutex {
+    pub(crate) fn new(client: Client, keys: LockKeys) -> Self {
+        FairMutex {
+            core: Core::new(client, keys, Kind::Fair),
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.core.keys.name
+    }
+
+    /// This lock with another lease length (the client's by default).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a zero
+    /// lease, one under 10 ms, or one over 24 h.
+    pub fn with_lease(mut self, lease: Duration) -> Result<Self> {
+        validate_lease(lease)?;
+        self.core.lease = lease;
+        Ok(self)
+    }
+
+    /// This lock with the watchdog on or off (the client's setting by
+    /// default), as [`Mutex::with_watchdog`](crate::Mutex::with_watchdog).
+    pub fn with_watchdog(mut self, on: bool) -> Self {
+        self.core.watchdog = on;
+        self
+    }
+
+    /// One attempt: the guard if the lock is free and nobody waits for it,
+    /// `None` otherwise (a try never jumps the queue).
+    ///
+    /// # Errors
+    ///
+    /// As [`Mutex::try_acquire`](crate::Mutex::try_acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Mutex::try_acquire`](crate::Mutex::try_acquire).
+    pub async fn try_acquire(&self) -> Result<Option<MutexGuard>> {
+        self.core.try_acquire().await
+    }
+
+    /// Waits in line as long as it takes for the lock.
+    ///
+    /// Passing faults do not end the wait and do not cost the waiter its
+    /// place, as long as its heartbeat is refreshed in time.
+    ///
+    /// # Errors
+    ///
+    /// As [`Mutex::acquire`](crate::Mutex::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future leaves the queue in the background,
+    /// and a lock handed over meanwhile is released, which hands it on to the
+    /// next waiter.
+    pub async fn acquire(&self) -> Result<MutexGuard> {
+        self.core.acquire(None).await
+    }
+
+    /// Waits in line at most `wait` for the lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`Mutex::acquire_timeout`](crate::Mutex::acquire_timeout).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`acquire`](FairMutex::acquire).
+    pub async fn acquire_timeout(&self, wait: Duration) -> Result<MutexGuard> {
+        validate_wait(wait)?;
+        self.core.acquire(Some(wait)).await
+    }
+
+    /// Releases the lock if `token` holds it, handing it to the next waiter.
+    ///
+    /// # Errors
+    ///
+    /// As [`Mutex::release_token`](crate::Mutex::release_token).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not release the lock.
+    pub async fn release_token(&self, token: &str) -> Result<()> {
+        self.core.release_token(token).await
+    }
+
+    /// Sets the remaining lease of `token` to `lease` if it still holds the lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`Mutex::extend_token`](crate::Mutex::extend_token).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not extend the lease.
+    pub async fn extend_token(&self, token: &str, lease: Duration) -> Result<()> {
+        self.core.extend_token(token, lease).await
+    }
+
+    /// Removes the lock whoever holds it and hands it to the first live
+    /// waiter: an admin action. Returns whether a lock was removed.
+    ///
+    /// # Errors
+    ///
+    /// As [`Mutex::force_release`](crate::Mutex::force_release).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not remove the lock.
+    pub async fn force_release(&self) -> Result<bool> {
+        self.core.force_release().await
+    }
+
+    /// The lock's state as Redis sees it now, with the number of clients in line.
+    ///
+    /// # Errors
+    ///
+    /// As [`Mutex::inspect`](crate::Mutex::inspect).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn inspect(&self) -> Result<LockInfo> {
+        self.core.inspect().await
+    }
+}
