@@ -26,9 +26,10 @@ pub(crate) struct LockKeys {
     /// Expires only after a long retention: fences must not go backwards,
     /// and the fence's clock term keeps them growing across its expiry.
     pub(crate) fence: String,
-    /// The waiter queue: arrival order, and each waiter's heartbeat record.
+    /// The waiter queue (arrival order), and the prefix of each waiter's
+    /// heartbeat key.
     pub(crate) queue: String,
-    pub(crate) records: String,
+    pub(crate) waiters: String,
     /// Each client's notification channel for this lock is this prefix
     /// followed by the client's id.
     pub(crate) channels: String,
@@ -42,7 +43,7 @@ impl LockKeys {
             name: name.to_owned(),
             fence: format!("{lock}:fence"),
             queue: format!("{lock}:q"),
-            records: format!("{lock}:qr"),
+            waiters: format!("{lock}:w:"),
             channels: format!("{lock}:ch:"),
             lock,
         })
@@ -153,7 +154,7 @@ mod tests {
         assert_eq!(keys.lock, "app:{jobs:nightly}");
         assert_eq!(keys.fence, "app:{jobs:nightly}:fence");
         assert_eq!(keys.queue, "app:{jobs:nightly}:q");
-        assert_eq!(keys.records, "app:{jobs:nightly}:qr");
+        assert_eq!(keys.waiters, "app:{jobs:nightly}:w:");
         assert_eq!(keys.channels, "app:{jobs:nightly}:ch:");
     }
 

@@ -286,7 +286,7 @@ impl Core {
             .eval(
                 "force-release",
                 &scripts::FORCE_RELEASE,
-                &[&keys.lock, &keys.fence, &keys.queue, &keys.records],
+                &[&keys.lock, &keys.fence, &keys.queue, &keys.waiters],
                 &[retention.as_bytes(), keys.channels.as_bytes()],
             )
             .await?;

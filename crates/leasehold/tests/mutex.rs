@@ -426,3 +426,113 @@ async fn keys_written_by_hand_give_errors_or_waits_never_panics() {
         next.release().await.unwrap();
     }
 }
+
+/// `lost()` awaited before an extend that shortens the lease wakes at the
+/// new deadline, not the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_wakes_at_a_deadline_moved_earlier() {
+    let server = RedisServer::start();
+    let guard = Arc::new(hold(&server, LONG, false).await);
+    let watching = {
+        let guard = Arc::clone(&guard);
+        tokio::spawn(async move { guard.lost().await })
+    };
+    // Let the watcher park on the old, 30 s deadline.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    guard.extend(Duration::from_millis(200)).await.unwrap();
+    tokio::time::timeout(LONG / 3, watching)
+        .await
+        .expect("lost() slept towards the old deadline")
+        .unwrap();
+    assert!(guard.is_lost());
+}
+
+/// The fence counter expires after its retention (a week by default), so
+/// per-entity lock names do not pile up in Redis; fences keep growing when
+/// it is gone.
+#[tokio::test]
+async fn the_fence_counter_expires_and_fences_still_grow() {
+    let server = RedisServer::start();
+    let mutex = client(&server).mutex("job").unwrap();
+    let first = mutex.try_acquire().await.unwrap().unwrap();
+    let ttl: i64 = cmd(&server, &["PTTL", "leasehold:{job}:fence"]).await;
+    let week = i64::try_from(leasehold::DEFAULT_FENCE_RETENTION.as_millis()).unwrap();
+    assert!(
+        ttl > week - 60_000 && ttl <= week,
+        "fence counter ttl {ttl}"
+    );
+    let fence = first.fence();
+    first.release().await.unwrap();
+    // As if the retention had run out.
+    let _: i64 = cmd(&server, &["DEL", "leasehold:{job}:fence"]).await;
+    let next = mutex.try_acquire().await.unwrap().unwrap();
+    assert!(next.fence() > fence);
+    next.release().await.unwrap();
+    // Nothing leasehold leaves behind lives forever.
+    let keys: Vec<String> = cmd(&server, &["KEYS", "leasehold:*"]).await;
+    for key in keys {
+        let ttl: i64 = cmd(&server, &["PTTL", &key]).await;
+        assert!(ttl > 0, "{key} has no expiry");
+    }
+    let err = Client::builder(server.url())
+        .fence_retention(Duration::from_secs(60))
+        .build()
+        .unwrap_err();
+    assert!(err.is_invalid_input(), "{err:?}");
+}
+
+/// Waiting clients cost Redis about the same per acquisition whether two
+/// or sixteen of them wait: a release wakes one waiter, not all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_calls_per_acquisition_stay_flat_as_waiters_grow() {
+    async fn calls_per_acquisition(clients: usize) -> f64 {
+        const ROUNDS: usize = 6;
+        let server = RedisServer::start();
+        let mut warm = Vec::new();
+        for _ in 0..clients {
+            let client = client_with(&server, LONG, false);
+            let mutex = client.mutex("job").unwrap();
+            mutex
+                .try_acquire()
+                .await
+                .unwrap()
+                .unwrap()
+                .release()
+                .await
+                .unwrap();
+            warm.push(mutex);
+        }
+        let _: () = cmd(&server, &["CONFIG", "RESETSTAT"]).await;
+        let mut tasks = Vec::new();
+        for mutex in warm {
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..ROUNDS {
+                    let guard = mutex.acquire_timeout(LONG).await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let stats: String = cmd(&server, &["INFO", "commandstats"]).await;
+        let calls: u64 = stats
+            .lines()
+            .filter(|l| !l.starts_with("cmdstat_info:") && !l.starts_with("cmdstat_config:"))
+            .filter_map(|l| l.split("calls=").nth(1))
+            .filter_map(|rest| rest.split(',').next())
+            .map(|n| n.parse::<u64>().unwrap())
+            .sum();
+        calls as f64 / (clients * ROUNDS) as f64
+    }
+    let two = calls_per_acquisition(2).await;
+    let sixteen = calls_per_acquisition(16).await;
+    // Waking every waiter made this grow with the waiters (35 calls per
+    // acquisition with 8 clients); one wake per release keeps it flat.
+    assert!(
+        sixteen <= two * 1.6 + 2.0,
+        "{two:.1} calls per acquisition with 2 waiting clients, {sixteen:.1} with 16"
+    );
+    assert!(sixteen < 30.0, "{sixteen:.1} calls per acquisition with 16");
+}

@@ -338,6 +338,14 @@ async fn serve(
             command = commands.recv() => match command {
                 None => return Ended::Closed,
                 Some(Command::Subscribe(channel, confirm)) => {
+                    let confirmed = shared.upgrade().is_some_and(|s| {
+                        s.state().channels.get(&channel).is_some_and(|c| c.confirmed)
+                    });
+                    if confirmed {
+                        // Taken along when this connection was made.
+                        let _ = confirm.send(true);
+                        continue;
+                    }
                     let outcome = subscribe(&mut sink, &channel, timeout).await;
                     if outcome == Subscribed::Yes {
                         if let Some(s) = shared.upgrade() {

@@ -27,7 +27,7 @@ pub(crate) async fn release(
         .eval(
             "release",
             &scripts::RELEASE,
-            &[&keys.lock, &keys.fence, &keys.queue, &keys.records],
+            &[&keys.lock, &keys.fence, &keys.queue, &keys.waiters],
             &[
                 token.as_bytes(),
                 if queued { b"1" } else { b"0" },
@@ -65,10 +65,6 @@ impl PendingRelease {
     /// The token may be in the waiter queue from now on.
     pub(crate) fn queued(&mut self) {
         self.queued = true;
-    }
-
-    pub(crate) fn is_queued(&self) -> bool {
-        self.queued
     }
 
     pub(crate) fn disarm(mut self) {

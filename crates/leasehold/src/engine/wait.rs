@@ -323,8 +323,9 @@ async fn attempt(
             sent_at: Instant::now(),
         });
     }
+    // Sent before: this token may hold the lock or be queued already.
+    let sent_before = pending.is_some();
     let pending = pending.get_or_insert_with(|| PendingRelease::arm(node, keys, token));
-    let was_queued = pending.is_queued();
     if queue {
         pending.queued();
     }
@@ -342,7 +343,7 @@ async fn attempt(
             conn,
             "acquire",
             script,
-            &[&keys.lock, &keys.fence, &keys.queue, &keys.records],
+            &[&keys.lock, &keys.fence, &keys.queue, &keys.waiters],
             &[
                 token.as_bytes(),
                 lease_ms.as_bytes(),
@@ -351,7 +352,7 @@ async fn attempt(
                 heartbeat.as_bytes(),
                 hand_off.as_bytes(),
                 node.id.as_bytes(),
-                if was_queued { b"1" } else { b"0" },
+                if sent_before { b"1" } else { b"0" },
             ],
         )
         .await?;

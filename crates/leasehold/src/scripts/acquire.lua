@@ -1,10 +1,10 @@
 -- Take a free lock and hand out its fence (Mutex: a free lock goes to
 -- whoever asks; waiters queue so that a release wakes only one of them).
--- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] queue records
+-- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[3] fence retention ms,
 -- ARGV[4] '1' to queue when busy, ARGV[5] heartbeat ms,
--- ARGV[6] hand-off lease ms (unused here), ARGV[7] the waiting client's channel,
--- ARGV[8] '1' when this token may be queued already
+-- ARGV[6] hand-off lease ms, ARGV[7] the waiting client's channel,
+-- ARGV[8] '1' when this token was sent before (it may hold or be queued)
 -- Returns {1, fence, lease ms} when held, {0, pttl of the holder} when busy.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if ARGV[8] == '1' then
@@ -13,14 +13,12 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {1, next_fence(KEYS[2], server_us(), ARGV[3]), tonumber(ARGV[2])}
 end
 -- pcall: a key of another type written by hand counts as held by someone else.
-if redis.pcall('GET', KEYS[1]) == ARGV[1] then
-  -- An earlier attempt of this wait took it, and its answer was lost.
-  if ARGV[8] == '1' then
-    leave_queue(KEYS[3], KEYS[4], ARGV[1])
-  end
+if ARGV[8] == '1' and redis.pcall('GET', KEYS[1]) == ARGV[1] then
+  -- An earlier attempt with this token took it, and its answer was lost.
+  leave_queue(KEYS[3], KEYS[4], ARGV[1])
   return {1, tonumber(redis.call('GET', KEYS[2])) or -1, redis.call('PTTL', KEYS[1])}
 end
 if ARGV[4] == '1' then
-  enqueue(KEYS[3], KEYS[4], ARGV[1], math.floor(server_us() / 1000), ARGV[5], ARGV[6], 'm', ARGV[7])
+  enqueue(KEYS[3], KEYS[4], ARGV[1], ARGV[8], ARGV[5], ARGV[6], 'm', ARGV[7])
 end
 return {0, redis.call('PTTL', KEYS[1])}

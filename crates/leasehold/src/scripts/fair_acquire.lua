@@ -1,6 +1,6 @@
 -- Take a fair lock: it goes to the first live waiter, and to a newcomer only
 -- when nobody waits. A release hands it to the head of the queue itself
--- (fair_release.lua); this script also reports such a hand-off.
+-- (see wake_first); this script also reports such a hand-off.
 -- KEYS and ARGV as acquire.lua; ARGV[6] is the lease a release hands over.
 -- Returns {1, fence, remaining lease ms} when held, {0, pttl of the holder}
 -- when busy (-2 when free but promised to an earlier waiter).
@@ -11,19 +11,17 @@ if holder == ARGV[1] then
   leave_queue(KEYS[3], KEYS[4], ARGV[1])
   return {1, tonumber(redis.call('GET', KEYS[2])) or -1, redis.call('PTTL', KEYS[1])}
 end
-local now_us = server_us()
-local now_ms = math.floor(now_us / 1000)
 if not holder then
-  local head = first_live(KEYS[3], KEYS[4], now_ms)
+  local head = first_live(KEYS[3], KEYS[4])
   if not head or head == ARGV[1] then
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
     if head then
       leave_queue(KEYS[3], KEYS[4], ARGV[1])
     end
-    return {1, next_fence(KEYS[2], now_us, ARGV[3]), tonumber(ARGV[2])}
+    return {1, next_fence(KEYS[2], server_us(), ARGV[3]), tonumber(ARGV[2])}
   end
 end
 if ARGV[4] == '1' then
-  enqueue(KEYS[3], KEYS[4], ARGV[1], now_ms, ARGV[5], ARGV[6], 'f', ARGV[7])
+  enqueue(KEYS[3], KEYS[4], ARGV[1], ARGV[8], ARGV[5], ARGV[6], 'f', ARGV[7])
 end
 return {0, redis.call('PTTL', KEYS[1])}

@@ -1,11 +1,12 @@
 -- Shared by every script (prepended to each): the server's clock, fences,
 -- and the waiter queue.
 --
--- The waiter queue of a lock is two keys under its hash tag: a sorted set
--- (token -> arrival number) and a hash (token -> "heartbeat_deadline_ms
--- hand_off_lease_ms mode channel", mode 'f' for a waiter that is handed the
--- lock, 'm' for one that is woken to try). Both expire with the freshest
--- heartbeat.
+-- The waiter queue of a lock is a sorted set (token -> arrival time on the
+-- server's clock, µs) plus one key per waiter, `<waiters prefix><token>`,
+-- holding "hand_off_lease_ms mode channel" (mode 'f' for a waiter that is
+-- handed the lock, 'm' for one that is woken to try) and expiring with the
+-- waiter's heartbeat. A waiter whose key is gone has died. The sorted set
+-- expires with the freshest heartbeat. All of them share the lock's hash tag.
 
 local function server_us()
   local time = redis.call('TIME')
@@ -33,49 +34,44 @@ local function next_fence(key, now_us, retention)
   return now_us
 end
 
-local function leave_queue(queue, records, token)
+local function leave_queue(queue, waiters, token)
   redis.call('ZREM', queue, token)
-  redis.call('HDEL', records, token)
+  redis.call('DEL', waiters .. token)
 end
 
--- The first waiter whose heartbeat has not passed, after removing the dead
--- ones before it: token, hand-off lease (ms), mode and channel, or nil. `now_ms`
--- is read from the server's clock only when someone waits.
-local function first_live(queue, records, now_ms)
+-- The first waiter whose heartbeat has not run out, after removing the dead
+-- ones before it: token, hand-off lease (ms), mode and channel, or nil.
+local function first_live(queue, waiters)
   while true do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if not head then
       return nil
     end
-    now_ms = now_ms or math.floor(server_us() / 1000)
-    local record = redis.call('HGET', records, head)
+    local record = redis.call('GET', waiters .. head)
     if record then
-      local deadline, hand_off, mode, channel = string.match(record, '^(%d+) (%d+) (%a) (.*)$')
-      if deadline and tonumber(deadline) >= now_ms then
+      local hand_off, mode, channel = string.match(record, '^(%d+) (%a) (.*)$')
+      if hand_off then
         return head, hand_off, mode, channel
       end
     end
-    leave_queue(queue, records, head)
+    leave_queue(queue, waiters, head)
   end
 end
 
 -- Puts `token` at the back of the queue unless it is in it already, and
--- refreshes its heartbeat.
-local function enqueue(queue, records, token, now_ms, heartbeat, hand_off, mode, channel)
-  if not redis.call('ZSCORE', queue, token) then
-    local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')[2]
-    redis.call('ZADD', queue, (tonumber(last) or 0) + 1, token)
+-- refreshes its heartbeat. `known` says it may be queued already.
+local function enqueue(queue, waiters, token, known, heartbeat, hand_off, mode, channel)
+  if known ~= '1' or not redis.call('ZSCORE', queue, token) then
+    redis.call('ZADD', queue, 'NX', string.format('%.0f', server_us()), token)
   end
-  redis.call('HSET', records, token,
-    string.format('%.0f %s %s %s', now_ms + tonumber(heartbeat), hand_off, mode, channel))
   redis.call('PEXPIRE', queue, heartbeat)
-  redis.call('PEXPIRE', records, heartbeat)
+  redis.call('SET', waiters .. token, hand_off .. ' ' .. mode .. ' ' .. channel, 'PX', heartbeat)
 end
 
 -- Wakes the first live waiter of a free lock: a fair waiter ('f') is handed
 -- the lock with its fence, any other is told to try.
-local function wake_first(lock, fence_key, queue, records, retention, channels)
-  local head, hand_off, mode, channel = first_live(queue, records, nil)
+local function wake_first(lock, fence_key, queue, waiters, retention, channels)
+  local head, hand_off, mode, channel = first_live(queue, waiters)
   if not head then
     return
   end
@@ -83,7 +79,7 @@ local function wake_first(lock, fence_key, queue, records, retention, channels)
   -- waiter then learns on its own timer.
   if mode == 'f' then
     redis.call('SET', lock, head, 'PX', hand_off)
-    leave_queue(queue, records, head)
+    leave_queue(queue, waiters, head)
     local fence = next_fence(fence_key, server_us(), retention)
     redis.pcall('PUBLISH', channels .. channel, string.format('%s %.0f', head, fence))
   else

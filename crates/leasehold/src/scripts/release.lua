@@ -1,7 +1,7 @@
 -- Release a lock held by this token, or take a waiter that gives up out of
 -- the queue; if that leaves the lock free, wake its first live waiter (a
 -- FairMutex waiter is handed the lock).
--- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] queue records
+-- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix
 -- ARGV[1] token, ARGV[2] '1' when this token may be queued,
 -- ARGV[3] fence retention ms, ARGV[4] channel prefix
 -- Returns 1 when released, 0 when the token did not hold the lock.

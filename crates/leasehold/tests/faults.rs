@@ -1,0 +1,253 @@
+//! What the lease engine does when things break: restarts, pauses, slow and
+//! frozen connections, and releases that race renewals. Every fault is made
+//! for real, with the test kit's servers and fault proxy.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{client_with, cmd, eventually, impatient};
+use leasehold::Client;
+use leasehold_testkit::{FaultProxy, RedisServer};
+
+const LONG: Duration = Duration::from_secs(30);
+
+async fn held_in_redis(server: &RedisServer, name: &str) -> bool {
+    cmd::<bool>(server, &["EXISTS", &format!("leasehold:{{{name}}}")]).await
+}
+
+/// A Redis restart that is over in moments must not end a wait: the waiter
+/// keeps trying on a new connection and takes the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_rides_out_a_quick_restart() {
+    let mut server = RedisServer::start();
+    let holder = client_with(&server, LONG, false);
+    let _held = holder.mutex("job").unwrap().acquire().await.unwrap();
+    let waiter = impatient(&server.url());
+    let mutex = waiter.mutex("job").unwrap();
+    let waiting = tokio::spawn(async move { mutex.acquire_timeout(LONG).await });
+    eventually("the waiter to queue", || async {
+        cmd::<u64>(&server, &["ZCARD", "leasehold:{job}:q"]).await == 1
+    })
+    .await;
+    // Without persistence the restart forgets the lock: the waiter gets it.
+    server.stop();
+    server.restart();
+    let guard = waiting
+        .await
+        .unwrap()
+        .expect("the wait ended on the restart");
+    assert!(!guard.is_lost());
+    guard.release().await.unwrap();
+}
+
+/// `CLIENT PAUSE` longer than the command timeout: every attempt of the
+/// waiter times out meanwhile, and the wait still ends with the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_rides_out_a_pause_longer_than_the_command_timeout() {
+    let server = RedisServer::start();
+    let holder = client_with(&server, Duration::from_millis(600), false);
+    let held = holder.mutex("job").unwrap().acquire().await.unwrap();
+    let waiter = impatient(&server.url()); // 500 ms command timeout
+    let mutex = waiter.mutex("job").unwrap();
+    let waiting = tokio::spawn(async move { mutex.acquire_timeout(LONG).await });
+    eventually("the waiter to queue", || async {
+        cmd::<u64>(&server, &["ZCARD", "leasehold:{job}:q"]).await == 1
+    })
+    .await;
+    let _: () = cmd(&server, &["CLIENT", "PAUSE", "1500", "ALL"]).await;
+    let guard = waiting.await.unwrap().expect("the wait ended on the pause");
+    assert!(guard.fence() > held.fence());
+    guard.release().await.unwrap();
+}
+
+/// A grant whose reply arrives after the lease ran out is never handed out:
+/// it is given back, and the lock is not left held by nobody.
+#[tokio::test]
+async fn a_late_grant_is_given_back_not_handed_out() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let client = Client::builder(proxy.url())
+        .lease(Duration::from_millis(300))
+        .command_timeout(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let mutex = client.mutex("job").unwrap();
+    // Warm the connection and the script cache first.
+    mutex
+        .try_acquire()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    proxy.set_reply_latency(Duration::from_millis(600));
+    let err = mutex.try_acquire().await.unwrap_err();
+    assert!(err.is_connection(), "{err:?}");
+    assert!(err.to_string().contains("late"), "{err}");
+    let err = mutex
+        .acquire_timeout(Duration::from_secs(2))
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout() || err.is_connection(), "{err:?}");
+    proxy.heal();
+    client.flush().await;
+    eventually("the late grants to be given back", || async {
+        !held_in_redis(&server, "job").await
+    })
+    .await;
+    let again = mutex.try_acquire().await.unwrap();
+    assert!(again.is_some(), "the lock was left held");
+}
+
+/// A command connection that goes silent (no FIN, no RST) is replaced after
+/// one timeout: a lease renewed over it survives, and the next operation
+/// works at once on a new connection.
+#[tokio::test]
+async fn a_half_open_connection_is_replaced() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let client = Client::builder(proxy.url())
+        .lease(Duration::from_secs(3))
+        .command_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let guard = client.mutex("job").unwrap().acquire().await.unwrap();
+    proxy.freeze_existing();
+    // Past two renewal times and past the whole lease: the first renewal on
+    // the frozen connection times out, the next one uses a new connection.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert!(
+        !guard.is_lost(),
+        "the lease was lost on a frozen connection"
+    );
+    let other = client.mutex("other").unwrap();
+    other
+        .try_acquire()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert!(proxy.connections() >= 2, "no new connection was made");
+    guard.release().await.unwrap();
+}
+
+/// A slow Redis is reported as slow, not as out of reach.
+#[tokio::test]
+async fn a_paused_redis_is_reported_as_not_answering() {
+    let server = RedisServer::start();
+    let client = impatient(&server.url());
+    let mutex = client.mutex("job").unwrap();
+    mutex
+        .try_acquire()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let _: () = cmd(&server, &["CLIENT", "PAUSE", "1500", "ALL"]).await;
+    let err = mutex.try_acquire().await.unwrap_err();
+    assert!(err.is_connection(), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains("did not answer"), "{message}");
+    assert!(!message.contains("cannot reach"), "{message}");
+}
+
+/// A release that races a renewal whose script was flushed (so the renewal
+/// is sent twice) must not report a loss for a lease that held to the end.
+#[tokio::test]
+async fn a_release_never_loses_to_a_late_renewal() {
+    let server = RedisServer::start();
+    let client = client_with(&server, Duration::from_millis(150), true);
+    let mutex = client.mutex("job").unwrap();
+    for round in 0..20u64 {
+        let guard = mutex.acquire().await.unwrap();
+        // Around the first renewal, at 50 ms.
+        tokio::time::sleep(Duration::from_millis(40 + round % 15)).await;
+        let _: () = cmd(&server, &["SCRIPT", "FLUSH"]).await;
+        guard
+            .release()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+    }
+}
+
+/// After a restart without persistence the release learns the lock was
+/// gone; with Redis gone for good it says the outcome is unknown.
+#[tokio::test]
+async fn a_release_knows_its_outcome() {
+    let mut server = RedisServer::start();
+    let client = client_with(&server, LONG, true);
+    let mutex = client.mutex("job").unwrap();
+
+    let guard = mutex.acquire().await.unwrap();
+    server.stop();
+    server.restart();
+    let err = guard.release().await.unwrap_err();
+    assert!(err.is_not_held(), "{err:?}");
+
+    let guard = mutex.acquire().await.unwrap();
+    server.stop();
+    let err = guard.release().await.unwrap_err();
+    assert!(err.is_connection(), "{err:?}");
+    assert!(err.to_string().contains("unknown"), "{err}");
+}
+
+/// With a restart grace, a server that has just started grants nothing
+/// until the grace has passed since it started.
+#[tokio::test]
+async fn no_grant_within_the_restart_grace() {
+    let server = RedisServer::start();
+    let client = Client::builder(server.url())
+        .restart_grace(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let mutex = client.mutex("job").unwrap();
+    let uptime: String = cmd(&server, &["INFO", "server"]).await;
+    let young = uptime
+        .lines()
+        .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .is_some_and(|s| s == 0);
+    if young {
+        assert!(mutex.try_acquire().await.unwrap().is_none());
+    }
+    let guard = mutex
+        .acquire_timeout(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let uptime: String = cmd(&server, &["INFO", "server"]).await;
+    let seconds = uptime
+        .lines()
+        .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap();
+    assert!(seconds >= 2, "granted at uptime {seconds}s");
+    guard.release().await.unwrap();
+}
+
+/// A cluster-mode server refuses a script that touches several slots: the
+/// watchdog's batches must keep to one slot each.
+#[tokio::test]
+async fn renewals_keep_to_one_slot_on_a_cluster_node() {
+    let server = RedisServer::start_cluster_node();
+    let client = client_with(&server, Duration::from_millis(600), true);
+    let mut guards = Vec::new();
+    for i in 0..20 {
+        let mutex = client.mutex(&format!("job-{i}")).unwrap();
+        guards.push(mutex.acquire().await.unwrap());
+    }
+    // Several renewal rounds.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for guard in &guards {
+        assert!(!guard.is_lost(), "{} was lost", guard.name());
+        assert!(held_in_redis(&server, guard.name()).await);
+    }
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}
