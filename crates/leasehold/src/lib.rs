@@ -24,10 +24,15 @@
 //!
 //! | you need | use |
 //! |---|---|
-//! | one holder at a time | [`Mutex`] |
+//! | one holder at a time, cheapest under light contention | [`Mutex`] |
+//! | one holder at a time, first come first served, even waits | [`FairMutex`] |
 //!
-//! Read-write locks, fair (FIFO) locks, semaphores and Redlock over several
-//! independent Redis servers are built on the same lease engine and follow.
+//! Both are fenced and renewed the same way and hand out the same
+//! [`MutexGuard`]. A `Mutex` lets a free lock go to whoever asks first, so a
+//! holder that releases and asks again often gets it straight back; a
+//! `FairMutex` hands the lock to the first waiter in line inside the release
+//! itself. Read-write locks, semaphores and Redlock over several independent
+//! Redis servers are built on the same lease engine and follow.
 //!
 //! # The safety model
 //!
@@ -48,25 +53,65 @@
 //!
 //! Fences are built as a hybrid logical clock (the larger of the stored
 //! counter + 1 and the server's time in microseconds), so they keep growing
-//! even if Redis loses the counter in a restart without persistence.
+//! even if Redis loses the counter in a restart without persistence, and the
+//! counter may expire after a retention with no acquisition (a week by
+//! default, [`ClientBuilder::fence_retention`]) instead of piling up one key
+//! per lock name ever used. The one assumption: the Redis host's clock does
+//! not step back by more than the retention.
+//!
+//! What a single Redis can lose: a restart without persistence forgets every
+//! lock at once, and a waiter may then take a lock whose old holder learns
+//! of the loss only at its next renewal. [`ClientBuilder::restart_grace`]
+//! closes that window from the client: no lock is granted by a server that
+//! has been up for less than the grace, so every holder from before the
+//! restart has passed its local deadline first. A failover to a replica that
+//! missed the write, and eviction (run Redis with `maxmemory-policy
+//! noeviction`), lose locks the same way; fences are what keeps a resource
+//! safe through all of them.
 //!
 //! # Leases, the watchdog, and losing a lock
 //!
 //! By default a held lease is renewed at a third of its length by one
-//! watchdog task per [`Client`], which renews every lease due at once in one
-//! round trip. The guard keeps a local deadline on the monotonic clock
+//! watchdog task per [`Client`]. Leases wait for it in a queue ordered by
+//! renewal time, and every lease due at once is renewed in one round trip
+//! (one script per 256 leases, and per hash slot on a cluster-mode server),
+//! so holding twenty thousand leases costs an acquire or release nothing
+//! extra. The guard keeps a local deadline on the monotonic clock
 //! (`sent_at + lease − drift`) that moves only when a renewal succeeds. When
 //! a renewal finds the lock gone, or the deadline passes without one (Redis
 //! out of reach), the lease is lost: [`MutexGuard::lost`] resolves and
-//! [`MutexGuard::is_lost`] turns true for good.
+//! [`MutexGuard::is_lost`] turns true for good. A release waits for a
+//! renewal in flight, so their answers are never applied out of order.
 //!
 //! # Waiting
 //!
-//! A waiter does not poll. It tries once; if the lock is busy it subscribes
-//! to the lock's release channel and sleeps until a release is published, the
-//! holder's lease can have expired, or its own wait runs out, then tries
-//! again. Tasks of one client waiting for one lock queue locally, so only
-//! one of them talks to Redis.
+//! A waiter does not poll. A failed attempt puts the waiting client into the
+//! lock's waiter queue in Redis, in the same script. A release wakes the
+//! first live waiter alone, with a message on that client's own channel for
+//! the lock (a `FairMutex` release makes it the holder first), so the work
+//! Redis does per release does not grow with the number of waiters. A waiter
+//! also wakes when the holder's lease can have run out, and once a second to
+//! refresh its heartbeat: a waiter whose heartbeat runs out (3 s: its process
+//! died) is passed over. Tasks of one client waiting for one lock queue
+//! locally, so only one of them is in the queue in Redis.
+//!
+//! A wait rides out passing faults: when Redis does not answer, the
+//! connection fails, or the server is still loading, the waiter keeps its
+//! place, backs off (jittered, up to a second) and tries again on a new
+//! connection until its wait runs out; only a wait that never reached Redis
+//! ends with the connection error. A grant whose answer arrives so late
+//! that the lease has (almost) run out is never handed out: it is given
+//! back and the wait goes on.
+//!
+//! # Connections
+//!
+//! Each [`Client`] keeps one command connection and one subscriber
+//! connection. A command connection that does not answer within the command
+//! timeout is replaced, not reused, and one that has been idle is checked
+//! with PING first, so a connection left half-open by a vanished peer or a
+//! dropped NAT entry heals at the next operation. Errors say which happened:
+//! "did not answer within …" for a slow or paused Redis, "cannot reach" for
+//! a refused connection.
 //!
 //! # Cancellation
 //!
@@ -80,14 +125,16 @@
 //! # Keys
 //!
 //! A lock called `name` lives at `<prefix>:{name}`, with its fence counter at
-//! `<prefix>:{name}:fence` (never expires) and its release channel at
-//! `<prefix>:{name}:ch`. Names are non-empty UTF-8 of at most 1024 bytes
-//! without `{` or `}`.
+//! `<prefix>:{name}:fence` (expires after the fence retention), its waiter
+//! queue at `<prefix>:{name}:q` with one heartbeat key per waiter under
+//! `<prefix>:{name}:w:`, and each client's notification channel under
+//! `<prefix>:{name}:ch:`. Every key expires on its own. Names are non-empty
+//! UTF-8 of at most 1024 bytes without `{` or `}`.
 //!
 //! An ACL user needs access to both the keys and the channels, for example
 //! `~leasehold:* &leasehold:*`. Redis 7 gives a new user no channels; without
 //! them locks still work, but waiters hear no releases and wake only when the
-//! holder's lease can have run out.
+//! holder's lease can have run out or their heartbeat is due.
 #![cfg_attr(not(test), forbid(clippy::panic))]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
