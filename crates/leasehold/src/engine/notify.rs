@@ -110,6 +110,31 @@ impl Notifier {
         }
     }
 
+    /// Listens on `channel` if Redis has confirmed it already (it lingers
+    /// after earlier waits); `None` otherwise. Sends nothing.
+    pub(crate) fn listen_if_confirmed(&self, channel: &str) -> Option<Subscription> {
+        let id = self.shared.next_listener.fetch_add(1, Ordering::Relaxed);
+        let (tx, inbox) = mpsc::unbounded_channel();
+        {
+            let mut state = self.shared.state();
+            if !state.commands.as_ref().is_some_and(|tx| !tx.is_closed()) {
+                return None;
+            }
+            let entry = state.channels.get_mut(channel)?;
+            if !entry.confirmed {
+                return None;
+            }
+            entry.listeners.insert(id, tx);
+            entry.idle_since = None;
+        }
+        Some(Subscription {
+            shared: Arc::clone(&self.shared),
+            channel: channel.to_owned(),
+            id,
+            inbox,
+        })
+    }
+
     /// Listens on `channel`. If Redis has not confirmed the channel yet,
     /// subscribes and waits (at most the command timeout, and not past
     /// `until`) for the confirmation, so that a message published after

@@ -143,7 +143,9 @@ async fn wait_for(
     let channel = format!("{}{}", keys.channels, node.id);
     let mut token = new_token()?;
     let mut pending: Option<PendingRelease> = None;
-    let mut subscription: Option<Subscription> = None;
+    // Listening before the first attempt costs nothing when the channel is
+    // still subscribed from an earlier wait, and no message can slip by.
+    let mut subscription: Option<Subscription> = node.notifier.listen_if_confirmed(&channel);
     let mut backoff = FIRST_BACKOFF;
     loop {
         // The send time of the attempt that found the lock busy: a hand-off
@@ -216,8 +218,8 @@ async fn wait_for(
                     }
                     return Ok(Held::take(node, request, token, fence, busy_sent, ttl));
                 }
-                // Handed over too late to use: the attempt that follows
-                // finds it ours and lets it go.
+                // Too little left to trust from this message: the attempt
+                // that follows finds the lock ours, with its real PTTL.
             }
         }
     }
