@@ -19,8 +19,9 @@ pub(crate) struct Cli {
 
 const EXIT_CODES: &str = "Exit codes: the command's own for `run` when the lease held; \
 0 done; 1 unexpected error; 2 usage; 69 Redis unreachable; 75 lock busy (wait ran out or \
---no-wait); 76 lease lost (unless --on-lost ignore) or token no longer holds the lock; \
-128+N a signal ended `run`'s wait.";
+--no-wait); 76 lease lost or its release unanswered (unless --on-lost ignore), lease ran out \
+before the command could start, or token no longer holds the lock; 128+N a signal ended \
+`run`'s wait.";
 
 /// Where the locks live; shared by every subcommand.
 #[derive(Debug, Args)]
@@ -46,12 +47,16 @@ impl Connection {
         &self,
         lease: Duration,
         watchdog: bool,
+        restart_grace: Option<Duration>,
     ) -> leasehold::Result<leasehold::Client> {
-        leasehold::Client::builder(self.url())
+        let mut builder = leasehold::Client::builder(self.url())
             .prefix(self.prefix.clone())
             .lease(lease)
-            .watchdog(watchdog)
-            .build()
+            .watchdog(watchdog);
+        if let Some(grace) = restart_grace {
+            builder = builder.restart_grace(grace);
+        }
+        builder.build()
     }
 }
 
@@ -87,6 +92,21 @@ pub(crate) struct WaitArgs {
     pub(crate) no_wait: bool,
 }
 
+/// How the lock is taken, for the commands that take one.
+#[derive(Debug, Args)]
+pub(crate) struct TakeArgs {
+    /// Take the lock in turn: waiters are served in the order they arrived,
+    /// across every process (a fair lock; `release` and `extend` need no flag)
+    #[arg(long)]
+    pub(crate) fair: bool,
+    /// For Redis without persistence, where a restart forgets every lock:
+    /// take no lock from a server that has been up for less than DUR, so
+    /// that holders from before the restart have passed their deadline. Set
+    /// it to at least the lease [default: off]
+    #[arg(long, value_name = "DUR", value_parser = duration::parse)]
+    pub(crate) restart_grace: Option<Duration>,
+}
+
 /// What to do to the command when its lease is lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum OnLost {
@@ -104,6 +124,8 @@ pub(crate) struct RunArgs {
     pub(crate) name: String,
     #[command(flatten)]
     pub(crate) wait: WaitArgs,
+    #[command(flatten)]
+    pub(crate) take: TakeArgs,
     /// Lease length, renewed at a third of it while the command runs
     #[arg(long, value_name = "DUR", default_value = "30s", value_parser = duration::parse)]
     pub(crate) lease: Duration,
@@ -124,6 +146,8 @@ pub(crate) struct AcquireArgs {
     pub(crate) lease: Duration,
     #[command(flatten)]
     pub(crate) wait: WaitArgs,
+    #[command(flatten)]
+    pub(crate) take: TakeArgs,
     /// Print JSON instead of `TOKEN FENCE`
     #[arg(long)]
     pub(crate) json: bool,

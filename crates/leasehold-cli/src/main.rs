@@ -11,7 +11,7 @@
 //! | 2 | usage: a bad flag, duration, lease or lock name |
 //! | 69 | Redis cannot be reached |
 //! | 75 | the lock is held by someone else and the wait ran out (or `--no-wait`) |
-//! | 76 | the lease was lost while the command ran (unless `--on-lost ignore`), or the token no longer holds the lock |
+//! | 76 | `run`: the lease was lost while the command ran, or the release after it got no answer (both unless `--on-lost ignore`), or the lease ran out before the command could start (nothing was run); `release` / `extend`: the token no longer holds the lock |
 //! | 128+N | `run`: signal N ended the wait before the lock was taken |
 //! | 127 / 126 | `run`: the command was not found / could not be executed |
 

@@ -15,14 +15,14 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::cli::{Connection, OnLost, RunArgs};
 use crate::exit::{self, Fail};
-use crate::scripting::take;
+use crate::scripting::{take, Lock};
 use crate::{terminal, warden};
 
 /// How long a child has between SIGTERM and SIGKILL after its lease is lost.
 const TERM_GRACE: Duration = Duration::from_secs(10);
 
 pub(crate) async fn run(conn: &Connection, args: RunArgs) -> anyhow::Result<ExitCode> {
-    let client = conn.client(args.lease, true)?;
+    let client = conn.client(args.lease, true, args.take.restart_grace)?;
     let result = run_locked(&client, &args).await;
     // Releases from cancelled acquisitions must finish before the runtime stops.
     client.flush().await;
@@ -30,14 +30,14 @@ pub(crate) async fn run(conn: &Connection, args: RunArgs) -> anyhow::Result<Exit
 }
 
 async fn run_locked(client: &leasehold::Client, args: &RunArgs) -> anyhow::Result<ExitCode> {
-    let mutex = client.mutex(&args.name)?;
+    let lock = Lock::new(client, &args.name, args.take.fair)?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut hangup = signal(SignalKind::hangup())?;
 
     // A signal while waiting ends the wait: the acquire is cancel safe.
     let guard = tokio::select! {
-        guard = take(&mutex, &args.wait) => guard?,
+        guard = take(&lock, &args.wait, &args.take) => guard?,
         _ = interrupt.recv() => return Ok(signal_exit(libc::SIGINT)),
         _ = terminate.recv() => return Ok(signal_exit(libc::SIGTERM)),
         _ = hangup.recv() => return Ok(signal_exit(libc::SIGHUP)),
@@ -59,6 +59,12 @@ async fn run_locked(client: &leasehold::Client, args: &RunArgs) -> anyhow::Resul
             (None, None)
         }
     };
+    // The wait, the warden and a stop may have taken the lease's last moments.
+    if let Err(fail) = check_lease_left(&args.name, &guard) {
+        // Nothing ran: the release's outcome changes nothing.
+        let _ = guard.release().await;
+        return Err(fail.into());
+    }
     let spawned = spawn(args, guard.fence(), foreground, handover.as_ref());
     if let Some(handover) = handover {
         if spawned.is_ok() && !handover.confirmed() {
@@ -131,36 +137,92 @@ async fn run_locked(client: &leasehold::Client, args: &RunArgs) -> anyhow::Resul
     }
     let status = status?;
 
-    let lost_while_running = lost || guard.is_lost();
-    let released = guard.release().await;
-    let lost = lost_while_running || released.as_ref().is_err_and(|e| e.is_not_held());
-    if let Err(err) = &released {
-        if !err.is_not_held() {
-            eprintln!(
-                "leasehold: warning: could not release {:?}: {err}; it expires within {:?}",
-                args.name, args.lease
-            );
+    let lost_after = guard.is_lost();
+    let released = Released::from(guard.release().await);
+    match ending(&args.name, args.on_lost, lost, lost_after, released) {
+        Ending::Code(warning) => {
+            if let Some(warning) = warning {
+                eprintln!("leasehold: warning: {warning}");
+            }
+            Ok(ExitCode::from(status_code(status)))
         }
+        Ending::Fail(message) => Err(Fail {
+            code: exit::LOST,
+            message,
+        }
+        .into()),
     }
-    if lost && args.on_lost == OnLost::Ignore {
-        if !lost_while_running {
-            eprintln!(
-                "leasehold: warning: lease on {:?} was lost while the command ran: its work was \
-                 not protected",
-                args.name
-            );
-        }
-    } else if lost {
+}
+
+/// `Err` (exit 76) when the lease has no time left to start the command under.
+fn check_lease_left(name: &str, guard: &leasehold::MutexGuard) -> Result<(), Fail> {
+    if guard.is_lost() || guard.valid_for().is_zero() {
         return Err(Fail {
             code: exit::LOST,
             message: format!(
-                "lease on {:?} was lost while the command ran: its work was not protected",
-                args.name
+                "the lease on {name:?} ran out before the command could start: nothing was run"
             ),
-        }
-        .into());
+        });
     }
-    Ok(ExitCode::from(status_code(status)))
+    Ok(())
+}
+
+/// What the release after the command said.
+#[derive(Debug)]
+enum Released {
+    /// The lease held to the end.
+    Done,
+    /// The lease was lost before the release.
+    NotHeld,
+    /// No answer (or an odd one): whether the lease held is unknown.
+    Unknown(String),
+}
+
+impl From<leasehold::Result<()>> for Released {
+    fn from(result: leasehold::Result<()>) -> Self {
+        match result {
+            Ok(()) => Released::Done,
+            Err(err) if err.is_not_held() => Released::NotHeld,
+            Err(err) => Released::Unknown(err.to_string()),
+        }
+    }
+}
+
+/// How a run ends once the command has exited.
+#[derive(Debug, PartialEq, Eq)]
+enum Ending {
+    /// The command's own exit code, after this warning if any.
+    Code(Option<String>),
+    /// Exit 76 with this message: the command's work may not have been
+    /// protected.
+    Fail(String),
+}
+
+/// `lost_seen`: the loss was noticed, and reported, while the command ran;
+/// `lost_after`: the guard was lost by the time the command exited.
+fn ending(
+    name: &str,
+    on_lost: OnLost,
+    lost_seen: bool,
+    lost_after: bool,
+    released: Released,
+) -> Ending {
+    let ignore = on_lost == OnLost::Ignore;
+    let lost_message =
+        || format!("lease on {name:?} was lost while the command ran: its work was not protected");
+    if lost_seen || lost_after || matches!(released, Released::NotHeld) {
+        return match (ignore, lost_seen) {
+            (false, _) => Ending::Fail(lost_message()),
+            // `on_lost` has warned already.
+            (true, true) => Ending::Code(None),
+            (true, false) => Ending::Code(Some(lost_message())),
+        };
+    }
+    match released {
+        Released::Unknown(message) if ignore => Ending::Code(Some(message)),
+        Released::Unknown(message) => Ending::Fail(message),
+        Released::Done | Released::NotHeld => Ending::Code(None),
+    }
 }
 
 fn on_lost(args: &RunArgs, group: Option<i32>) {
@@ -307,4 +369,137 @@ fn status_code(status: ExitStatus) -> u8 {
         .signal()
         .and_then(|s| u8::try_from(128 + s).ok())
         .unwrap_or(exit::FAILURE)
+}
+
+#[cfg(test)]
+mod tests {
+    use leasehold_testkit::RedisServer;
+
+    use super::*;
+
+    fn unknown() -> Released {
+        Released::Unknown("release of lock \"job\" (fence 7) got no answer".to_owned())
+    }
+
+    #[test]
+    fn an_unanswered_release_fails_the_run_unless_losses_are_ignored() {
+        for on_lost in [OnLost::Term, OnLost::Kill] {
+            assert_eq!(
+                ending("job", on_lost, false, false, unknown()),
+                Ending::Fail("release of lock \"job\" (fence 7) got no answer".to_owned())
+            );
+        }
+        assert_eq!(
+            ending("job", OnLost::Ignore, false, false, unknown()),
+            Ending::Code(Some(
+                "release of lock \"job\" (fence 7) got no answer".to_owned()
+            ))
+        );
+    }
+
+    #[test]
+    fn a_lost_lease_fails_the_run_unless_ignored() {
+        let cases = [
+            (true, true, Released::NotHeld),
+            (false, true, Released::NotHeld),
+            (false, false, Released::NotHeld),
+            (true, true, unknown()),
+            (false, true, Released::Done),
+        ];
+        for (seen, after, released) in cases {
+            let label = format!("{seen} {after} {released:?}");
+            let Ending::Fail(message) = ending("job", OnLost::Term, seen, after, released) else {
+                panic!("{label}: the run did not fail");
+            };
+            assert!(message.contains("was lost"), "{label}: {message}");
+        }
+    }
+
+    #[test]
+    fn an_ignored_loss_warns_once() {
+        // Seen while the command ran: `on_lost` has warned already.
+        assert_eq!(
+            ending("job", OnLost::Ignore, true, true, Released::NotHeld),
+            Ending::Code(None)
+        );
+        for (after, released) in [(true, Released::NotHeld), (false, Released::NotHeld)] {
+            let Ending::Code(Some(warning)) = ending("job", OnLost::Ignore, false, after, released)
+            else {
+                panic!("no warning");
+            };
+            assert!(warning.contains("was lost"), "{warning}");
+        }
+    }
+
+    #[test]
+    fn a_lease_that_held_keeps_the_commands_code() {
+        for on_lost in [OnLost::Term, OnLost::Kill, OnLost::Ignore] {
+            assert_eq!(
+                ending("job", on_lost, false, false, Released::Done),
+                Ending::Code(None)
+            );
+        }
+    }
+
+    fn block_on<F: std::future::Future>(future: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(future)
+    }
+
+    #[test]
+    fn a_lease_with_time_left_lets_the_command_start() {
+        let server = RedisServer::start();
+        block_on(async {
+            let client = leasehold::Client::builder(server.url()).build().unwrap();
+            let guard = client.mutex("job").unwrap().acquire().await.unwrap();
+            assert!(check_lease_left("job", &guard).is_ok());
+            guard.release().await.unwrap();
+        });
+    }
+
+    #[test]
+    fn a_lease_run_out_before_the_start_starts_nothing() {
+        let server = RedisServer::start();
+        block_on(async {
+            let client = leasehold::Client::builder(server.url())
+                .lease(Duration::from_millis(20))
+                .watchdog(false)
+                .build()
+                .unwrap();
+            let guard = client.mutex("job").unwrap().acquire().await.unwrap();
+            for _ in 0..1500 {
+                if guard.valid_for().is_zero() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let fail = check_lease_left("job", &guard).expect_err("the command may start");
+            assert_eq!(fail.code, exit::LOST);
+            assert!(fail.message.contains("nothing was run"), "{}", fail.message);
+        });
+    }
+
+    #[test]
+    fn a_lease_lost_before_the_start_starts_nothing() {
+        let server = RedisServer::start();
+        block_on(async {
+            let client = leasehold::Client::builder(server.url())
+                .lease(Duration::from_millis(300))
+                .build()
+                .unwrap();
+            let mutex = client.mutex("job").unwrap();
+            let guard = mutex.acquire().await.unwrap();
+            assert!(mutex.force_release().await.unwrap());
+            // The next renewal finds the lock gone.
+            tokio::time::timeout(Duration::from_secs(30), guard.lost())
+                .await
+                .expect("the loss was never noticed");
+            let fail = check_lease_left("job", &guard).expect_err("the command may start");
+            assert_eq!(fail.code, exit::LOST);
+            client.flush().await;
+        });
+    }
 }

@@ -5,33 +5,99 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::cli::{AcquireArgs, Connection, ExtendArgs, InspectArgs, NameArgs, TokenArgs, WaitArgs};
+use crate::cli::{
+    AcquireArgs, Connection, ExtendArgs, InspectArgs, NameArgs, TakeArgs, TokenArgs, WaitArgs,
+};
 use crate::exit::{self, Fail};
+
+/// The lock `run` and `acquire` take: a plain or a fair mutex, whose guards
+/// are alike.
+#[derive(Debug)]
+pub(crate) enum Lock {
+    Plain(leasehold::Mutex),
+    Fair(leasehold::FairMutex),
+}
+
+impl Lock {
+    pub(crate) fn new(
+        client: &leasehold::Client,
+        name: &str,
+        fair: bool,
+    ) -> leasehold::Result<Self> {
+        Ok(if fair {
+            Lock::Fair(client.fair_mutex(name)?)
+        } else {
+            Lock::Plain(client.mutex(name)?)
+        })
+    }
+
+    fn name(&self) -> &str {
+        match self {
+            Lock::Plain(mutex) => mutex.name(),
+            Lock::Fair(mutex) => mutex.name(),
+        }
+    }
+
+    async fn try_acquire(&self) -> leasehold::Result<Option<leasehold::MutexGuard>> {
+        match self {
+            Lock::Plain(mutex) => mutex.try_acquire().await,
+            Lock::Fair(mutex) => mutex.try_acquire().await,
+        }
+    }
+
+    async fn acquire(&self) -> leasehold::Result<leasehold::MutexGuard> {
+        match self {
+            Lock::Plain(mutex) => mutex.acquire().await,
+            Lock::Fair(mutex) => mutex.acquire().await,
+        }
+    }
+
+    async fn acquire_timeout(&self, wait: Duration) -> leasehold::Result<leasehold::MutexGuard> {
+        match self {
+            Lock::Plain(mutex) => mutex.acquire_timeout(wait).await,
+            Lock::Fair(mutex) => mutex.acquire_timeout(wait).await,
+        }
+    }
+}
 
 /// Takes the lock as `wait` says; a busy lock is an error that exits 75.
 pub(crate) async fn take(
-    mutex: &leasehold::Mutex,
+    lock: &Lock,
     wait: &WaitArgs,
+    how: &TakeArgs,
 ) -> anyhow::Result<leasehold::MutexGuard> {
+    // Under a restart grace a young server grants nothing, and says so
+    // only as a busy lock.
+    let grace = if how.restart_grace.is_some() {
+        " (or Redis has been up for less than --restart-grace)"
+    } else {
+        ""
+    };
+    let busy = |message: String| Fail {
+        code: exit::BUSY,
+        message: format!("{message}{grace}"),
+    };
     if wait.no_wait {
-        return mutex.try_acquire().await?.ok_or_else(|| {
-            Fail {
-                code: exit::BUSY,
-                message: format!("lock {:?} is held by someone else", mutex.name()),
-            }
-            .into()
-        });
+        return lock
+            .try_acquire()
+            .await?
+            .ok_or_else(|| busy(format!("lock {:?} is held by someone else", lock.name())).into());
     }
-    Ok(match wait.wait {
-        Some(limit) => mutex.acquire_timeout(limit).await?,
-        None => mutex.acquire().await?,
-    })
+    let taken = match wait.wait {
+        Some(limit) => lock.acquire_timeout(limit).await,
+        None => lock.acquire().await,
+    };
+    match taken {
+        Ok(guard) => Ok(guard),
+        Err(err) if err.is_timeout() => Err(busy(err.to_string()).into()),
+        Err(err) => Err(err.into()),
+    }
 }
 
 pub(crate) async fn acquire(conn: &Connection, args: AcquireArgs) -> anyhow::Result<ExitCode> {
-    let client = conn.client(args.lease, false)?;
-    let mutex = client.mutex(&args.name)?;
-    let taken = take(&mutex, &args.wait).await;
+    let client = conn.client(args.lease, false, args.take.restart_grace)?;
+    let lock = Lock::new(&client, &args.name, args.take.fair)?;
+    let taken = take(&lock, &args.wait, &args.take).await;
     // A failed attempt may have left a release running in the background.
     client.flush().await;
     let lease = taken?.detach();
@@ -52,13 +118,13 @@ pub(crate) async fn acquire(conn: &Connection, args: AcquireArgs) -> anyhow::Res
 }
 
 pub(crate) async fn release(conn: &Connection, args: TokenArgs) -> anyhow::Result<ExitCode> {
-    let client = conn.client(leasehold::DEFAULT_LEASE, false)?;
+    let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
     client.mutex(&args.name)?.release_token(&args.token).await?;
     Ok(ExitCode::SUCCESS)
 }
 
 pub(crate) async fn extend(conn: &Connection, args: ExtendArgs) -> anyhow::Result<ExitCode> {
-    let client = conn.client(leasehold::DEFAULT_LEASE, false)?;
+    let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
     client
         .mutex(&args.lock.name)?
         .extend_token(&args.lock.token, args.lease)
@@ -67,7 +133,7 @@ pub(crate) async fn extend(conn: &Connection, args: ExtendArgs) -> anyhow::Resul
 }
 
 pub(crate) async fn inspect(conn: &Connection, args: InspectArgs) -> anyhow::Result<ExitCode> {
-    let client = conn.client(leasehold::DEFAULT_LEASE, false)?;
+    let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
     let info = client.mutex(&args.name)?.inspect().await?;
     let remaining_ms = info
         .remaining
@@ -101,7 +167,7 @@ pub(crate) async fn inspect(conn: &Connection, args: InspectArgs) -> anyhow::Res
 }
 
 pub(crate) async fn force_release(conn: &Connection, args: NameArgs) -> anyhow::Result<ExitCode> {
-    let client = conn.client(leasehold::DEFAULT_LEASE, false)?;
+    let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
     let removed = client.mutex(&args.name)?.force_release().await?;
     if removed {
         println!("removed lock {:?}; its waiters were woken", args.name);

@@ -594,3 +594,190 @@ fn ctrl_z_stops_the_command_with_the_runner() {
         stderr(&out)
     );
 }
+
+/// A runner killed (and reaped) when the test ends, passed or not.
+struct Running(Option<Child>);
+
+impl Running {
+    fn start(url: &str, args: &[&str]) -> Self {
+        Running(Some(spawn(url, args)))
+    }
+
+    fn finish(mut self) -> Output {
+        self.0.take().unwrap().wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Waits until `n` clients wait in line for lock `name`.
+fn queued(server: &RedisServer, name: &str, n: u64) {
+    let key = format!("leasehold:{{{name}}}:q");
+    eventually(&format!("{n} clients in line for {name:?}"), || {
+        server.command(&["ZCARD", &key]).unwrap() == n.to_string()
+    });
+}
+
+fn acquire_fair(url: &str, name: &str, lease: &str) -> (String, u64) {
+    let out = leasehold(
+        url,
+        &["acquire", name, "--fair", "--lease", lease, "--no-wait"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let mut parts = text.split_whitespace();
+    let token = parts.next().unwrap().to_owned();
+    let fence = parts.next().unwrap().parse().unwrap();
+    assert_eq!(parts.next(), None, "{text}");
+    (token, fence)
+}
+
+#[test]
+fn fair_runners_take_the_lock_in_the_order_they_lined_up() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (token, _) = acquire_fair(&url, "job", "10m");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("order");
+    let tags = ["first", "second", "third", "fourth"];
+    let mut runners = Vec::new();
+    for (n, tag) in (1..).zip(tags) {
+        let script = format!("echo {tag} >> '{}'", file.display());
+        runners.push(Running::start(
+            &url,
+            &["run", "job", "--fair", "--", "sh", "-c", &script],
+        ));
+        queued(&server, "job", n);
+    }
+    let out = leasehold(&url, &["release", "job", &token]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for runner in runners {
+        let out = runner.finish();
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let order = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(order.lines().collect::<Vec<_>>(), tags);
+    assert_eq!(inspect(&url, "job")["held"], false);
+}
+
+#[test]
+fn release_hands_a_fair_lock_from_acquire_to_the_runner_in_line() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (token, fence) = acquire_fair(&url, "job", "10m");
+    let runner = Running::start(
+        &url,
+        &[
+            "run",
+            "job",
+            "--fair",
+            "--",
+            "sh",
+            "-c",
+            "echo $LEASEHOLD_FENCE",
+        ],
+    );
+    queued(&server, "job", 1);
+    // No --fair: one release serves both kinds of lock.
+    let out = leasehold(&url, &["release", "job", &token]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = runner.finish();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let next: u64 = stdout(&out).trim().parse().unwrap();
+    assert!(next > fence, "{next} after {fence}");
+    assert_eq!(inspect(&url, "job")["held"], false);
+}
+
+#[test]
+fn a_restart_grace_grants_nothing_from_a_young_server() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let touch = format!("touch '{}'", ran.display());
+    // The server has been up for seconds, far less than an hour.
+    for wait in [&["--no-wait"][..], &["--wait", "500ms"]] {
+        let mut args = vec!["run", "job", "--restart-grace", "1h"];
+        args.extend_from_slice(wait);
+        args.extend_from_slice(&["--", "sh", "-c", &touch]);
+        let out = leasehold(&url, &args);
+        assert_eq!(out.status.code(), Some(75), "{wait:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("--restart-grace"), "{}", stderr(&out));
+        assert!(!ran.exists(), "the command ran within the grace");
+    }
+    let out = leasehold(
+        &url,
+        &[
+            "acquire",
+            "job",
+            "--fair",
+            "--restart-grace",
+            "1h",
+            "--no-wait",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    // A grace that ends within the wait: the lock comes once it is over.
+    let out = leasehold(
+        &url,
+        &[
+            "run",
+            "job",
+            "--restart-grace",
+            "2s",
+            "--wait",
+            "1m",
+            "--",
+            "sh",
+            "-c",
+            &touch,
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(ran.exists());
+}
+
+/// Runs a command that waits for a go-ahead and exits 4, stops Redis under
+/// it once it runs, and returns what the runner said.
+fn run_with_redis_gone_at_the_release(extra: &[&str]) -> Output {
+    let mut server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (ready, go) = (dir.path().join("ready"), dir.path().join("go"));
+    let script = format!(
+        "touch '{}'; while [ ! -e '{}' ]; do sleep 0.02; done; exit 4",
+        ready.display(),
+        go.display()
+    );
+    let mut args = vec!["run", "job"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "sh", "-c", &script]);
+    let runner = Running::start(&server.url(), &args);
+    eventually("the command to start", || ready.exists());
+    // The 30 s lease outlives the release's tries: the loss is not what
+    // ends the run.
+    server.stop();
+    std::fs::write(&go, "").unwrap();
+    runner.finish()
+}
+
+#[test]
+fn a_release_that_gets_no_answer_exits_76() {
+    let out = run_with_redis_gone_at_the_release(&[]);
+    assert_eq!(out.status.code(), Some(76), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no answer"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_release_that_gets_no_answer_only_warns_when_losses_are_ignored() {
+    let out = run_with_redis_gone_at_the_release(&["--on-lost", "ignore"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains("warning"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no answer"), "{}", stderr(&out));
+}
