@@ -66,7 +66,8 @@ impl ClientBuilder {
     /// holder learns of the loss only at its next renewal. With the grace,
     /// every holder from before the restart has passed its local deadline
     /// before anyone is granted the lock again. The uptime is read once per
-    /// connection.
+    /// connection. Meanwhile a `try_acquire` finds every lock busy (`None`),
+    /// and a wait that runs out says that the grace held it back.
     pub fn restart_grace(mut self, grace: Duration) -> Self {
         self.node.restart_grace = Some(grace);
         self

@@ -87,6 +87,17 @@ impl Error {
         )
     }
 
+    /// A wait that ran out while the server was younger than the restart grace.
+    pub(crate) fn wait_timed_out_in_grace(name: &str, waited: Duration) -> Self {
+        Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "lock {name:?} could not be taken within {waited:?}: redis restarted less than \
+                 the restart grace ago and grants no lock until it has passed; wait longer"
+            ),
+        )
+    }
+
     pub(crate) fn unexpected_reply(operation: &str, reply: &redis::Value) -> Self {
         Error::new(
             ErrorKind::Server,

@@ -215,6 +215,12 @@ async fn no_grant_within_the_restart_grace() {
         .is_some_and(|s| s == 0);
     if young {
         assert!(mutex.try_acquire().await.unwrap().is_none());
+        let err = mutex
+            .acquire_timeout(Duration::from_millis(100))
+            .await
+            .unwrap_err();
+        assert!(err.is_timeout(), "{err:?}");
+        assert!(err.to_string().contains("restart grace"), "{err}");
     }
     let guard = mutex
         .acquire_timeout(Duration::from_secs(10))

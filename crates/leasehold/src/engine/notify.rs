@@ -117,7 +117,7 @@ impl Notifier {
         let (tx, inbox) = mpsc::unbounded_channel();
         {
             let mut state = self.shared.state();
-            if !state.commands.as_ref().is_some_and(|tx| !tx.is_closed()) {
+            if state.commands.as_ref().is_none_or(|tx| tx.is_closed()) {
                 return None;
             }
             let entry = state.channels.get_mut(channel)?;

@@ -48,6 +48,9 @@ enum Outcome {
         pttl: Option<Duration>,
         sent_at: Instant,
     },
+    /// Not asked: the server is younger than the restart grace, which ends
+    /// in `left`.
+    InGrace { left: Duration },
 }
 
 /// One attempt without queueing: the lease if the lock was free.
@@ -72,7 +75,7 @@ pub(crate) async fn try_acquire(node: &Arc<Node>, request: &Request<'_>) -> Resu
             }
             Ok(Some(Held::take(node, request, token, fence, sent_at, ttl)))
         }
-        Outcome::Busy { .. } => {
+        Outcome::Busy { .. } | Outcome::InGrace { .. } => {
             if let Some(pending) = pending {
                 pending.disarm();
             }
@@ -108,6 +111,8 @@ pub(crate) async fn acquire(
 struct Seen {
     /// Some attempt got an answer.
     answered: bool,
+    /// The last attempt was held back by the restart grace.
+    in_grace: bool,
     last_error: Option<Error>,
 }
 
@@ -117,6 +122,7 @@ impl Seen {
     fn give_up(&mut self, request: &Request<'_>, wait: Duration) -> Error {
         match self.last_error.take() {
             Some(error) if !self.answered => error,
+            _ if self.in_grace => Error::wait_timed_out_in_grace(&request.keys.name, wait),
             _ => Error::wait_timed_out(&request.keys.name, wait),
         }
     }
@@ -173,8 +179,18 @@ async fn wait_for(
                 }
                 Ok(Outcome::Busy { pttl, sent_at }) => {
                     seen.answered = true;
+                    seen.in_grace = false;
                     backoff = FIRST_BACKOFF;
                     (pttl, sent_at)
+                }
+                Ok(Outcome::InGrace { left }) => {
+                    seen.answered = true;
+                    seen.in_grace = true;
+                    pause(left, deadline).await;
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(seen.give_up(request, waited));
+                    }
+                    continue;
                 }
                 Err(error) if error.is_transient() && queue => {
                     // Keep the queue turn and try again on a healed connection.
@@ -320,10 +336,7 @@ async fn attempt(
     // arm the release that undoes a request cut off on its way.
     let conn = node.connected().await?;
     if let Some(left) = node.restart_grace_left(&conn.server) {
-        return Ok(Outcome::Busy {
-            pttl: Some(left),
-            sent_at: Instant::now(),
-        });
+        return Ok(Outcome::InGrace { left });
     }
     // Sent before: this token may hold the lock or be queued already.
     let sent_before = pending.is_some();
