@@ -55,6 +55,16 @@ impl Error {
         self
     }
 
+    /// The same error for another caller, without its source.
+    pub(crate) fn shared_copy(&self) -> Error {
+        Error {
+            kind: self.kind,
+            message: self.message.clone(),
+            source: None,
+            transient: self.transient,
+        }
+    }
+
     /// A fault a wait rides out: Redis did not answer, the connection
     /// failed, or the server was not ready.
     pub(crate) fn is_transient(&self) -> bool {

@@ -29,9 +29,10 @@
 //!
 //! Both are fenced and renewed the same way and hand out the same
 //! [`MutexGuard`]. A `Mutex` lets a free lock go to whoever asks first, so a
-//! holder that releases and asks again often gets it straight back; a
-//! `FairMutex` hands the lock to the first waiter in line inside the release
-//! itself. Read-write locks, semaphores and Redlock over several independent
+//! holder that releases and asks again often gets it straight back, until a
+//! waiter has waited a few milliseconds and is handed the lock at the next
+//! release; a `FairMutex` always hands the lock to the first waiter in line
+//! inside the release itself, and nobody can barge in. Read-write locks, semaphores and Redlock over several independent
 //! Redis servers are built on the same lease engine and follow.
 //!
 //! # The safety model

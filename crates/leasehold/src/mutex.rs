@@ -95,9 +95,13 @@ impl Mutex {
     ///
     /// Waiting does not poll. A waiter that finds the lock busy joins the
     /// lock's waiter queue in Redis; a release wakes the first live waiter
-    /// alone, which then tries again (a free lock still goes to whoever asks
-    /// first: use [`FairMutex`](crate::FairMutex) for first come, first
-    /// served). A waiter also wakes when the holder's lease can have run out.
+    /// alone, which then tries again. A free lock still goes to whoever asks
+    /// first, so a holder that releases and asks again at once often wins;
+    /// to keep waits bounded, a waiter that has waited more than a few
+    /// milliseconds asks to be handed the lock at the next release instead
+    /// (the starvation mode of Go's `sync.Mutex`). Use
+    /// [`FairMutex`](crate::FairMutex) for strict first come, first served.
+    /// A waiter also wakes when the holder's lease can have run out.
     /// Tasks of one client that wait for the same lock queue in FIFO order,
     /// and only the first of them talks to Redis.
     ///

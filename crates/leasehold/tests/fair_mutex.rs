@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{client_with, cmd, eventually};
 use leasehold::Client;
-use leasehold_testkit::RedisServer;
+use leasehold_testkit::{FaultProxy, RedisServer};
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -217,4 +217,67 @@ async fn release_by_token_hands_the_lock_on() {
     let guard = waiting.await.unwrap().unwrap();
     assert!(guard.fence() > lease.fence);
     guard.release().await.unwrap();
+}
+
+/// A FairMutex hand-off message that sat undelivered (here: a partition of
+/// the waiter's connections) while the handed lease ran out and another
+/// client took the lock must not make the waiter a second holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_hand_off_message_is_not_a_grant() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let lease = Duration::from_secs(2);
+    let direct = |lease| {
+        Client::builder(server.url())
+            .lease(lease)
+            .watchdog(false)
+            .build()
+            .unwrap()
+    };
+    let holder = direct(lease)
+        .fair_mutex("job")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let t_client = Client::builder(proxy.url())
+        .lease(lease)
+        .watchdog(false)
+        .command_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let t_lock = t_client.fair_mutex("job").unwrap();
+    let waiter = tokio::spawn(async move { t_lock.acquire().await });
+    eventually("T to queue", || async { queued(&server).await == 1 }).await;
+    tokio::time::sleep(Duration::from_millis(300)).await; // T subscribed, listening
+    proxy.blackhole(true);
+    holder.release().await.unwrap(); // hands the lock to T; the message is held
+                                     // The handed lease (2 s) runs out; U takes the free lock.
+    tokio::time::sleep(lease + Duration::from_millis(300)).await;
+    let u = direct(Duration::from_secs(10))
+        .fair_mutex("job")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("the handed lease ran out: the lock is free");
+    proxy.heal();
+    let got = tokio::time::timeout(Duration::from_secs(3), waiter).await;
+    if let Ok(joined) = got {
+        let t = joined.unwrap().unwrap();
+        let redis_holder: Option<String> = cmd(&server, &["GET", "leasehold:{job}"]).await;
+        panic!(
+            "DOUBLE GRANT: T holds (lost={}, valid_for={:?}, fence {}) while U holds \
+             (lost={}, valid_for={:?}, fence {}); redis says holder={:?}, T={}, U={}",
+            t.is_lost(),
+            t.valid_for(),
+            t.fence(),
+            u.is_lost(),
+            u.valid_for(),
+            u.fence(),
+            redis_holder,
+            t.token(),
+            u.token()
+        );
+    }
 }

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client_with, cmd, eventually, impatient};
+use common::{client_with, cmd, eventually, impatient, poll_then_drop};
 use leasehold::Client;
 use leasehold_testkit::{FaultProxy, RedisServer};
 
@@ -256,4 +256,63 @@ async fn renewals_keep_to_one_slot_on_a_cluster_node() {
     for guard in guards {
         guard.release().await.unwrap();
     }
+}
+
+/// Dropping a release future must finish the release in the background,
+/// also while the release waits for a renewal in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_release_waiting_for_renewal_still_releases() {
+    let server = RedisServer::start();
+    let client = Client::builder(server.url())
+        .lease(Duration::from_secs(3))
+        .watchdog(true)
+        .build()
+        .unwrap();
+    let guard = client.mutex("job").unwrap().acquire().await.unwrap();
+    let token = guard.token().to_owned();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The renewal due at ~1 s is held up by the pause.
+    let _: () = cmd(&server, &["CLIENT", "PAUSE", "1500", "WRITE"]).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let out = poll_then_drop(guard.release(), 20).await;
+    assert!(out.is_none(), "release should be waiting");
+    // The pause ends at ~2 s; give the background release plenty of time.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    client.flush().await;
+    let pttl: i64 = cmd(&server, &["PTTL", "leasehold:{job}"]).await;
+    let holder: Option<String> = cmd(&server, &["GET", "leasehold:{job}"]).await;
+    assert_eq!(
+        holder, None,
+        "the dropped release was never finished: token {token} still holds, pttl {pttl} ms"
+    );
+}
+
+/// Callers that queue behind a connect to a silent server do not each
+/// make a connect of their own: every one of them is bounded by one command
+/// timeout, and the server is not flooded with connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_queued_behind_a_connect_share_its_bound() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    proxy.blackhole(true);
+    let client = Client::builder(proxy.url())
+        .command_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let lock = client.mutex(&format!("l{i}")).unwrap();
+        tasks.push(tokio::spawn(async move { lock.try_acquire().await }));
+    }
+    for task in tasks {
+        let err = task.await.unwrap().unwrap_err();
+        assert!(err.is_connection(), "{err:?}");
+    }
+    // Queued one after another, each caller used to make a connect of its
+    // own once the one before it gave up.
+    assert!(
+        proxy.connections() <= 2,
+        "{} connections for 8 callers",
+        proxy.connections()
+    );
 }

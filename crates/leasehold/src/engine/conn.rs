@@ -41,6 +41,9 @@ struct Slot {
     current: Option<Current>,
     generation: u64,
     last_answer: Option<Instant>,
+    /// The last connect that failed, and when: callers that queued behind
+    /// it take its outcome.
+    failed: Option<(Instant, Error)>,
 }
 
 /// One live connection handed out for a command, with what it was made for.
@@ -83,22 +86,35 @@ impl Connection {
         self.slot.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A healthy connection, made (bounded by the command timeout) if there
-    /// is none. Nothing the caller asked for is sent by this.
+    /// A healthy connection, made if there is none. The whole of it,
+    /// queueing behind another caller's connect included, is bounded by one
+    /// command timeout, and a caller that queued behind a connect that
+    /// failed meanwhile takes its outcome instead of trying again. Nothing
+    /// the caller asked for is sent by this.
     pub(crate) async fn get(&self) -> Result<Lease> {
         if let Some(lease) = self.fresh() {
             return Ok(lease);
         }
-        let _connecting = self.connecting.lock().await;
+        let started = Instant::now();
+        let deadline = started + self.timeout;
+        let no_answer = || Error::no_answer(&self.address, "connect", self.timeout);
+        let _connecting = tokio::time::timeout_at(deadline, self.connecting.lock())
+            .await
+            .map_err(|_| no_answer())?;
         if let Some(lease) = self.fresh() {
             return Ok(lease);
+        }
+        if let Some((at, error)) = &self.slot().failed {
+            if *at >= started {
+                return Err(error.shared_copy());
+            }
         }
         let stale = self.slot().current.take();
         if let Some(current) = stale {
             // Idle for a while: ask before trusting it again.
             let mut conn = current.conn.clone();
-            let pong = tokio::time::timeout(
-                self.timeout,
+            let pong = tokio::time::timeout_at(
+                deadline,
                 redis::cmd("PING").query_async::<redis::Value>(&mut conn),
             )
             .await;
@@ -114,9 +130,16 @@ impl Connection {
                 return Ok(lease);
             }
         }
-        let (conn, server) = self.connect().await?;
+        let (conn, server) = match self.connect(deadline).await {
+            Ok(made) => made,
+            Err(error) => {
+                self.slot().failed = Some((Instant::now(), error.shared_copy()));
+                return Err(error);
+            }
+        };
         let mut slot = self.slot();
         slot.generation += 1;
+        slot.failed = None;
         let current = Current {
             conn,
             generation: slot.generation,
@@ -144,7 +167,7 @@ impl Connection {
         })
     }
 
-    async fn connect(&self) -> Result<(MultiplexedConnection, ServerInfo)> {
+    async fn connect(&self, deadline: Instant) -> Result<(MultiplexedConnection, ServerInfo)> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(None)
             .set_response_timeout(None);
@@ -162,7 +185,7 @@ impl Connection {
                 .await?;
             Ok::<_, redis::RedisError>((conn, server, cluster))
         };
-        let (conn, server, cluster) = match tokio::time::timeout(self.timeout, connect).await {
+        let (conn, server, cluster) = match tokio::time::timeout_at(deadline, connect).await {
             Ok(Ok(made)) => made,
             Ok(Err(e)) => return Err(Error::redis(&self.address, "connect", e)),
             Err(_) => return Err(Error::no_answer(&self.address, "connect", self.timeout)),

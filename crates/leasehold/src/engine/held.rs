@@ -106,17 +106,17 @@ impl Held {
         // From here the drop does nothing and the watchdog lets go: this
         // call owns the release.
         self.finish();
+        let (node, lease) = (&self.node, &self.lease);
+        // Dropped before an answer, the release goes on in the background.
+        let pending = PendingRelease::arm(node, &lease.keys, &lease.token);
         // A renewal in flight is seen through first, so that its answer is
         // never applied after the release's.
-        let _turn = Arc::clone(&self.lease.renewing).lock_owned().await;
-        let (node, lease) = (&self.node, &self.lease);
+        let _turn = Arc::clone(&lease.renewing).lock_owned().await;
         let timeout = node.config.command_timeout;
         let give_up = (Instant::now() + timeout * RELEASE_TRIES_FOR).min(lease.deadline().max(
             // At least one try, whatever is left of the lease.
             Instant::now() + timeout,
         ));
-        // Dropped before an answer, the release goes on in the background.
-        let pending = PendingRelease::arm(node, &lease.keys, &lease.token);
         let mut pause = Duration::from_millis(25);
         let released = loop {
             match release(node, &lease.keys, &lease.token, false).await {

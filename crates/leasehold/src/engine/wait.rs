@@ -29,6 +29,10 @@ use crate::keys::{millis, MAX_LEASE};
 pub(crate) const WAITER_HEARTBEAT: Duration = Duration::from_secs(3);
 /// How often a waiter refreshes its heartbeat (by trying again).
 const HEARTBEAT_REFRESH: Duration = Duration::from_secs(1);
+/// A `Mutex` waiter that has waited this long asks to be handed the lock at
+/// the next release instead of being woken to race for it: without this, a
+/// holder that releases and asks again at once wins nearly every race.
+const STARVING: Duration = Duration::from_millis(5);
 /// Backoff after a passing fault: from the first pause, doubling, capped.
 const FIRST_BACKOFF: Duration = Duration::from_millis(25);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
@@ -43,10 +47,12 @@ enum Outcome {
         sent_at: Instant,
     },
     /// Held by someone else (or promised to an earlier waiter); the blocking
-    /// lease runs out within `pttl` if known.
+    /// lease runs out within `pttl` if known. `fence` is the last fence
+    /// handed out when the attempt ran.
     Busy {
         pttl: Option<Duration>,
         sent_at: Instant,
+        fence: u64,
     },
     /// Not asked: the server is younger than the restart grace, which ends
     /// in `left`.
@@ -60,7 +66,7 @@ enum Outcome {
 pub(crate) async fn try_acquire(node: &Arc<Node>, request: &Request<'_>) -> Result<Option<Held>> {
     let token = new_token()?;
     let mut pending = None;
-    match attempt(node, request, &token, false, &mut pending).await? {
+    match attempt(node, request, &token, false, false, &mut pending).await? {
         Outcome::Granted {
             fence,
             ttl,
@@ -153,56 +159,73 @@ async fn wait_for(
     // still subscribed from an earlier wait, and no message can slip by.
     let mut subscription: Option<Subscription> = node.notifier.listen_if_confirmed(&channel);
     let mut backoff = FIRST_BACKOFF;
+    // When this wait first found the lock busy.
+    let mut queued_at: Option<Instant> = None;
     loop {
-        // The send time of the attempt that found the lock busy: a hand-off
-        // announced after it happened after that attempt ran.
-        let (blocked_for, busy_sent) =
-            match attempt(node, request, &token, queue, &mut pending).await {
-                Ok(Outcome::Granted {
-                    fence,
-                    ttl,
-                    sent_at,
-                }) => {
-                    seen.answered = true;
-                    if usable(sent_at, ttl) {
-                        if let Some(pending) = pending.take() {
-                            pending.disarm();
-                        }
-                        return Ok(Held::take(node, request, token, fence, sent_at, ttl));
+        // The attempt that found the lock busy: its send time, and the last
+        // fence when it ran. A hand-off with a larger fence happened after
+        // it ran, so its lease started after that send time; a message with
+        // a smaller one is stale (delayed, or read late) and grants nothing.
+        let (blocked_for, busy_sent, busy_fence) = match attempt(
+            node,
+            request,
+            &token,
+            queue,
+            starving(queued_at),
+            &mut pending,
+        )
+        .await
+        {
+            Ok(Outcome::Granted {
+                fence,
+                ttl,
+                sent_at,
+            }) => {
+                seen.answered = true;
+                if usable(sent_at, ttl) {
+                    if let Some(pending) = pending.take() {
+                        pending.disarm();
                     }
-                    // The answer came too late to use: let the lease go (in the
-                    // background, through `pending`) and wait on afresh.
-                    pending = None;
-                    token = new_token()?;
-                    pause(backoff_step(&mut backoff), deadline).await;
-                    continue;
+                    return Ok(Held::take(node, request, token, fence, sent_at, ttl));
                 }
-                Ok(Outcome::Busy { pttl, sent_at }) => {
-                    seen.answered = true;
-                    seen.in_grace = false;
-                    backoff = FIRST_BACKOFF;
-                    (pttl, sent_at)
+                // The answer came too late to use: let the lease go (in the
+                // background, through `pending`) and wait on afresh.
+                pending = None;
+                token = new_token()?;
+                pause(backoff_step(&mut backoff), deadline).await;
+                continue;
+            }
+            Ok(Outcome::Busy {
+                pttl,
+                sent_at,
+                fence,
+            }) => {
+                seen.answered = true;
+                seen.in_grace = false;
+                queued_at.get_or_insert(sent_at);
+                backoff = FIRST_BACKOFF;
+                (pttl, sent_at, fence)
+            }
+            Ok(Outcome::InGrace { left }) => {
+                seen.answered = true;
+                seen.in_grace = true;
+                pause(left, deadline).await;
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(seen.give_up(request, waited));
                 }
-                Ok(Outcome::InGrace { left }) => {
-                    seen.answered = true;
-                    seen.in_grace = true;
-                    pause(left, deadline).await;
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Err(seen.give_up(request, waited));
-                    }
-                    continue;
+                continue;
+            }
+            Err(error) if error.is_transient() && queue => {
+                // Keep the queue turn and try again on a healed connection.
+                seen.last_error = Some(error);
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(seen.give_up(request, waited));
                 }
-                Err(error) if error.is_transient() && queue => {
-                    // Keep the queue turn and try again on a healed connection.
-                    seen.last_error = Some(error);
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Err(seen.give_up(request, waited));
-                    }
-                    pause(backoff_step(&mut backoff), deadline).await;
-                    continue;
-                }
-                Err(error) => return Err(error),
-            };
+                pause(backoff_step(&mut backoff), deadline).await;
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             return Err(seen.give_up(request, waited));
@@ -228,17 +251,22 @@ async fn wait_for(
             Heard::TryAgain => {}
             Heard::HandedOver { fence } => {
                 let ttl = hand_off_lease(request);
-                if request.kind == Kind::Fair && usable(busy_sent, ttl) {
+                if fence > busy_fence && usable(busy_sent, ttl) {
                     if let Some(pending) = pending.take() {
                         pending.disarm();
                     }
                     return Ok(Held::take(node, request, token, fence, busy_sent, ttl));
                 }
-                // Too little left to trust from this message: the attempt
-                // that follows finds the lock ours, with its real PTTL.
+                // Stale, or too little left to trust from this message: the
+                // attempt that follows tells, with the lock's real PTTL.
             }
         }
     }
+}
+
+/// Whether a waiter queued at `queued_at` asks to be handed the lock.
+fn starving(queued_at: Option<Instant>) -> bool {
+    queued_at.is_some_and(|at| at.elapsed() >= STARVING)
 }
 
 /// Sleeps `step`, not past `deadline`.
@@ -255,7 +283,8 @@ enum Heard {
     HandedOver { fence: u64 },
 }
 
-/// Sleeps until a message for `token` (or a "look again"), or `until`.
+/// Sleeps until a message for `token` (or a "look again"), or `until`. A
+/// message with a fence says the release made this waiter the holder.
 async fn listen(subscription: &mut Subscription, token: &str, until: Instant) -> Heard {
     loop {
         tokio::select! {
@@ -322,13 +351,15 @@ fn backoff_step(backoff: &mut Duration) -> Duration {
     half + Duration::from_micros(jitter)
 }
 
-/// One attempt with `token`; `queue` puts it in the waiter queue when busy.
-/// Arms `pending` before anything is sent.
+/// One attempt with `token`; `queue` puts it in the waiter queue when busy,
+/// to be handed the lock at a release if `hand_over` (a fair lock always
+/// is). Arms `pending` before anything is sent.
 async fn attempt(
     node: &Arc<Node>,
     request: &Request<'_>,
     token: &str,
     queue: bool,
+    hand_over: bool,
     pending: &mut Option<PendingRelease>,
 ) -> Result<Outcome> {
     let keys = request.keys;
@@ -368,6 +399,7 @@ async fn attempt(
                 hand_off.as_bytes(),
                 node.id.as_bytes(),
                 if sent_before { b"1" } else { b"0" },
+                if hand_over { b"f" } else { b"m" },
             ],
         )
         .await?;
@@ -386,9 +418,10 @@ async fn attempt(
                 sent_at,
             })
         }
-        Some(&[0, blocker]) => Ok(Outcome::Busy {
+        Some(&[0, blocker, fence]) => Ok(Outcome::Busy {
             pttl: pttl(blocker),
             sent_at,
+            fence: u64::try_from(fence).unwrap_or(0),
         }),
         _ => Err(unexpected()),
     }

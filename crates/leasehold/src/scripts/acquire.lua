@@ -4,8 +4,13 @@
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[3] fence retention ms,
 -- ARGV[4] '1' to queue when busy, ARGV[5] heartbeat ms,
 -- ARGV[6] hand-off lease ms, ARGV[7] the waiting client's channel,
--- ARGV[8] '1' when this token was sent before (it may hold or be queued)
--- Returns {1, fence, lease ms} when held, {0, pttl of the holder} when busy.
+-- ARGV[8] '1' when this token was sent before (it may hold or be queued),
+-- ARGV[9] 'f' for a waiter that has waited long enough to be handed the lock
+-- at the next release (it starves otherwise: a releaser that asks again at
+-- once wins nearly every race), 'm' to be woken to try
+-- The waiter's record keeps the mode it sent last.
+-- Returns {1, fence, lease ms} when held, {0, pttl of the holder, last
+-- fence} when busy.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if ARGV[8] == '1' then
     leave_queue(KEYS[3], KEYS[4], ARGV[1])
@@ -19,6 +24,8 @@ if ARGV[8] == '1' and redis.pcall('GET', KEYS[1]) == ARGV[1] then
   return {1, tonumber(redis.call('GET', KEYS[2])) or -1, redis.call('PTTL', KEYS[1])}
 end
 if ARGV[4] == '1' then
-  enqueue(KEYS[3], KEYS[4], ARGV[1], ARGV[8], ARGV[5], ARGV[6], 'm', ARGV[7])
+  enqueue(KEYS[3], KEYS[4], ARGV[1], ARGV[8], ARGV[5], ARGV[6], ARGV[9], ARGV[7])
 end
-return {0, redis.call('PTTL', KEYS[1])}
+-- The fence counter lets the waiter tell a hand-off after this attempt
+-- (a larger fence) from a stale message about one before it.
+return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2])) or 0}

@@ -1,9 +1,10 @@
 -- Take a fair lock: it goes to the first live waiter, and to a newcomer only
 -- when nobody waits. A release hands it to the head of the queue itself
--- (see wake_first); this script also reports such a hand-off.
--- KEYS and ARGV as acquire.lua; ARGV[6] is the lease a release hands over.
--- Returns {1, fence, remaining lease ms} when held, {0, pttl of the holder}
--- when busy (-2 when free but promised to an earlier waiter).
+-- (see wake_first in lib.lua); this script also reports such a hand-off.
+-- KEYS and ARGV as acquire.lua (ARGV[9] unused); ARGV[6] is the lease a
+-- release hands over.
+-- Returns {1, fence, remaining lease ms} when held, {0, pttl of the holder
+-- (-2 when free but promised to an earlier waiter), last fence} when busy.
 -- pcall: a key of another type written by hand counts as held by someone else.
 local holder = redis.pcall('GET', KEYS[1])
 if holder == ARGV[1] then
@@ -24,4 +25,6 @@ end
 if ARGV[4] == '1' then
   enqueue(KEYS[3], KEYS[4], ARGV[1], ARGV[8], ARGV[5], ARGV[6], 'f', ARGV[7])
 end
-return {0, redis.call('PTTL', KEYS[1])}
+-- The fence counter lets the waiter tell a hand-off after this attempt
+-- (a larger fence) from a stale message about one before it.
+return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2])) or 0}
