@@ -1,36 +1,44 @@
-//! leasehold's lock benchmark: workloads W1 (uncontended) and W2 (contended),
-//! with the floor (bare redis-rs on one connection) measured in the same run,
-//! against one fresh redis-server started by the test kit.
+//! leasehold's lock benchmark, against its peer rslock 0.10 in the same run:
+//! W1 (uncontended), W2 (contended), W3 (many keys) for both, W5 (renewal
+//! load) for leasehold, and the floor (bare redis-rs on one connection), all
+//! against one fresh redis-server started by the test kit. The workloads are
+//! defined in the project's BENCH.md.
 //!
 //! ```text
-//! cargo bench -p leasehold --bench workloads              full run (W2 runs 10 s)
-//! cargo bench -p leasehold --bench workloads -- --quick   a tenth of the counts and durations
+//! cargo bench -p leasehold --bench workloads              full run (W2, W3 10 s; W5 30 s per K)
+//! cargo bench -p leasehold --bench workloads -- --quick   short counts and durations, small K
 //! ```
 //!
 //! `LEASEHOLD_BENCH_QUICK=1` does what `--quick` does. Run without cargo
 //! bench's `--bench` flag (as `cargo test --benches` does), it makes the quick
 //! run: a smoke test.
 //!
-//! Every lock client has a 10 s lease, the watchdog off, and its own
+//! In W1–W3 every lock client has a 10 s lease, the watchdog off, and its own
 //! connections; each is connected and warmed up before its clock starts.
+//! rslock's blocking acquire is its own (retries with its default count and
+//! delay, bounded here at 30 s); its W3 attempt is one try (retry count 1).
 //! Latencies are on the monotonic clock, percentiles by nearest rank.
 //!
-//! Prints a table per workload, then one JSON object per workload per line.
+//! Prints a table per workload, leasehold's figures next to rslock's with
+//! their ratio (leasehold / rslock, and which way is better), then one JSON
+//! object per workload per line.
 //!
-//! Exit codes: 0 the run is done; 1 it could not run; 2 W2 lost an update
-//! (its counter is not the number of acquisitions).
+//! Exit codes: 0 the run is done; 1 it could not run; 2 a W2 run lost an
+//! update (its counter is not the number of acquisitions).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::error::Error as StdError;
 use std::process::ExitCode;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use futures_util::future::join_all;
 use leasehold::redis::{self, aio::MultiplexedConnection};
-use leasehold::{Client, Mutex};
+use leasehold::{Client, Mutex, MutexGuard};
 use leasehold_testkit::RedisServer;
-use serde_json::{json, Value};
+use rslock::{LockError, LockManager};
+use serde_json::{json, Map, Value};
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 type Result<T, E = BoxError> = std::result::Result<T, E>;
@@ -42,6 +50,20 @@ const W2_LOCK: &str = "w2:lock";
 const W2_COUNTER: &str = "w2:counter";
 const W2_WORKERS: usize = 8;
 const W2_HOLD: Duration = Duration::from_millis(1);
+const W3_WORKERS: usize = 8;
+const W3_KEYS: usize = 1_000;
+const W5_LEASE: Duration = Duration::from_secs(3);
+/// Leases taken at once while W5 builds up its K held leases.
+const W5_BATCH: usize = 500;
+/// How often W5 reads `INFO commandstats` to see renewal rounds go by.
+const W5_SAMPLE: Duration = Duration::from_millis(50);
+/// One probe acquire+release this often while W5 measures latency.
+const W5_PROBE_EVERY: Duration = Duration::from_millis(2);
+const W5_PROBE_LOCK: &str = "w5:probe";
+/// Leases per renew script in leasehold's watchdog (its `LEASES_PER_SCRIPT`).
+const RENEWALS_PER_SCRIPT: usize = 256;
+/// rslock's default retry delay, kept for its single-try manager.
+const RSLOCK_RETRY_DELAY: Duration = Duration::from_millis(200);
 const FLOOR_KEY: &str = "floor:lock";
 const FLOOR_LEASE_MS: u64 = 10_000;
 /// The compare-and-delete every Redis lock releases with, without leasehold's
@@ -67,38 +89,76 @@ fn run() -> Result<ExitCode> {
     let url = server.url();
     let rt = current_thread_runtime()?;
     let mut stats = rt.block_on(connect(&url))?;
+    let kinds = rt.block_on(CommandKinds::of(&mut stats))?;
+    let bench = Bench {
+        url,
+        plan,
+        rt,
+        stats,
+        kinds,
+    };
+    let plan = &bench.plan;
 
-    let ping = rt.block_on(floor_ping(&url, &plan))?;
-    let bare = rt.block_on(floor_bare(&url, &plan, &mut stats))?;
-    let w1 = rt.block_on(w1(&url, &plan, &mut stats))?;
-    let w2 = w2(&url, &plan, &rt, &mut stats)?;
+    let ping = bench.rt.block_on(floor_ping(&bench))?;
+    let bare = bench.rt.block_on(floor_bare(&bench))?;
+    let w1 = [w1::<LeaseholdMutex>(&bench)?, w1::<Rslock>(&bench)?];
+    let mut w2_runs = Vec::new();
+    for run in LEASEHOLD_W2 {
+        w2_runs.push(run(&bench)?);
+    }
+    w2_runs.push(w2::<Rslock>(&bench)?);
+    let w3 = [w3::<LeaseholdMutex>(&bench)?, w3::<Rslock>(&bench)?];
+    let w5 = w5(&bench)?;
 
     println!(
         "leasehold lock workloads ({} run), redis-server on port {}",
         if plan.quick { "quick" } else { "full" },
         server.port()
     );
-    print_floor(&plan, &ping, &bare);
-    print_w1(&plan, &w1);
-    print_w2(&plan, &w2);
+    print_floor(plan, &ping, &bare);
+    print_w1(plan, &w1);
+    print_w2(plan, &w2_runs);
+    print_w3(plan, &w3);
+    print_w5(plan, &w5);
     println!();
     for line in [
-        floor_json(&plan, &ping, &bare),
-        w1_json(&plan, &w1),
-        w2_json(&plan, &w2),
+        floor_json(plan, &ping, &bare),
+        w1_json(plan, &w1),
+        w2_json(plan, &w2_runs),
+        w3_json(plan, &w3),
+        w5_json(plan, &w5),
     ] {
         println!("{line}");
     }
 
-    if w2.counter != w2.acquisitions.len() as u64 {
-        eprintln!(
-            "workloads: W2 lost updates: the counter is {} after {} acquisitions",
-            w2.counter,
-            w2.acquisitions.len()
-        );
-        return Ok(ExitCode::from(EXIT_LOST_UPDATE));
+    let mut lost = false;
+    for run in &w2_runs {
+        if run.counter != run.acquisitions.len() as u64 {
+            eprintln!(
+                "workloads: W2 {} lost updates: the counter is {} after {} acquisitions",
+                run.library,
+                run.counter,
+                run.acquisitions.len()
+            );
+            lost = true;
+        }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if lost {
+        ExitCode::from(EXIT_LOST_UPDATE)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// What every workload runs against.
+struct Bench {
+    url: String,
+    plan: Plan,
+    /// The main thread's runtime: W1, the floor, W5, and the snapshots.
+    rt: tokio::runtime::Runtime,
+    /// A connection of the benchmark's own, for INFO and the W2 counter.
+    stats: MultiplexedConnection,
+    kinds: CommandKinds,
 }
 
 struct Plan {
@@ -106,6 +166,11 @@ struct Plan {
     warmup: usize,
     cycles: usize,
     w2_run: Duration,
+    w3_run: Duration,
+    /// The numbers of leases W5 holds; 0 is the reference.
+    w5_leases: Vec<usize>,
+    w5_hold: Duration,
+    w5_probe: Duration,
 }
 
 impl Plan {
@@ -133,6 +198,10 @@ impl Plan {
                 warmup: 10,
                 cycles: 500,
                 w2_run: Duration::from_secs(1),
+                w3_run: Duration::from_secs(1),
+                w5_leases: vec![0, 100, 1_000, 2_000],
+                w5_hold: Duration::from_secs(3),
+                w5_probe: Duration::from_secs(1),
             }
         } else {
             Plan {
@@ -140,6 +209,10 @@ impl Plan {
                 warmup: 100,
                 cycles: 5_000,
                 w2_run: Duration::from_secs(10),
+                w3_run: Duration::from_secs(10),
+                w5_leases: vec![0, 100, 1_000, 10_000, 20_000],
+                w5_hold: Duration::from_secs(30),
+                w5_probe: Duration::from_secs(5),
             }
         })
     }
@@ -159,6 +232,160 @@ async fn connect(url: &str) -> Result<MultiplexedConnection> {
 
 fn lock_client(url: &str) -> Result<Client> {
     Ok(Client::builder(url).lease(LEASE).watchdog(false).build()?)
+}
+
+/// A lock library under test, seen through one client of it with its own
+/// connections, as a separate process would have.
+trait Library: Sized + 'static {
+    /// Its name in the table and the JSON.
+    const NAME: &'static str;
+    /// The commands it sends outside Lua that no script of its runs (see
+    /// [`ServerCost::client_issued`]).
+    const PLAIN_COMMANDS: &'static [&'static str];
+    type Lock;
+    type Guard;
+
+    fn connect(url: &str) -> Result<Self>;
+    fn lock(&self, name: &str) -> Result<Self::Lock>;
+    /// Waits for the lock the library's own way, at most [`WAIT`]; `None`
+    /// when that ran out.
+    async fn acquire(lock: &Self::Lock) -> Result<Option<Self::Guard>>;
+    /// One attempt that does not wait.
+    async fn try_acquire(lock: &Self::Lock) -> Result<Option<Self::Guard>>;
+    /// How many clients wait for the lock, if the library can tell.
+    async fn waiting(lock: &Self::Lock) -> Result<Option<u64>>;
+    fn fence(guard: &Self::Guard) -> Option<u64>;
+    async fn release(guard: Self::Guard) -> Result<()>;
+}
+
+/// Runs W2 for one library.
+type W2Fn = fn(&Bench) -> Result<W2Run>;
+
+/// Makes each listed leasehold primitive a [`Library`] and runs W2 for each,
+/// in order (`LEASEHOLD_W2`). A primitive with `Mutex`'s methods (`inspect`
+/// too, for W2's gate) and guard shape joins W2 with one line in the
+/// invocation below, e.g.
+/// `LeaseholdFairMutex: "leasehold FairMutex" = Client::fair_mutex -> FairMutex, FairMutexGuard;`
+macro_rules! leasehold_primitives {
+    ($($library:ident: $name:literal = Client::$open:ident -> $lock:ident, $guard:ident;)*) => {
+        $(
+            struct $library(Client);
+
+            impl Library for $library {
+                const NAME: &'static str = $name;
+                // PING keeps its quiet subscriber connection checked.
+                const PLAIN_COMMANDS: &'static [&'static str] = &["ping"];
+                type Lock = leasehold::$lock;
+                type Guard = leasehold::$guard;
+
+                fn connect(url: &str) -> Result<Self> {
+                    Ok($library(lock_client(url)?))
+                }
+
+                fn lock(&self, name: &str) -> Result<Self::Lock> {
+                    Ok(self.0.$open(name)?)
+                }
+
+                async fn acquire(lock: &Self::Lock) -> Result<Option<Self::Guard>> {
+                    match lock.acquire_timeout(WAIT).await {
+                        Ok(guard) => Ok(Some(guard)),
+                        Err(e) if e.is_timeout() => Ok(None),
+                        Err(e) => Err(e.into()),
+                    }
+                }
+
+                async fn try_acquire(lock: &Self::Lock) -> Result<Option<Self::Guard>> {
+                    Ok(lock.try_acquire().await?)
+                }
+
+                async fn waiting(lock: &Self::Lock) -> Result<Option<u64>> {
+                    Ok(Some(lock.inspect().await?.waiting_clients))
+                }
+
+                fn fence(guard: &Self::Guard) -> Option<u64> {
+                    Some(guard.fence())
+                }
+
+                async fn release(guard: Self::Guard) -> Result<()> {
+                    Ok(guard.release().await?)
+                }
+            }
+        )*
+
+        const LEASEHOLD_W2: &[W2Fn] = &[$(w2::<$library>),*];
+    };
+}
+
+leasehold_primitives! {
+    LeaseholdMutex: "leasehold Mutex" = Client::mutex -> Mutex, MutexGuard;
+}
+
+/// rslock 0.10 on one server: a lock manager with its default retries for
+/// the blocking acquire, and a clone of it (same connection) that tries once.
+struct Rslock {
+    blocking: LockManager,
+    once: LockManager,
+}
+
+struct RslockLock {
+    blocking: LockManager,
+    once: LockManager,
+    resource: String,
+}
+
+impl Library for Rslock {
+    const NAME: &'static str = "rslock 0.10";
+    // Its lock is a plain SET NX PX; its unlock script runs GET and DEL.
+    const PLAIN_COMMANDS: &'static [&'static str] = &["set"];
+    type Lock = RslockLock;
+    type Guard = rslock::Lock;
+
+    fn connect(url: &str) -> Result<Self> {
+        // LockManager::new panics on a URL it cannot parse.
+        redis::Client::open(url)?;
+        let blocking = LockManager::new(vec![url]);
+        let mut once = blocking.clone();
+        once.set_retry(1, RSLOCK_RETRY_DELAY);
+        Ok(Rslock { blocking, once })
+    }
+
+    fn lock(&self, name: &str) -> Result<Self::Lock> {
+        Ok(RslockLock {
+            blocking: self.blocking.clone(),
+            once: self.once.clone(),
+            resource: name.to_owned(),
+        })
+    }
+
+    async fn acquire(lock: &Self::Lock) -> Result<Option<Self::Guard>> {
+        let acquire = lock.blocking.acquire(lock.resource.as_str(), LEASE);
+        match tokio::time::timeout(WAIT, acquire).await {
+            Ok(guard) => Ok(Some(guard?.lock)),
+            Err(_) => Ok(None),
+        }
+    }
+
+    async fn try_acquire(lock: &Self::Lock) -> Result<Option<Self::Guard>> {
+        match lock.once.lock(lock.resource.as_str(), LEASE).await {
+            Ok(held) => Ok(Some(held)),
+            Err(LockError::Unavailable) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn waiting(_: &Self::Lock) -> Result<Option<u64>> {
+        Ok(None)
+    }
+
+    fn fence(_: &Self::Guard) -> Option<u64> {
+        None
+    }
+
+    async fn release(guard: Self::Guard) -> Result<()> {
+        // rslock's release is best effort and reports nothing.
+        guard.release().await;
+        Ok(())
+    }
 }
 
 /// Latencies, sorted, read by nearest rank.
@@ -182,13 +409,17 @@ impl Latencies {
         self.0[self.0.len() - 1]
     }
 
+    fn p50_us(&self) -> f64 {
+        micros(self.percentile(50))
+    }
+
+    fn p99_us(&self) -> f64 {
+        micros(self.percentile(99))
+    }
+
     /// `"p50 / p99"` in microseconds, for the table.
     fn p50_p99(&self) -> String {
-        format!(
-            "{} / {}",
-            micros(self.percentile(50)),
-            micros(self.percentile(99))
-        )
+        format!("{} / {}", self.p50_us(), self.p99_us())
     }
 }
 
@@ -202,6 +433,67 @@ fn round1(x: f64) -> f64 {
 
 fn round3(x: f64) -> f64 {
     (x * 1_000.0).round() / 1_000.0
+}
+
+fn per_second(n: usize, elapsed: Duration) -> f64 {
+    round1(n as f64 / elapsed.as_secs_f64())
+}
+
+/// The commands, subcommands included (`script|load`), that Redis refuses to
+/// run from a script: each call of one was sent by a client.
+struct CommandKinds {
+    noscript: BTreeSet<String>,
+}
+
+impl CommandKinds {
+    async fn of(conn: &mut MultiplexedConnection) -> Result<CommandKinds> {
+        let reply: redis::Value = redis::cmd("COMMAND").query_async(conn).await?;
+        let mut noscript = BTreeSet::new();
+        let redis::Value::Array(commands) = reply else {
+            return Err("COMMAND did not answer with a list".into());
+        };
+        for command in &commands {
+            collect_noscript(command, &mut noscript)?;
+        }
+        if !noscript.contains("evalsha") {
+            return Err("COMMAND does not flag EVALSHA noscript: cannot tell round trips".into());
+        }
+        Ok(CommandKinds { noscript })
+    }
+}
+
+/// One `COMMAND` entry: name, arity, flags, first key, last key, step,
+/// ACL categories, tips, key specs, subcommands (each an entry).
+fn collect_noscript(entry: &redis::Value, into: &mut BTreeSet<String>) -> Result<()> {
+    let redis::Value::Array(fields) = entry else {
+        return Err(format!("unexpected COMMAND entry {entry:?}").into());
+    };
+    let name = fields
+        .first()
+        .and_then(text)
+        .ok_or("COMMAND entry without a name")?;
+    let flags = match fields.get(2) {
+        Some(redis::Value::Array(flags) | redis::Value::Set(flags)) => flags.as_slice(),
+        _ => &[],
+    };
+    if flags.iter().filter_map(text).any(|f| f == "noscript") {
+        into.insert(name.to_ascii_lowercase());
+    }
+    if let Some(redis::Value::Array(subcommands)) = fields.get(9) {
+        for subcommand in subcommands {
+            collect_noscript(subcommand, into)?;
+        }
+    }
+    Ok(())
+}
+
+fn text(value: &redis::Value) -> Option<String> {
+    match value {
+        redis::Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        redis::Value::SimpleString(s) => Some(s.clone()),
+        redis::Value::Okay => Some("OK".to_owned()),
+        _ => None,
+    }
 }
 
 /// What `INFO commandstats` and `INFO cpu` said at one moment.
@@ -259,21 +551,46 @@ impl ServerCost {
         }
     }
 
+    fn get(&self, command: &str) -> u64 {
+        self.calls.get(command).copied().unwrap_or(0)
+    }
+
+    /// Every command Redis ran, those run by scripts included.
     fn commands(&self) -> u64 {
         self.calls.values().sum()
     }
 
-    fn per(&self, command: &str, acquisitions: usize) -> f64 {
-        let n = self.calls.get(command).copied().unwrap_or(0);
-        round3(n as f64 / acquisitions as f64)
-    }
-
-    fn commands_per(&self, acquisitions: usize) -> f64 {
-        round3(self.commands() as f64 / acquisitions as f64)
-    }
-
-    fn cpu_us_per(&self, acquisitions: usize) -> f64 {
-        round1(self.cpu_us / acquisitions as f64)
+    /// The commands clients sent, each a round trip unless pipelined.
+    ///
+    /// Redis (checked on 7.0) counts a command a script runs in `INFO
+    /// commandstats` under its own name and in `INFO stats`
+    /// `total_commands_processed` as well: an EVAL that runs SET, GET and DEL
+    /// adds 4 to both, and MULTI/SET/GET/EXEC adds 4. Neither tells
+    /// client-issued commands apart, so they are counted by kind: a command
+    /// Redis flags `noscript` (EVAL, EVALSHA, SCRIPT LOAD, SUBSCRIBE and the
+    /// rest of pub/sub but PUBLISH, MULTI, EXEC, HELLO, CLIENT SETINFO, ...)
+    /// can only come from a client; of the others, `plain` are the ones the
+    /// library sends outside Lua and no script of its runs, and `own` are the
+    /// benchmark's own commands, known by count, which are left out.
+    fn client_issued(&self, kinds: &CommandKinds, plain: &[&str], own: &[(&str, u64)]) -> u64 {
+        let noscript: u64 = self
+            .calls
+            .iter()
+            .filter(|(command, _)| kinds.noscript.contains(command.as_str()))
+            .map(|(_, &n)| n)
+            .sum();
+        let plain: u64 = plain
+            .iter()
+            .map(|&command| {
+                let own: u64 = own
+                    .iter()
+                    .filter(|(c, _)| *c == command)
+                    .map(|(_, n)| n)
+                    .sum();
+                self.get(command).saturating_sub(own)
+            })
+            .sum();
+        noscript + plain
     }
 
     fn calls_json(&self) -> Value {
@@ -281,13 +598,53 @@ impl ServerCost {
     }
 }
 
+/// Lock cost per acquisition (or attempt): every Redis call, the client's
+/// round trips, and Redis CPU.
+struct LockCost {
+    calls: f64,
+    round_trips: f64,
+    cpu_us: f64,
+}
+
+impl LockCost {
+    /// `own` are the benchmark's own commands in the delta (W2's data).
+    fn of<L: Library>(bench: &Bench, cost: &ServerCost, own: &[(&str, u64)], n: usize) -> Self {
+        let own_total: u64 = own.iter().map(|(_, k)| k).sum();
+        let n = n.max(1) as f64;
+        LockCost {
+            calls: round3(cost.commands().saturating_sub(own_total) as f64 / n),
+            round_trips: round3(
+                cost.client_issued(&bench.kinds, L::PLAIN_COMMANDS, own) as f64 / n,
+            ),
+            cpu_us: round1(cost.cpu_us / n),
+        }
+    }
+}
+
+/// User plus system CPU time of this process so far.
+fn process_cpu() -> Result<Duration> {
+    // SAFETY: rusage is plain data, for which all zeroes is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills in the rusage it is pointed at, which lives
+    // through the call.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec.try_into().unwrap_or(0))
+            + Duration::from_micros(t.tv_usec.try_into().unwrap_or(0))
+    };
+    Ok(time(usage.ru_utime) + time(usage.ru_stime))
+}
+
 struct PingFloor {
     latencies: Latencies,
     elapsed: Duration,
 }
 
-async fn floor_ping(url: &str, plan: &Plan) -> Result<PingFloor> {
-    let mut conn = connect(url).await?;
+async fn floor_ping(bench: &Bench) -> Result<PingFloor> {
+    let plan = &bench.plan;
+    let mut conn = connect(&bench.url).await?;
     let ping = redis::cmd("PING");
     for _ in 0..plan.warmup {
         ping.query_async::<()>(&mut conn).await?;
@@ -313,8 +670,10 @@ struct CycleRun {
     cost: ServerCost,
 }
 
-async fn floor_bare(url: &str, plan: &Plan, stats: &mut MultiplexedConnection) -> Result<CycleRun> {
-    let mut conn = connect(url).await?;
+async fn floor_bare(bench: &Bench) -> Result<CycleRun> {
+    let plan = &bench.plan;
+    let mut stats = bench.stats.clone();
+    let mut conn = connect(&bench.url).await?;
     let release_script = redis::Script::new(FLOOR_RELEASE);
     let pid = std::process::id();
     let mut cycle = 0u64;
@@ -348,7 +707,7 @@ async fn floor_bare(url: &str, plan: &Plan, stats: &mut MultiplexedConnection) -
     for _ in 0..plan.warmup {
         bare_cycle(&mut conn).await?;
     }
-    timed_cycles(plan, stats, async || bare_cycle(&mut conn).await).await
+    timed_cycles(plan, &mut stats, async || bare_cycle(&mut conn).await).await
 }
 
 /// Runs `plan.cycles` acquire+release cycles, each timed by `cycle` as
@@ -377,138 +736,272 @@ async fn timed_cycles(
     })
 }
 
-async fn w1(url: &str, plan: &Plan, stats: &mut MultiplexedConnection) -> Result<CycleRun> {
-    let mutex = lock_client(url)?.mutex(W1_LOCK)?;
-    for _ in 0..plan.warmup {
-        mutex.acquire_timeout(WAIT).await?.release().await?;
+/// Worker threads for W2 and W3. Each has an OS thread and a runtime of its
+/// own, as a separate process would (so W2's blocking 1 ms hold stalls only
+/// itself); each warms up, says so, and starts its timed part when told.
+struct Workers<T> {
+    label: &'static str,
+    handles: Vec<thread::JoinHandle<Result<Option<T>>>>,
+    starts: Vec<mpsc::Sender<Instant>>,
+    ready: mpsc::Receiver<Result<(), String>>,
+    ready_seen: usize,
+}
+
+/// A worker's side of the start line.
+struct StartLine {
+    ready: mpsc::Sender<Result<(), String>>,
+    start: mpsc::Receiver<Instant>,
+}
+
+impl StartLine {
+    /// Warms up on a runtime of the worker's own, reports ready, waits for
+    /// the start, then runs `timed`; `None` when the run was called off.
+    fn run<S, T>(
+        self,
+        warm_up: impl AsyncFnOnce() -> Result<S>,
+        timed: impl AsyncFnOnce(S, Instant) -> Result<T>,
+    ) -> Result<Option<T>> {
+        let warmed = current_thread_runtime().and_then(|rt| {
+            let state = rt.block_on(warm_up())?;
+            Ok((rt, state))
+        });
+        let (rt, state) = match warmed {
+            Ok(warmed) => warmed,
+            Err(e) => {
+                let _ = self.ready.send(Err(chain(&*e)));
+                return Err(e);
+            }
+        };
+        let _ = self.ready.send(Ok(()));
+        let Ok(start) = self.start.recv() else {
+            return Ok(None);
+        };
+        rt.block_on(timed(state, start)).map(Some)
     }
-    timed_cycles(plan, stats, async || {
-        let sent = Instant::now();
-        let guard = mutex.acquire_timeout(WAIT).await?;
-        let taken = Instant::now();
-        guard.release().await?;
-        Ok((taken - sent, Instant::now() - taken))
+}
+
+impl<T: Send + 'static> Workers<T> {
+    fn spawn(
+        label: &'static str,
+        n: usize,
+        work: impl Fn(usize, StartLine) -> Result<Option<T>> + Send + Clone + 'static,
+    ) -> Result<Workers<T>> {
+        let (ready_tx, ready) = mpsc::channel();
+        let mut handles = Vec::with_capacity(n);
+        let mut starts = Vec::with_capacity(n);
+        for id in 0..n {
+            let (start_tx, start) = mpsc::channel();
+            let line = StartLine {
+                ready: ready_tx.clone(),
+                start,
+            };
+            let work = work.clone();
+            handles.push(
+                thread::Builder::new()
+                    .name(format!("{label}-worker-{id}"))
+                    .spawn(move || work(id, line))?,
+            );
+            starts.push(start_tx);
+        }
+        Ok(Workers {
+            label,
+            handles,
+            starts,
+            ready,
+            ready_seen: 0,
+        })
+    }
+
+    /// Fails if a worker failed to warm up; does not wait.
+    fn check(&mut self) -> Result<()> {
+        while let Ok(report) = self.ready.try_recv() {
+            report.map_err(|e| format!("{} worker warm-up: {e}", self.label))?;
+            self.ready_seen += 1;
+        }
+        Ok(())
+    }
+
+    fn wait_ready(&mut self) -> Result<()> {
+        while self.ready_seen < self.handles.len() {
+            match self.ready.recv_timeout(SETUP_TIMEOUT) {
+                Ok(Ok(())) => self.ready_seen += 1,
+                Ok(Err(e)) => return Err(format!("{} worker warm-up: {e}", self.label).into()),
+                Err(_) => {
+                    return Err(
+                        format!("{} workers did not all warm up within 60 s", self.label).into(),
+                    )
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn start(&self) -> Result<Instant> {
+        let start = Instant::now();
+        for tx in &self.starts {
+            tx.send(start)
+                .map_err(|_| format!("a {} worker stopped before the start", self.label))?;
+        }
+        Ok(start)
+    }
+
+    fn join(self) -> Result<Vec<T>> {
+        let mut results = Vec::with_capacity(self.handles.len());
+        for (id, handle) in self.handles.into_iter().enumerate() {
+            let result = handle
+                .join()
+                .map_err(|_| format!("{} worker {id} panicked", self.label))?
+                .map_err(|e| format!("{} worker {id}: {}", self.label, chain(&*e)))?
+                .ok_or_else(|| format!("{} worker {id} did not run", self.label))?;
+            results.push(result);
+        }
+        Ok(results)
+    }
+}
+
+struct W1Run {
+    library: &'static str,
+    run: CycleRun,
+    lock: LockCost,
+}
+
+fn w1<L: Library>(bench: &Bench) -> Result<W1Run> {
+    let plan = &bench.plan;
+    bench.rt.block_on(async {
+        let library = L::connect(&bench.url)?;
+        let lock = library.lock(W1_LOCK)?;
+        let acquire = async || {
+            L::acquire(&lock)
+                .await?
+                .ok_or_else(|| BoxError::from("W1 waited 30 s for its own lock"))
+        };
+        for _ in 0..plan.warmup {
+            L::release(acquire().await?).await?;
+        }
+        let mut stats = bench.stats.clone();
+        let run = timed_cycles(plan, &mut stats, async || {
+            let sent = Instant::now();
+            let guard = acquire().await?;
+            let taken = Instant::now();
+            L::release(guard).await?;
+            Ok((taken - sent, Instant::now() - taken))
+        })
+        .await?;
+        Ok(W1Run {
+            library: L::NAME,
+            lock: LockCost::of::<L>(bench, &run.cost, &[], plan.cycles),
+            run,
+        })
     })
-    .await
 }
 
 /// One W2 acquisition; times are since a start shared by all workers.
 struct Acquisition {
     worker: usize,
-    fence: u64,
+    fence: Option<u64>,
     started: Duration,
     acquired: Duration,
     released: Duration,
 }
 
+#[derive(Default)]
+struct W2Log {
+    acquisitions: Vec<Acquisition>,
+    /// Acquires that waited out the 30 s bound.
+    timeouts: usize,
+}
+
 struct W2Run {
-    /// In lock order (by fence).
+    library: &'static str,
+    /// In lock order: by fence, or by the time of acquisition for a library
+    /// without fences.
     acquisitions: Vec<Acquisition>,
     per_worker: Vec<usize>,
+    timeouts: usize,
     elapsed: Duration,
     counter: u64,
     cost: ServerCost,
+    lock: LockCost,
     figures: W2Figures,
 }
 
-fn w2(
-    url: &str,
-    plan: &Plan,
-    rt: &tokio::runtime::Runtime,
-    stats: &mut MultiplexedConnection,
-) -> Result<W2Run> {
-    let gate = lock_client(url)?.mutex(W2_LOCK)?;
+fn w2<L: Library>(bench: &Bench) -> Result<W2Run> {
+    let rt = &bench.rt;
+    let mut stats = bench.stats.clone();
+    let gate_library = L::connect(&bench.url)?;
+    let gate = gate_library.lock(W2_LOCK)?;
     let held = rt.block_on(async {
         redis::cmd("SET")
             .arg(W2_COUNTER)
             .arg(0)
-            .query_async::<()>(&mut *stats)
+            .query_async::<()>(&mut stats)
             .await?;
-        gate.try_acquire()
+        L::try_acquire(&gate)
             .await?
             .ok_or_else(|| BoxError::from("w2:lock was held before W2"))
     })?;
 
     let origin = Instant::now();
-    let (ready_tx, ready_rx) = mpsc::channel();
-    let mut workers = Vec::with_capacity(W2_WORKERS);
-    let mut starts = Vec::with_capacity(W2_WORKERS);
-    for id in 0..W2_WORKERS {
-        let (start_tx, start_rx) = mpsc::channel();
-        let ready = ready_tx.clone();
-        let url = url.to_owned();
-        let run_for = plan.w2_run;
-        // Each worker gets an OS thread and a runtime of its own, as separate
-        // processes would, so that its blocking 1 ms hold stalls only itself.
-        let handle = thread::Builder::new()
-            .name(format!("w2-worker-{id}"))
-            .spawn(move || w2_worker(id, &url, origin, run_for, &ready, &start_rx))?;
-        workers.push(handle);
-        starts.push(start_tx);
-    }
-    drop(ready_tx);
-
+    let url = bench.url.clone();
+    let run_for = bench.plan.w2_run;
+    let mut workers = Workers::spawn("W2", W2_WORKERS, move |id, line| {
+        w2_worker::<L>(id, &url, origin, run_for, line)
+    })?;
     // The workers' warm-up acquire waits behind the gate, which opens their
     // notification connections too; it opens once all of them wait.
-    rt.block_on(wait_for_waiters(&gate, W2_WORKERS, &ready_rx))?;
-    rt.block_on(held.release())?;
-    for _ in 0..W2_WORKERS {
-        match ready_rx.recv_timeout(SETUP_TIMEOUT) {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(format!("W2 worker warm-up: {e}").into()),
-            Err(_) => return Err("W2 workers did not all warm up within 60 s".into()),
-        }
-    }
+    rt.block_on(wait_for_waiters::<L>(&gate, &mut workers))?;
+    rt.block_on(L::release(held))?;
+    workers.wait_ready()?;
 
-    let before = rt.block_on(server_snapshot(stats))?;
-    let start = Instant::now();
-    for tx in &starts {
-        tx.send(start)
-            .map_err(|_| "a W2 worker stopped before the start")?;
-    }
-    let mut acquisitions = Vec::new();
-    let mut per_worker = vec![0; W2_WORKERS];
-    for (id, handle) in workers.into_iter().enumerate() {
-        let log = handle
-            .join()
-            .map_err(|_| format!("W2 worker {id} panicked"))?
-            .map_err(|e| format!("W2 worker {id}: {}", chain(&*e)))?;
-        per_worker[id] = log.len();
-        acquisitions.extend(log);
-    }
-    let after = rt.block_on(server_snapshot(stats))?;
-    let counter: Option<u64> = rt.block_on(redis::cmd("GET").arg(W2_COUNTER).query_async(stats))?;
+    let before = rt.block_on(server_snapshot(&mut stats))?;
+    let start = workers.start()?;
+    let logs = workers.join()?;
+    let after = rt.block_on(server_snapshot(&mut stats))?;
+    let counter: Option<u64> =
+        rt.block_on(redis::cmd("GET").arg(W2_COUNTER).query_async(&mut stats))?;
 
-    acquisitions.sort_unstable_by_key(|a| a.fence);
+    let per_worker: Vec<usize> = logs.iter().map(|log| log.acquisitions.len()).collect();
+    let timeouts = logs.iter().map(|log| log.timeouts).sum();
+    let mut acquisitions: Vec<Acquisition> =
+        logs.into_iter().flat_map(|log| log.acquisitions).collect();
+    if acquisitions.iter().all(|a| a.fence.is_some()) {
+        acquisitions.sort_unstable_by_key(|a| a.fence);
+    } else {
+        acquisitions.sort_unstable_by_key(|a| a.acquired);
+    }
     let last_release = acquisitions
         .iter()
         .map(|a| a.released)
         .max()
         .ok_or("W2 made no acquisition")?;
     let elapsed = last_release.saturating_sub(start - origin);
+    let n = acquisitions.len();
     let figures = W2Figures::of(&acquisitions, &per_worker, elapsed)?;
+    let cost = ServerCost::between(&before, &after);
+    let data = [("get", n as u64), ("set", n as u64)];
     Ok(W2Run {
+        library: L::NAME,
+        lock: LockCost::of::<L>(bench, &cost, &data, n),
         acquisitions,
         per_worker,
+        timeouts,
         elapsed,
         counter: counter.unwrap_or(0),
-        cost: ServerCost::between(&before, &after),
+        cost,
         figures,
     })
 }
 
-async fn wait_for_waiters(
-    gate: &Mutex,
-    n: usize,
-    ready: &mpsc::Receiver<Result<(), String>>,
-) -> Result<()> {
+async fn wait_for_waiters<L: Library>(gate: &L::Lock, workers: &mut Workers<W2Log>) -> Result<()> {
+    let n = W2_WORKERS as u64;
     let deadline = Instant::now() + SETUP_TIMEOUT;
     loop {
-        if let Ok(Err(e)) = ready.try_recv() {
-            return Err(format!("W2 worker warm-up: {e}").into());
-        }
-        let waiting = gate.inspect().await?.waiting_clients;
-        if waiting >= n as u64 {
+        workers.check()?;
+        let Some(waiting) = L::waiting(gate).await? else {
+            // The library cannot tell: its warm-up runs as the gate opens.
+            return Ok(());
+        };
+        if waiting >= n {
             return Ok(());
         }
         if Instant::now() >= deadline {
@@ -521,68 +1014,63 @@ async fn wait_for_waiters(
     }
 }
 
-fn w2_worker(
+fn w2_worker<L: Library>(
     id: usize,
     url: &str,
     origin: Instant,
     run_for: Duration,
-    ready: &mpsc::Sender<Result<(), String>>,
-    start: &mpsc::Receiver<Instant>,
-) -> Result<Vec<Acquisition>> {
-    let warmed = current_thread_runtime().and_then(|rt| {
-        let (mutex, data) = rt.block_on(async {
-            let mutex = lock_client(url)?.mutex(W2_LOCK)?;
+    line: StartLine,
+) -> Result<Option<W2Log>> {
+    line.run(
+        async || {
+            let library = L::connect(url)?;
+            let lock = library.lock(W2_LOCK)?;
             let mut data = connect(url).await?;
             redis::cmd("GET")
                 .arg(W2_COUNTER)
                 .query_async::<Option<u64>>(&mut data)
                 .await?;
-            mutex.acquire_timeout(WAIT).await?.release().await?;
-            Ok::<_, BoxError>((mutex, data))
-        })?;
-        Ok((rt, mutex, data))
-    });
-    let (rt, mutex, mut data) = match warmed {
-        Ok(warmed) => warmed,
-        Err(e) => {
-            let _ = ready.send(Err(chain(&*e)));
-            return Err(e);
-        }
-    };
-    let _ = ready.send(Ok(()));
-    let Ok(start) = start.recv() else {
-        return Ok(Vec::new());
-    };
-    let end = start + run_for;
-    rt.block_on(async {
-        let mut log = Vec::new();
-        while Instant::now() < end {
-            let started = Instant::now();
-            let guard = mutex.acquire_timeout(WAIT).await?;
-            let acquired = Instant::now();
-            let value: Option<u64> = redis::cmd("GET")
-                .arg(W2_COUNTER)
-                .query_async(&mut data)
-                .await?;
-            thread::sleep(W2_HOLD);
-            redis::cmd("SET")
-                .arg(W2_COUNTER)
-                .arg(value.unwrap_or(0) + 1)
-                .query_async::<()>(&mut data)
-                .await?;
-            let fence = guard.fence();
-            guard.release().await?;
-            let released = Instant::now();
-            log.push(Acquisition {
-                worker: id,
-                fence,
-                started: started - origin,
-                acquired: acquired - origin,
-                released: released - origin,
-            });
-        }
-        Ok(log)
-    })
+            let guard = L::acquire(&lock)
+                .await?
+                .ok_or("the warm-up acquire waited 30 s")?;
+            L::release(guard).await?;
+            Ok((library, lock, data))
+        },
+        async |state: (L, L::Lock, MultiplexedConnection), start| {
+            let (_library, lock, mut data) = state;
+            let end = start + run_for;
+            let mut log = W2Log::default();
+            while Instant::now() < end {
+                let started = Instant::now();
+                let Some(guard) = L::acquire(&lock).await? else {
+                    log.timeouts += 1;
+                    continue;
+                };
+                let acquired = Instant::now();
+                let value: Option<u64> = redis::cmd("GET")
+                    .arg(W2_COUNTER)
+                    .query_async(&mut data)
+                    .await?;
+                thread::sleep(W2_HOLD);
+                redis::cmd("SET")
+                    .arg(W2_COUNTER)
+                    .arg(value.unwrap_or(0) + 1)
+                    .query_async::<()>(&mut data)
+                    .await?;
+                let fence = L::fence(&guard);
+                L::release(guard).await?;
+                let released = Instant::now();
+                log.acquisitions.push(Acquisition {
+                    worker: id,
+                    fence,
+                    started: started - origin,
+                    acquired: acquired - origin,
+                    released: released - origin,
+                });
+            }
+            Ok(log)
+        },
+    )
 }
 
 struct W2Figures {
@@ -618,7 +1106,7 @@ impl W2Figures {
             .sum();
         let taken_back = pairs.filter(|w| w[0].worker == w[1].worker).count();
         Ok(W2Figures {
-            acquisitions_per_s: round1(n as f64 / elapsed.as_secs_f64()),
+            acquisitions_per_s: per_second(n, elapsed),
             share_min: share(per_worker.iter().copied().min().unwrap_or(0)),
             share_max: share(per_worker.iter().copied().max().unwrap_or(0)),
             wait,
@@ -633,9 +1121,232 @@ impl W2Figures {
     }
 }
 
-const ROUND_TRIPS_COUNTED_AS: &str =
-    "one per awaited lock call: acquire_timeout and release; retries inside \
-     acquire_timeout are not visible from outside the library";
+/// A small deterministic generator (splitmix64), so that both libraries'
+/// W3 workers try the same keys in the same order.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z % n as u64) as usize
+    }
+}
+
+#[derive(Default)]
+struct W3Log {
+    attempts: usize,
+    successes: usize,
+    /// Of each attempt (the release after a success is not in it).
+    latencies: Vec<Duration>,
+    finished: Option<Instant>,
+}
+
+struct W3Run {
+    library: &'static str,
+    attempts: usize,
+    successes: usize,
+    attempt: Latencies,
+    elapsed: Duration,
+    cost: ServerCost,
+    /// Per attempt.
+    lock: LockCost,
+}
+
+fn w3<L: Library>(bench: &Bench) -> Result<W3Run> {
+    let mut stats = bench.stats.clone();
+    let url = bench.url.clone();
+    let (warmup, run_for) = (bench.plan.warmup, bench.plan.w3_run);
+    let mut workers = Workers::spawn("W3", W3_WORKERS, move |id, line| {
+        w3_worker::<L>(id, &url, warmup, run_for, line)
+    })?;
+    workers.wait_ready()?;
+    let before = bench.rt.block_on(server_snapshot(&mut stats))?;
+    let start = workers.start()?;
+    let logs = workers.join()?;
+    let after = bench.rt.block_on(server_snapshot(&mut stats))?;
+
+    let finished = logs
+        .iter()
+        .filter_map(|log| log.finished)
+        .max()
+        .ok_or("W3 made no attempt")?;
+    let attempts = logs.iter().map(|log| log.attempts).sum();
+    let successes = logs.iter().map(|log| log.successes).sum();
+    let cost = ServerCost::between(&before, &after);
+    Ok(W3Run {
+        library: L::NAME,
+        attempts,
+        successes,
+        attempt: Latencies::new(logs.into_iter().flat_map(|log| log.latencies).collect())?,
+        elapsed: finished - start,
+        lock: LockCost::of::<L>(bench, &cost, &[], attempts),
+        cost,
+    })
+}
+
+fn w3_worker<L: Library>(
+    id: usize,
+    url: &str,
+    warmup: usize,
+    run_for: Duration,
+    line: StartLine,
+) -> Result<Option<W3Log>> {
+    let attempt = async |locks: &[L::Lock], keys: &mut SplitMix| -> Result<bool> {
+        let Some(guard) = L::try_acquire(&locks[keys.below(W3_KEYS)]).await? else {
+            return Ok(false);
+        };
+        L::release(guard).await?;
+        Ok(true)
+    };
+    line.run(
+        async || {
+            let library = L::connect(url)?;
+            let locks = (0..W3_KEYS)
+                .map(|k| library.lock(&format!("w3:{k}")))
+                .collect::<Result<Vec<_>>>()?;
+            let mut keys = SplitMix(id as u64 + 1);
+            for _ in 0..warmup {
+                attempt(&locks, &mut keys).await?;
+            }
+            Ok((library, locks, keys))
+        },
+        async |state: (L, Vec<L::Lock>, SplitMix), start| {
+            let (_library, locks, mut keys) = state;
+            let end = start + run_for;
+            let mut log = W3Log::default();
+            while Instant::now() < end {
+                let lock = &locks[keys.below(W3_KEYS)];
+                let sent = Instant::now();
+                let guard = L::try_acquire(lock).await?;
+                log.latencies.push(sent.elapsed());
+                log.attempts += 1;
+                if let Some(guard) = guard {
+                    L::release(guard).await?;
+                    log.successes += 1;
+                }
+            }
+            log.finished = Some(Instant::now());
+            Ok(log)
+        },
+    )
+}
+
+/// W5 with K leases held by one client.
+struct W5Row {
+    leases: usize,
+    /// Taking the K leases, `W5_BATCH` at a time.
+    build: Duration,
+    /// The part with nothing but the K leases (and the sampling).
+    hold: Duration,
+    cost: ServerCost,
+    client_cpu: Duration,
+    /// Bursts of EVALSHA seen in `W5_SAMPLE` samples: renewal rounds.
+    bursts: usize,
+    lost: usize,
+    release_failed: usize,
+    /// acquire+release of another lock on the same client, while K are held.
+    probe: Latencies,
+}
+
+impl W5Row {
+    /// Renewal rounds the leases call for: one per third of a lease.
+    fn rounds_expected(&self) -> f64 {
+        self.hold.as_secs_f64() / (W5_LEASE.as_secs_f64() / 3.0)
+    }
+
+    fn renew_evalsha(&self) -> u64 {
+        self.cost.get("evalsha")
+    }
+}
+
+fn w5(bench: &Bench) -> Result<Vec<W5Row>> {
+    bench
+        .plan
+        .w5_leases
+        .iter()
+        .map(|&k| bench.rt.block_on(w5_row(bench, k)))
+        .collect()
+}
+
+async fn w5_row(bench: &Bench, k: usize) -> Result<W5Row> {
+    let plan = &bench.plan;
+    let mut stats = bench.stats.clone();
+    let client = Client::builder(&bench.url).watchdog(true).build()?;
+    let probe = client.mutex(W5_PROBE_LOCK)?.with_lease(W5_LEASE)?;
+    for _ in 0..plan.warmup {
+        probe.acquire_timeout(WAIT).await?.release().await?;
+    }
+
+    let building = Instant::now();
+    let mut guards = Vec::with_capacity(k);
+    for first in (0..k).step_by(W5_BATCH) {
+        let mutexes = (first..k.min(first + W5_BATCH))
+            .map(|i| Ok(client.mutex(&format!("w5:{i}"))?.with_lease(W5_LEASE)?))
+            .collect::<Result<Vec<Mutex>>>()?;
+        for taken in join_all(mutexes.iter().map(Mutex::try_acquire)).await {
+            guards.push(taken?.ok_or("a W5 lease was held before W5 took it")?);
+        }
+    }
+    let build = building.elapsed();
+
+    let before = server_snapshot(&mut stats).await?;
+    let cpu_before = process_cpu()?;
+    let held_from = Instant::now();
+    let mut bursts = 0;
+    let mut last = before.calls.get("evalsha").copied().unwrap_or(0);
+    let mut rising = false;
+    let mut tick = tokio::time::interval(W5_SAMPLE);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while held_from.elapsed() < plan.w5_hold {
+        tick.tick().await;
+        let now = server_snapshot(&mut stats).await?;
+        let evalsha = now.calls.get("evalsha").copied().unwrap_or(0);
+        if evalsha > last && !rising {
+            bursts += 1;
+        }
+        rising = evalsha > last;
+        last = evalsha;
+    }
+    let hold = held_from.elapsed();
+    let after = server_snapshot(&mut stats).await?;
+    let client_cpu = process_cpu()?.saturating_sub(cpu_before);
+
+    let mut samples = Vec::new();
+    let mut tick = tokio::time::interval(W5_PROBE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let probing = Instant::now();
+    while probing.elapsed() < plan.w5_probe {
+        tick.tick().await;
+        let sent = Instant::now();
+        probe.acquire_timeout(WAIT).await?.release().await?;
+        samples.push(sent.elapsed());
+    }
+
+    let lost = guards.iter().filter(|guard| guard.is_lost()).count();
+    let mut release_failed = 0;
+    while !guards.is_empty() {
+        let batch: Vec<MutexGuard> = guards.drain(..guards.len().min(W5_BATCH)).collect();
+        for released in join_all(batch.into_iter().map(MutexGuard::release)).await {
+            release_failed += usize::from(released.is_err());
+        }
+    }
+    client.flush().await;
+    Ok(W5Row {
+        leases: k,
+        build,
+        hold,
+        cost: ServerCost::between(&before, &after),
+        client_cpu,
+        bursts,
+        lost,
+        release_failed,
+        probe: Latencies::new(samples)?,
+    })
+}
 
 fn row(label: &str, value: impl std::fmt::Display) {
     println!("  {label:<44} {value}");
@@ -656,108 +1367,307 @@ fn print_floor(plan: &Plan, ping: &PingFloor, bare: &CycleRun) {
         "SET NX PX + Lua release cycles/s",
         format!("{:.0}", plan.cycles as f64 / bare.elapsed.as_secs_f64()),
     );
-    print_cycle_latencies("SET NX PX", "Lua release", bare);
+    row("SET NX PX p50 / p99 µs", bare.acquire.p50_p99());
+    row("Lua release p50 / p99 µs", bare.release.p50_p99());
     row(
-        "redis commands / cycle",
-        bare.cost.commands_per(plan.cycles),
+        "redis calls / cycle",
+        round3(bare.cost.commands() as f64 / plan.cycles as f64),
     );
-    row("redis CPU µs / cycle", bare.cost.cpu_us_per(plan.cycles));
+    row(
+        "redis CPU µs / cycle",
+        round1(bare.cost.cpu_us / plan.cycles as f64),
+    );
 }
 
-fn print_cycle_latencies(acquire: &str, release: &str, run: &CycleRun) {
-    row(&format!("{acquire} p50 / p99 µs"), run.acquire.p50_p99());
-    row(&format!("{release} p50 / p99 µs"), run.release.p50_p99());
+/// Which way a figure is better.
+#[derive(Clone, Copy)]
+enum Better {
+    Higher,
+    Lower,
+    Neither,
 }
 
-fn print_w1(plan: &Plan, w1: &CycleRun) {
+impl Better {
+    fn word(self) -> &'static str {
+        match self {
+            Better::Higher => "higher",
+            Better::Lower => "lower",
+            Better::Neither => "-",
+        }
+    }
+}
+
+/// A comparison table: one column per library, rslock's last, then the
+/// ratio of each leasehold column to rslock's and which way is better.
+struct Table {
+    columns: usize,
+}
+
+impl Table {
+    fn new(libraries: &[&str]) -> Table {
+        let mut header = format!("  {:<44}", "");
+        for library in libraries {
+            header.push_str(&format!(" {library:>16}"));
+        }
+        header.push_str(&format!(" {:>16}  better", "leasehold/rslock"));
+        println!("{header}");
+        Table {
+            columns: libraries.len(),
+        }
+    }
+
+    fn num(&self, label: &str, values: &[f64], better: Better) {
+        debug_assert_eq!(values.len(), self.columns);
+        let Some((&peer, ours)) = values.split_last() else {
+            return;
+        };
+        let ratios: Vec<String> = ours
+            .iter()
+            .map(|&v| {
+                if peer == 0.0 {
+                    "-".to_owned()
+                } else {
+                    format!("{:.2}", v / peer)
+                }
+            })
+            .collect();
+        let mut line = format!("  {label:<44}");
+        for &value in values {
+            line.push_str(&format!(" {:>16}", number(value)));
+        }
+        line.push_str(&format!(" {:>16}  {}", ratios.join(" / "), better.word()));
+        println!("{line}");
+    }
+
+    fn text(&self, label: &str, values: &[String]) {
+        let mut line = format!("  {label:<44}");
+        for value in values {
+            line.push_str(&format!(" {value:>16}"));
+        }
+        println!("{line}");
+    }
+}
+
+/// A figure for the table: whole numbers as such, others to a sensible
+/// number of digits.
+fn number(x: f64) -> String {
+    if x.fract() == 0.0 || x.abs() >= 1_000.0 {
+        format!("{x:.0}")
+    } else if x.abs() >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.3}")
+    }
+}
+
+fn print_w1(plan: &Plan, runs: &[W1Run]) {
     println!();
     println!(
-        "W1 uncontended: 1 worker, {W1_LOCK}, {} cycles after {} warm-up, acquire_timeout(30 s) + release",
+        "W1 uncontended: 1 worker, {W1_LOCK}, {} cycles after {} warm-up, blocking acquire (30 s bound) + release",
         plan.cycles, plan.warmup
     );
-    row(
-        "ops/s",
-        format!("{:.0}", plan.cycles as f64 / w1.elapsed.as_secs_f64()),
-    );
-    print_cycle_latencies("acquire", "release", w1);
-    row(
-        "redis commands / acquisition",
-        format!(
-            "{} (EVALSHA {}; script commands count too)",
-            w1.cost.commands_per(plan.cycles),
-            w1.cost.per("evalsha", plan.cycles)
-        ),
-    );
-    row(
-        "redis CPU µs / acquisition",
-        w1.cost.cpu_us_per(plan.cycles),
-    );
-    row(
-        "round trips / acquisition (client)",
-        "2: acquire_timeout, release",
+    let table = Table::new(&runs.iter().map(|r| r.library).collect::<Vec<_>>());
+    let num = |label, better, f: &dyn Fn(&W1Run) -> f64| {
+        table.num(label, &runs.iter().map(f).collect::<Vec<_>>(), better);
+    };
+    num("ops/s", Better::Higher, &|r| {
+        per_second(plan.cycles, r.run.elapsed)
+    });
+    num("acquire p50 µs", Better::Lower, &|r| {
+        r.run.acquire.p50_us()
+    });
+    num("acquire p99 µs", Better::Lower, &|r| {
+        r.run.acquire.p99_us()
+    });
+    num("release p50 µs", Better::Lower, &|r| {
+        r.run.release.p50_us()
+    });
+    num("release p99 µs", Better::Lower, &|r| {
+        r.run.release.p99_us()
+    });
+    print_lock_cost(
+        &table,
+        "acquisition",
+        &runs.iter().map(|r| &r.lock).collect::<Vec<_>>(),
     );
 }
 
-fn print_w2(plan: &Plan, w2: &W2Run) {
-    let n = w2.acquisitions.len();
-    let f = &w2.figures;
+fn print_lock_cost(table: &Table, per: &str, costs: &[&LockCost]) {
+    let num = |label: String, f: &dyn Fn(&LockCost) -> f64| {
+        table.num(
+            &label,
+            &costs.iter().map(|c| f(c)).collect::<Vec<_>>(),
+            Better::Lower,
+        );
+    };
+    num(format!("redis calls / {per} (scripts' too)"), &|c| c.calls);
+    num(format!("round trips / {per} (client-issued)"), &|c| {
+        c.round_trips
+    });
+    num(format!("redis CPU µs / {per}"), &|c| c.cpu_us);
+}
+
+fn print_w2(plan: &Plan, runs: &[W2Run]) {
     println!();
     println!(
-        "W2 contended: {W2_WORKERS} workers, {W2_LOCK}, {} s, acquire_timeout(30 s), {} ms hold",
+        "W2 contended: {W2_WORKERS} workers, {W2_LOCK}, {} s, blocking acquire (30 s bound), {} ms hold",
         plan.w2_run.as_secs(),
         W2_HOLD.as_millis()
     );
-    row("acquisitions", n);
-    row("acquisitions/s", f.acquisitions_per_s);
-    row(
-        "share per worker min / max (fair 0.125)",
-        format!("{} / {}", f.share_min, f.share_max),
-    );
-    row(
-        "wait to acquire p50 / p99 / max µs",
-        format!("{} / {}", f.wait.p50_p99(), micros(f.wait.max())),
-    );
-    row(
+    let table = Table::new(&runs.iter().map(|r| r.library).collect::<Vec<_>>());
+    let num = |label, better, f: &dyn Fn(&W2Run) -> f64| {
+        table.num(label, &runs.iter().map(f).collect::<Vec<_>>(), better);
+    };
+    num("acquisitions", Better::Higher, &|r| {
+        r.acquisitions.len() as f64
+    });
+    num("acquisitions/s", Better::Higher, &|r| {
+        r.figures.acquisitions_per_s
+    });
+    num("share per worker min (fair 0.125)", Better::Higher, &|r| {
+        r.figures.share_min
+    });
+    num("share per worker max (fair 0.125)", Better::Lower, &|r| {
+        r.figures.share_max
+    });
+    num("wait to acquire p50 µs", Better::Lower, &|r| {
+        r.figures.wait.p50_us()
+    });
+    num("wait to acquire p99 µs", Better::Lower, &|r| {
+        r.figures.wait.p99_us()
+    });
+    num("wait to acquire max µs", Better::Lower, &|r| {
+        micros(r.figures.wait.max())
+    });
+    num(
         "mean idle gap, release to next acquire µs",
-        f.mean_idle_gap_us,
+        Better::Lower,
+        &|r| r.figures.mean_idle_gap_us,
     );
-    row(
-        "releaser took the lock straight back",
-        format!(
-            "{} of {} handoffs ({:.1}%)",
-            f.taken_back,
-            f.handoffs,
-            percent(f.taken_back, f.handoffs)
-        ),
+    num(
+        "releaser took the lock straight back %",
+        Better::Neither,
+        &|r| round1(percent(r.figures.taken_back, r.figures.handoffs)),
     );
-    row(
+    num("acquires that waited out 30 s", Better::Lower, &|r| {
+        r.timeouts as f64
+    });
+    table.text(
         "counter / acquisitions",
-        format!(
-            "{} / {} {}",
-            w2.counter,
-            n,
-            if w2.counter == n as u64 {
-                "ok"
-            } else {
-                "LOST UPDATES"
-            }
-        ),
+        &runs
+            .iter()
+            .map(|r| {
+                let n = r.acquisitions.len() as u64;
+                if r.counter == n {
+                    "ok".to_owned()
+                } else {
+                    format!("LOST {}", n as i64 - r.counter as i64)
+                }
+            })
+            .collect::<Vec<_>>(),
+    );
+    print_lock_cost(
+        &table,
+        "acquisition",
+        &runs.iter().map(|r| &r.lock).collect::<Vec<_>>(),
     );
     row(
-        "redis commands / acquisition",
-        format!(
-            "{} (EVALSHA {}, SUBSCRIBE {}, UNSUBSCRIBE {}; script commands and the critical section's GET and SET count too)",
-            w2.cost.commands_per(n),
-            w2.cost.per("evalsha", n),
-            w2.cost.per("subscribe", n),
-            w2.cost.per("unsubscribe", n)
-        ),
+        "",
+        "calls and round trips leave out the critical section's GET and SET \
+         (2 calls, 2 round trips per acquisition); CPU includes them",
     );
-    row("redis CPU µs / acquisition", w2.cost.cpu_us_per(n));
+}
+
+fn print_w3(plan: &Plan, runs: &[W3Run]) {
+    println!();
+    println!(
+        "W3 many keys: {W3_WORKERS} workers, {W3_KEYS} keys, {} s, one non-waiting attempt on a random key, release on success",
+        plan.w3_run.as_secs()
+    );
+    let table = Table::new(&runs.iter().map(|r| r.library).collect::<Vec<_>>());
+    let num = |label, better, f: &dyn Fn(&W3Run) -> f64| {
+        table.num(label, &runs.iter().map(f).collect::<Vec<_>>(), better);
+    };
+    num("attempts", Better::Higher, &|r| r.attempts as f64);
+    num("attempts/s", Better::Higher, &|r| {
+        per_second(r.attempts, r.elapsed)
+    });
+    num("success ratio", Better::Higher, &|r| {
+        round3(r.successes as f64 / r.attempts as f64)
+    });
+    num("attempt p50 µs", Better::Lower, &|r| r.attempt.p50_us());
+    num("attempt p99 µs", Better::Lower, &|r| r.attempt.p99_us());
+    print_lock_cost(
+        &table,
+        "attempt",
+        &runs.iter().map(|r| &r.lock).collect::<Vec<_>>(),
+    );
+}
+
+fn print_w5(plan: &Plan, rows: &[W5Row]) {
+    println!();
+    println!(
+        "W5 renewal load (leasehold): one client holds K leases of {} s, watchdog on, {} s; \
+         then acquire+release of {W5_PROBE_LOCK} on the same client every {} ms for {} s",
+        W5_LEASE.as_secs(),
+        plan.w5_hold.as_secs(),
+        W5_PROBE_EVERY.as_millis(),
+        plan.w5_probe.as_secs()
+    );
+    let line = |label: &str, f: &dyn Fn(&W5Row) -> String| {
+        let mut text = format!("  {label:<44}");
+        for r in rows {
+            text.push_str(&format!(" {:>12}", f(r)));
+        }
+        println!("{text}");
+    };
+    line("K leases held", &|r| r.leases.to_string());
+    line("taking the K leases s", &|r| {
+        format!("{:.2}", r.build.as_secs_f64())
+    });
+    line("renewal rounds expected (hold / (lease/3))", &|r| {
+        format!("{:.1}", r.rounds_expected())
+    });
+    line("EVALSHA bursts seen (50 ms samples)", &|r| {
+        r.bursts.to_string()
+    });
+    line("round trips / round (bursts / expected)", &|r| {
+        number(round3(r.bursts as f64 / r.rounds_expected()))
+    });
+    line("renew EVALSHA / round (ideal ⌈K/256⌉)", &|r| {
+        number(round3(r.renew_evalsha() as f64 / r.rounds_expected()))
+    });
+    line("redis calls/s (scripts' too)", &|r| {
+        number(round1(r.cost.commands() as f64 / r.hold.as_secs_f64()))
+    });
+    line("redis CPU ms/s", &|r| {
+        number(round3(r.cost.cpu_us / 1e3 / r.hold.as_secs_f64()))
+    });
+    line("client CPU ms/s", &|r| {
+        number(round3(
+            r.client_cpu.as_secs_f64() * 1e3 / r.hold.as_secs_f64(),
+        ))
+    });
+    line("leases lost / releases failed", &|r| {
+        format!("{} / {}", r.lost, r.release_failed)
+    });
+    line("probe acquire+release p50 µs", &|r| {
+        number(r.probe.p50_us())
+    });
+    line("probe acquire+release p99 µs", &|r| {
+        number(r.probe.p99_us())
+    });
+    line("probe acquire+release max µs", &|r| {
+        number(micros(r.probe.max()))
+    });
+    if let Some(none) = rows.iter().find(|r| r.leases == 0) {
+        line("probe p99 / p99 with none held", &|r| {
+            format!("{:.2}", r.probe.p99_us() / none.probe.p99_us())
+        });
+    }
     row(
-        "round trips / acquisition (client)",
-        "2 lock calls (acquire_timeout, release) + 2 data (GET, SET); \
-         retries inside acquire_timeout are not visible from outside",
+        "",
+        "CPU and calls are over the hold alone, INFO sampling included (K = 0 shows its cost)",
     );
 }
 
@@ -769,75 +1679,215 @@ fn percent(part: usize, whole: usize) -> f64 {
     }
 }
 
+/// `{"libraries": {name: figures}, "ratio_leasehold_over_rslock": {name:
+/// {figure: ratio}}}`, rslock being the last library.
+fn compared(libraries: Vec<(&str, Value)>) -> Map<String, Value> {
+    let mut out = Map::new();
+    let mut ratios = Map::new();
+    if let Some(((_, peer), ours)) = libraries.split_last() {
+        for (name, figures) in ours {
+            let mut ratio = Map::new();
+            for (key, value) in figures.as_object().into_iter().flatten() {
+                let (Some(a), Some(b)) = (value.as_f64(), peer.get(key).and_then(Value::as_f64))
+                else {
+                    continue;
+                };
+                if b != 0.0 {
+                    ratio.insert(key.clone(), json!(round3(a / b)));
+                }
+            }
+            ratios.insert((*name).to_owned(), Value::Object(ratio));
+        }
+    }
+    let libraries: Map<String, Value> = libraries
+        .into_iter()
+        .map(|(name, figures)| (name.to_owned(), figures))
+        .collect();
+    out.insert("libraries".to_owned(), Value::Object(libraries));
+    out.insert(
+        "ratio_leasehold_over_rslock".to_owned(),
+        Value::Object(ratios),
+    );
+    out
+}
+
+fn with(mut head: Value, rest: Map<String, Value>) -> Value {
+    if let Some(object) = head.as_object_mut() {
+        object.extend(rest);
+    }
+    head
+}
+
+fn lock_cost_json(cost: &LockCost, per: &str, calls: &ServerCost) -> Map<String, Value> {
+    let mut out = Map::new();
+    out.insert(format!("redis_calls_per_{per}"), json!(cost.calls));
+    out.insert(format!("round_trips_per_{per}"), json!(cost.round_trips));
+    out.insert(format!("redis_cpu_us_per_{per}"), json!(cost.cpu_us));
+    out.insert("redis_calls".to_owned(), calls.calls_json());
+    out
+}
+
 fn floor_json(plan: &Plan, ping: &PingFloor, bare: &CycleRun) -> Value {
     json!({
         "workload": "floor",
         "quick": plan.quick,
         "cycles": plan.cycles,
         "warmup": plan.warmup,
-        "ping_ops_per_s": round1(plan.cycles as f64 / ping.elapsed.as_secs_f64()),
-        "ping_p50_us": micros(ping.latencies.percentile(50)),
-        "ping_p99_us": micros(ping.latencies.percentile(99)),
-        "bare_cycles_per_s": round1(plan.cycles as f64 / bare.elapsed.as_secs_f64()),
-        "bare_set_nx_p50_us": micros(bare.acquire.percentile(50)),
-        "bare_set_nx_p99_us": micros(bare.acquire.percentile(99)),
-        "bare_release_p50_us": micros(bare.release.percentile(50)),
-        "bare_release_p99_us": micros(bare.release.percentile(99)),
-        "bare_redis_commands_per_cycle": bare.cost.commands_per(plan.cycles),
-        "bare_redis_cpu_us_per_cycle": bare.cost.cpu_us_per(plan.cycles),
+        "ping_ops_per_s": per_second(plan.cycles, ping.elapsed),
+        "ping_p50_us": ping.latencies.p50_us(),
+        "ping_p99_us": ping.latencies.p99_us(),
+        "bare_cycles_per_s": per_second(plan.cycles, bare.elapsed),
+        "bare_set_nx_p50_us": bare.acquire.p50_us(),
+        "bare_set_nx_p99_us": bare.acquire.p99_us(),
+        "bare_release_p50_us": bare.release.p50_us(),
+        "bare_release_p99_us": bare.release.p99_us(),
+        "bare_redis_calls_per_cycle": round3(bare.cost.commands() as f64 / plan.cycles as f64),
+        "bare_redis_cpu_us_per_cycle": round1(bare.cost.cpu_us / plan.cycles as f64),
         "bare_redis_calls": bare.cost.calls_json(),
     })
 }
 
-fn w1_json(plan: &Plan, w1: &CycleRun) -> Value {
-    json!({
-        "workload": "W1",
-        "quick": plan.quick,
-        "workers": 1,
-        "cycles": plan.cycles,
-        "warmup": plan.warmup,
-        "ops_per_s": round1(plan.cycles as f64 / w1.elapsed.as_secs_f64()),
-        "acquire_p50_us": micros(w1.acquire.percentile(50)),
-        "acquire_p99_us": micros(w1.acquire.percentile(99)),
-        "release_p50_us": micros(w1.release.percentile(50)),
-        "release_p99_us": micros(w1.release.percentile(99)),
-        "redis_commands_per_acquisition": w1.cost.commands_per(plan.cycles),
-        "redis_cpu_us_per_acquisition": w1.cost.cpu_us_per(plan.cycles),
-        "round_trips_per_acquisition": 2,
-        "round_trips_counted_as": ROUND_TRIPS_COUNTED_AS,
-        "redis_calls": w1.cost.calls_json(),
-    })
+fn w1_json(plan: &Plan, runs: &[W1Run]) -> Value {
+    let libraries = runs
+        .iter()
+        .map(|r| {
+            let figures = with(
+                json!({
+                    "ops_per_s": per_second(plan.cycles, r.run.elapsed),
+                    "acquire_p50_us": r.run.acquire.p50_us(),
+                    "acquire_p99_us": r.run.acquire.p99_us(),
+                    "release_p50_us": r.run.release.p50_us(),
+                    "release_p99_us": r.run.release.p99_us(),
+                }),
+                lock_cost_json(&r.lock, "acquisition", &r.run.cost),
+            );
+            (r.library, figures)
+        })
+        .collect();
+    with(
+        json!({
+            "workload": "W1",
+            "quick": plan.quick,
+            "workers": 1,
+            "cycles": plan.cycles,
+            "warmup": plan.warmup,
+        }),
+        compared(libraries),
+    )
 }
 
-fn w2_json(plan: &Plan, w2: &W2Run) -> Value {
-    let n = w2.acquisitions.len();
-    let f = &w2.figures;
+fn w2_json(plan: &Plan, runs: &[W2Run]) -> Value {
+    let libraries = runs
+        .iter()
+        .map(|r| {
+            let n = r.acquisitions.len();
+            let f = &r.figures;
+            let figures = with(
+                json!({
+                    "elapsed_s": round3(r.elapsed.as_secs_f64()),
+                    "acquisitions": n,
+                    "acquisitions_per_s": f.acquisitions_per_s,
+                    "share_min": f.share_min,
+                    "share_max": f.share_max,
+                    "acquisitions_per_worker": r.per_worker,
+                    "wait_p50_us": f.wait.p50_us(),
+                    "wait_p99_us": f.wait.p99_us(),
+                    "wait_max_us": micros(f.wait.max()),
+                    "mean_idle_gap_us": f.mean_idle_gap_us,
+                    "handoffs": f.handoffs,
+                    "taken_straight_back": f.taken_back,
+                    "acquires_timed_out": r.timeouts,
+                    "counter": r.counter,
+                    "lost_updates": n as i64 - r.counter as i64,
+                    "data_round_trips_per_acquisition": 2,
+                }),
+                lock_cost_json(&r.lock, "acquisition", &r.cost),
+            );
+            (r.library, figures)
+        })
+        .collect();
+    with(
+        json!({
+            "workload": "W2",
+            "quick": plan.quick,
+            "workers": W2_WORKERS,
+            "seconds": plan.w2_run.as_secs_f64(),
+            "hold_ms": W2_HOLD.as_secs_f64() * 1e3,
+            "calls_and_round_trips_exclude": "the critical section's GET and SET",
+        }),
+        compared(libraries),
+    )
+}
+
+fn w3_json(plan: &Plan, runs: &[W3Run]) -> Value {
+    let libraries = runs
+        .iter()
+        .map(|r| {
+            let figures = with(
+                json!({
+                    "elapsed_s": round3(r.elapsed.as_secs_f64()),
+                    "attempts": r.attempts,
+                    "successes": r.successes,
+                    "attempts_per_s": per_second(r.attempts, r.elapsed),
+                    "success_ratio": round3(r.successes as f64 / r.attempts as f64),
+                    "attempt_p50_us": r.attempt.p50_us(),
+                    "attempt_p99_us": r.attempt.p99_us(),
+                }),
+                lock_cost_json(&r.lock, "attempt", &r.cost),
+            );
+            (r.library, figures)
+        })
+        .collect();
+    with(
+        json!({
+            "workload": "W3",
+            "quick": plan.quick,
+            "workers": W3_WORKERS,
+            "keys": W3_KEYS,
+            "seconds": plan.w3_run.as_secs_f64(),
+        }),
+        compared(libraries),
+    )
+}
+
+fn w5_json(plan: &Plan, rows: &[W5Row]) -> Value {
+    let rows: Vec<Value> = rows
+        .iter()
+        .map(|r| {
+            let hold = r.hold.as_secs_f64();
+            json!({
+                "leases": r.leases,
+                "take_all_s": round3(r.build.as_secs_f64()),
+                "hold_s": round3(hold),
+                "renewal_rounds_expected": round3(r.rounds_expected()),
+                "evalsha_bursts_seen": r.bursts,
+                "round_trips_per_round": round3(r.bursts as f64 / r.rounds_expected()),
+                "renew_evalsha_per_round": round3(r.renew_evalsha() as f64 / r.rounds_expected()),
+                "renew_evalsha_per_round_ideal": r.leases.div_ceil(RENEWALS_PER_SCRIPT),
+                "redis_calls_per_s": round1(r.cost.commands() as f64 / hold),
+                "redis_cpu_ms_per_s": round3(r.cost.cpu_us / 1e3 / hold),
+                "client_cpu_ms_per_s": round3(r.client_cpu.as_secs_f64() * 1e3 / hold),
+                "leases_lost": r.lost,
+                "releases_failed": r.release_failed,
+                "probes": r.probe.0.len(),
+                "probe_p50_us": r.probe.p50_us(),
+                "probe_p99_us": r.probe.p99_us(),
+                "probe_max_us": micros(r.probe.max()),
+                "redis_calls": r.cost.calls_json(),
+            })
+        })
+        .collect();
     json!({
-        "workload": "W2",
+        "workload": "W5",
         "quick": plan.quick,
-        "workers": W2_WORKERS,
-        "seconds": plan.w2_run.as_secs_f64(),
-        "hold_ms": W2_HOLD.as_secs_f64() * 1e3,
-        "elapsed_s": round3(w2.elapsed.as_secs_f64()),
-        "acquisitions": n,
-        "acquisitions_per_s": f.acquisitions_per_s,
-        "share_min": f.share_min,
-        "share_max": f.share_max,
-        "acquisitions_per_worker": w2.per_worker,
-        "wait_p50_us": micros(f.wait.percentile(50)),
-        "wait_p99_us": micros(f.wait.percentile(99)),
-        "wait_max_us": micros(f.wait.max()),
-        "mean_idle_gap_us": f.mean_idle_gap_us,
-        "handoffs": f.handoffs,
-        "taken_straight_back": f.taken_back,
-        "counter": w2.counter,
-        "lost_updates": n as i64 - w2.counter as i64,
-        "redis_commands_per_acquisition": w2.cost.commands_per(n),
-        "redis_cpu_us_per_acquisition": w2.cost.cpu_us_per(n),
-        "round_trips_per_acquisition": 2,
-        "round_trips_counted_as": ROUND_TRIPS_COUNTED_AS,
-        "data_round_trips_per_acquisition": 2,
-        "redis_calls": w2.cost.calls_json(),
+        "lease_s": W5_LEASE.as_secs_f64(),
+        "hold_s": plan.w5_hold.as_secs_f64(),
+        "probe_s": plan.w5_probe.as_secs_f64(),
+        "probe_every_ms": W5_PROBE_EVERY.as_secs_f64() * 1e3,
+        "sample_ms": W5_SAMPLE.as_secs_f64() * 1e3,
+        "rounds_expected_as": "hold / (lease / 3): the watchdog renews at a third of the lease",
+        "round_trips_per_round_as": "bursts of EVALSHA in INFO commandstats samples / rounds expected",
+        "rows": rows,
     })
 }
 
