@@ -19,9 +19,14 @@
 //! delay, bounded here at 30 s); its W3 attempt is one try (retry count 1).
 //! Latencies are on the monotonic clock, percentiles by nearest rank.
 //!
-//! Prints a table per workload, leasehold's figures next to rslock's with
-//! their ratio (leasehold / rslock, and which way is better), then one JSON
-//! object per workload per line.
+//! W2 runs for every leasehold primitive that can serve it (`Mutex`,
+//! `FairMutex`), each next to rslock.
+//!
+//! Prints a table per workload, each leasehold primitive's figures next to
+//! rslock's with their ratio (leasehold / rslock, and which way is better),
+//! then the targets (met, missed, or not run, judged on this run's figures
+//! alone), then one JSON object per workload per line and one for the
+//! targets. A missed target does not change the exit code.
 //!
 //! Exit codes: 0 the run is done; 1 it could not run; 2 a W2 run lost an
 //! update (its counter is not the number of acquisitions).
@@ -120,6 +125,8 @@ fn run() -> Result<ExitCode> {
     print_w2(plan, &w2_runs);
     print_w3(plan, &w3);
     print_w5(plan, &w5);
+    let targets = targets(plan, &bare, &w1, &w2_runs, &w3, &w5)?;
+    print_targets(plan, &targets);
     println!();
     for line in [
         floor_json(plan, &ping, &bare),
@@ -127,6 +134,7 @@ fn run() -> Result<ExitCode> {
         w2_json(plan, &w2_runs),
         w3_json(plan, &w3),
         w5_json(plan, &w5),
+        targets_json(plan, &targets),
     ] {
         println!("{line}");
     }
@@ -264,8 +272,8 @@ type W2Fn = fn(&Bench) -> Result<W2Run>;
 /// Makes each listed leasehold primitive a [`Library`] and runs W2 for each,
 /// in order (`LEASEHOLD_W2`). A primitive with `Mutex`'s methods (`inspect`
 /// too, for W2's gate) and guard shape joins W2 with one line in the
-/// invocation below, e.g.
-/// `LeaseholdFairMutex: "leasehold FairMutex" = Client::fair_mutex -> FairMutex, FairMutexGuard;`
+/// invocation below, naming its lock and guard types (a `FairMutex`'s guard
+/// is a `MutexGuard`).
 macro_rules! leasehold_primitives {
     ($($library:ident: $name:literal = Client::$open:ident -> $lock:ident, $guard:ident;)*) => {
         $(
@@ -318,6 +326,7 @@ macro_rules! leasehold_primitives {
 
 leasehold_primitives! {
     LeaseholdMutex: "leasehold Mutex" = Client::mutex -> Mutex, MutexGuard;
+    LeaseholdFairMutex: "leasehold FairMutex" = Client::fair_mutex -> FairMutex, MutexGuard;
 }
 
 /// rslock 0.10 on one server: a lock manager with its default retries for
@@ -1397,19 +1406,33 @@ impl Better {
     }
 }
 
-/// A comparison table: one column per library, rslock's last, then the
-/// ratio of each leasehold column to rslock's and which way is better.
+/// A comparison table: one column per library, rslock's last, then one
+/// column per leasehold library with its ratio to rslock, and which way is
+/// better.
 struct Table {
     columns: usize,
 }
+
+/// Width of a library's column (`leasehold FairMutex` fits).
+const COLUMN: usize = 20;
+/// Width of a ratio column (`FairMutex/rslock` fits).
+const RATIO_COLUMN: usize = 16;
 
 impl Table {
     fn new(libraries: &[&str]) -> Table {
         let mut header = format!("  {:<44}", "");
         for library in libraries {
-            header.push_str(&format!(" {library:>16}"));
+            header.push_str(&format!(" {library:>COLUMN$}"));
         }
-        header.push_str(&format!(" {:>16}  better", "leasehold/rslock"));
+        if let Some((peer, ours)) = libraries.split_last() {
+            let peer = peer.split(' ').next().unwrap_or(peer);
+            for library in ours {
+                let short = library.strip_prefix("leasehold ").unwrap_or(library);
+                let ratio = format!("{short}/{peer}");
+                header.push_str(&format!(" {ratio:>RATIO_COLUMN$}"));
+            }
+        }
+        header.push_str("  better");
         println!("{header}");
         Table {
             columns: libraries.len(),
@@ -1421,28 +1444,26 @@ impl Table {
         let Some((&peer, ours)) = values.split_last() else {
             return;
         };
-        let ratios: Vec<String> = ours
-            .iter()
-            .map(|&v| {
-                if peer == 0.0 {
-                    "-".to_owned()
-                } else {
-                    format!("{:.2}", v / peer)
-                }
-            })
-            .collect();
         let mut line = format!("  {label:<44}");
         for &value in values {
-            line.push_str(&format!(" {:>16}", number(value)));
+            line.push_str(&format!(" {:>COLUMN$}", number(value)));
         }
-        line.push_str(&format!(" {:>16}  {}", ratios.join(" / "), better.word()));
+        for &value in ours {
+            let ratio = if peer == 0.0 {
+                "-".to_owned()
+            } else {
+                format!("{:.2}", value / peer)
+            };
+            line.push_str(&format!(" {ratio:>RATIO_COLUMN$}"));
+        }
+        line.push_str(&format!("  {}", better.word()));
         println!("{line}");
     }
 
     fn text(&self, label: &str, values: &[String]) {
         let mut line = format!("  {label:<44}");
         for value in values {
-            line.push_str(&format!(" {value:>16}"));
+            line.push_str(&format!(" {value:>COLUMN$}"));
         }
         println!("{line}");
     }
@@ -1888,6 +1909,307 @@ fn w5_json(plan: &Plan, rows: &[W5Row]) -> Value {
         "rounds_expected_as": "hold / (lease / 3): the watchdog renews at a third of the lease",
         "round_trips_per_round_as": "bursts of EVALSHA in INFO commandstats samples / rounds expected",
         "rows": rows,
+    })
+}
+
+/// How a target's measured value must compare with its bound.
+#[derive(Clone, Copy)]
+enum Bound {
+    AtLeast(f64),
+    AtMost(f64),
+    Within(f64, f64),
+}
+
+impl Bound {
+    fn holds(self, x: f64) -> bool {
+        match self {
+            Bound::AtLeast(b) => x >= b,
+            Bound::AtMost(b) => x <= b,
+            Bound::Within(lo, hi) => lo <= x && x <= hi,
+        }
+    }
+
+    fn text(self) -> String {
+        match self {
+            Bound::AtLeast(b) => format!("≥ {}", number(b)),
+            Bound::AtMost(b) => format!("≤ {}", number(b)),
+            Bound::Within(lo, hi) => format!("{} – {}", number(lo), number(hi)),
+        }
+    }
+
+    fn json(self) -> Value {
+        match self {
+            Bound::AtLeast(b) => json!({ "at_least": round3(b) }),
+            Bound::AtMost(b) => json!({ "at_most": round3(b) }),
+            Bound::Within(lo, hi) => json!({ "within": [round3(lo), round3(hi)] }),
+        }
+    }
+}
+
+/// A goal for a figure of this run, judged on the same run's figures.
+struct Target {
+    workload: &'static str,
+    goal: String,
+    /// `None` when this run did not measure it (a quick run has no K = 10,000).
+    measured: Option<f64>,
+    bound: Bound,
+    /// What the bound was worked out from, or how the figure was measured.
+    note: String,
+}
+
+impl Target {
+    fn new(
+        workload: &'static str,
+        goal: impl Into<String>,
+        measured: Option<f64>,
+        bound: Bound,
+        note: impl Into<String>,
+    ) -> Target {
+        Target {
+            workload,
+            goal: goal.into(),
+            measured,
+            bound,
+            note: note.into(),
+        }
+    }
+
+    fn status(&self) -> &'static str {
+        match self.measured {
+            None => "not run",
+            Some(x) if self.bound.holds(x) => "met",
+            Some(_) => "missed",
+        }
+    }
+}
+
+fn w2_run<'a>(runs: &'a [W2Run], library: &str) -> Result<&'a W2Run> {
+    runs.iter()
+        .find(|r| r.library == library)
+        .ok_or_else(|| format!("no W2 run of {library}").into())
+}
+
+fn cycles_per_s(plan: &Plan, run: &CycleRun) -> f64 {
+    plan.cycles as f64 / run.elapsed.as_secs_f64()
+}
+
+/// The targets leasehold is held to, from this run's figures.
+fn targets(
+    plan: &Plan,
+    bare: &CycleRun,
+    w1: &[W1Run],
+    w2: &[W2Run],
+    w3: &[W3Run],
+    w5: &[W5Row],
+) -> Result<Vec<Target>> {
+    let mut out = Vec::new();
+    let peer = Rslock::NAME;
+
+    let floor = cycles_per_s(plan, bare);
+    let w1_ours = w1
+        .iter()
+        .find(|r| r.library == LeaseholdMutex::NAME)
+        .ok_or("no W1 run of leasehold")?;
+    out.push(Target::new(
+        "W1",
+        "Mutex ops/s ≥ 0.9 × floor (SET NX PX + Lua release)",
+        Some(cycles_per_s(plan, &w1_ours.run)),
+        Bound::AtLeast(0.9 * floor),
+        format!("floor {}/s", number(round1(floor))),
+    ));
+
+    let rslock = w2_run(w2, peer)?;
+    let mutex = w2_run(w2, LeaseholdMutex::NAME)?;
+    out.push(Target::new(
+        "W2",
+        "Mutex acquisitions/s ≥ rslock's",
+        Some(mutex.figures.acquisitions_per_s),
+        Bound::AtLeast(rslock.figures.acquisitions_per_s),
+        "rslock's",
+    ));
+    out.push(Target::new(
+        "W2",
+        "Mutex redis calls / acquisition ≤ 10",
+        Some(mutex.lock.calls),
+        Bound::AtMost(10.0),
+        "the lock's calls (scripts' too), not the data GET/SET",
+    ));
+    out.push(Target::new(
+        "W2",
+        "Mutex wait to acquire max ≤ 1 s (µs)",
+        Some(micros(mutex.figures.wait.max())),
+        Bound::AtMost(1e6),
+        format!("p99 {} µs", number(mutex.figures.wait.p99_us())),
+    ));
+
+    let fair = w2_run(w2, LeaseholdFairMutex::NAME)?;
+    let n = fair.acquisitions.len().max(1) as f64;
+    let shares: Vec<f64> = fair.per_worker.iter().map(|&k| k as f64 / n).collect();
+    let fair_share = 1.0 / W2_WORKERS as f64;
+    let worst = shares
+        .iter()
+        .copied()
+        .max_by(|a, b| (a - fair_share).abs().total_cmp(&(b - fair_share).abs()))
+        .unwrap_or(0.0);
+    out.push(Target::new(
+        "W2",
+        "FairMutex every worker's share within 0.125 ± 0.01",
+        Some(round3(worst)),
+        Bound::Within(fair_share - 0.01, fair_share + 0.01),
+        format!(
+            "the share farthest from 0.125; min {} max {}",
+            number(fair.figures.share_min),
+            number(fair.figures.share_max)
+        ),
+    ));
+    out.push(Target::new(
+        "W2",
+        "FairMutex wait to acquire max ≤ 25 ms (µs)",
+        Some(micros(fair.figures.wait.max())),
+        Bound::AtMost(25_000.0),
+        format!("p99 {} µs", number(fair.figures.wait.p99_us())),
+    ));
+    out.push(Target::new(
+        "W2",
+        "FairMutex acquisitions/s ≥ 0.95 × rslock's",
+        Some(fair.figures.acquisitions_per_s),
+        Bound::AtLeast(0.95 * rslock.figures.acquisitions_per_s),
+        format!("rslock {}/s", number(rslock.figures.acquisitions_per_s)),
+    ));
+    out.push(Target::new(
+        "W2",
+        "FairMutex round trips / acquisition ≤ 2.2",
+        Some(fair.lock.round_trips),
+        Bound::AtMost(2.2),
+        "client-issued lock commands, not the data GET/SET",
+    ));
+
+    let w3_of = |library: &str| -> Result<&W3Run> {
+        w3.iter()
+            .find(|r| r.library == library)
+            .ok_or_else(|| format!("no W3 run of {library}").into())
+    };
+    let (ours, theirs) = (w3_of(LeaseholdMutex::NAME)?, w3_of(peer)?);
+    let theirs_per_s = per_second(theirs.attempts, theirs.elapsed);
+    out.push(Target::new(
+        "W3",
+        "Mutex attempts/s ≥ 0.9 × rslock's",
+        Some(per_second(ours.attempts, ours.elapsed)),
+        Bound::AtLeast(0.9 * theirs_per_s),
+        format!("rslock {}/s", number(theirs_per_s)),
+    ));
+    out.push(Target::new(
+        "W3",
+        "Mutex redis CPU µs / attempt ≤ 1.25 × rslock's",
+        Some(ours.lock.cpu_us),
+        Bound::AtMost(1.25 * theirs.lock.cpu_us),
+        format!("rslock {} µs", number(theirs.lock.cpu_us)),
+    ));
+
+    let w5_row = |k: usize| w5.iter().find(|r| r.leases == k);
+    let cpu_ms = |r: &W5Row| round3(r.client_cpu.as_secs_f64() * 1e3 / r.hold.as_secs_f64());
+    let baseline = w5_row(0).map_or_else(
+        || "no K = 0 row".to_owned(),
+        |r| format!("K = 0: {} ms/s (INFO sampling)", number(cpu_ms(r))),
+    );
+    out.push(Target::new(
+        "W5",
+        "client CPU at K = 10,000 ≤ 2 % of a core (ms/s)",
+        w5_row(10_000).map(cpu_ms),
+        Bound::AtMost(20.0),
+        baseline,
+    ));
+    for r in w5.iter().filter(|r| r.leases > 0) {
+        let ideal = r.leases.div_ceil(RENEWALS_PER_SCRIPT);
+        let per_round = if r.bursts == 0 {
+            f64::INFINITY
+        } else {
+            round3(r.renew_evalsha() as f64 / r.bursts as f64)
+        };
+        out.push(Target::new(
+            "W5",
+            format!("round trips / renewal round at K = {} ≤ {ideal}", r.leases),
+            Some(per_round),
+            Bound::AtMost(ideal as f64),
+            format!(
+                "renew EVALSHA / round seen ({} rounds), pipelined: an upper bound",
+                r.bursts
+            ),
+        ));
+    }
+    let none = w5_row(0);
+    let full = w5_row(20_000);
+    out.push(Target::new(
+        "W5",
+        "probe p50 at K = 20,000 ≤ 1.2 × with none held (µs)",
+        full.map(|r| r.probe.p50_us()),
+        Bound::AtMost(1.2 * none.map_or(0.0, |r| r.probe.p50_us())),
+        none.map_or_else(String::new, |r| {
+            format!("none held: p50 {} µs", number(r.probe.p50_us()))
+        }),
+    ));
+    Ok(out)
+}
+
+fn print_targets(plan: &Plan, targets: &[Target]) {
+    println!();
+    println!(
+        "targets, judged on this {} run's figures",
+        if plan.quick { "quick" } else { "full" }
+    );
+    println!(
+        "  {:<4} {:<54} {:>12} {:>18}  {:<8} how",
+        "", "target", "measured", "bound", "status"
+    );
+    for t in targets {
+        println!(
+            "  {:<4} {:<54} {:>12} {:>18}  {:<8} {}",
+            t.workload,
+            t.goal,
+            t.measured.map_or_else(|| "-".to_owned(), number),
+            t.bound.text(),
+            t.status(),
+            t.note
+        );
+    }
+    let count = |status: &str| targets.iter().filter(|t| t.status() == status).count();
+    row(
+        "",
+        format!(
+            "{} met, {} missed, {} not run",
+            count("met"),
+            count("missed"),
+            count("not run")
+        ),
+    );
+}
+
+fn targets_json(plan: &Plan, targets: &[Target]) -> Value {
+    let list: Vec<Value> = targets
+        .iter()
+        .map(|t| {
+            with(
+                json!({
+                    "workload": t.workload,
+                    "target": t.goal,
+                    "measured": t.measured.filter(|x| x.is_finite()).map(round3),
+                    "status": t.status(),
+                    "note": t.note,
+                }),
+                t.bound.json().as_object().cloned().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let count = |status: &str| targets.iter().filter(|t| t.status() == status).count();
+    json!({
+        "workload": "targets",
+        "quick": plan.quick,
+        "w2_redis_calls_are": "the lock's calls (scripts' commands too), without the critical section's GET and SET",
+        "w5_round_trips_are": "renew EVALSHA per renewal round seen; the watchdog pipelines a round's scripts, so an upper bound",
+        "met": count("met"),
+        "missed": count("missed"),
+        "not_run": count("not run"),
+        "targets": list,
     })
 }
 
