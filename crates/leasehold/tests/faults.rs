@@ -162,12 +162,12 @@ async fn a_paused_redis_is_reported_as_not_answering() {
 #[tokio::test]
 async fn a_release_never_loses_to_a_late_renewal() {
     let server = RedisServer::start();
-    let client = client_with(&server, Duration::from_millis(150), true);
+    let client = client_with(&server, Duration::from_millis(900), true);
     let mutex = client.mutex("job").unwrap();
     for round in 0..20u64 {
         let guard = mutex.acquire().await.unwrap();
-        // Around the first renewal, at 50 ms.
-        tokio::time::sleep(Duration::from_millis(40 + round % 15)).await;
+        // Around the first renewal, at 300 ms.
+        tokio::time::sleep(Duration::from_millis(285 + round % 30)).await;
         let _: () = cmd(&server, &["SCRIPT", "FLUSH"]).await;
         guard
             .release()

@@ -126,13 +126,12 @@ impl Held {
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
                 // `pending` goes on trying in the background; the expiry is
-                // the safety net after that.
+                // the safety net after that. A lease known to be lost says so.
                 Err(error) => {
-                    return Err(Error::release_unknown(
-                        &lease.keys.name,
-                        lease.fence,
-                        &error,
-                    ))
+                    return Err(match lease.loss() {
+                        Some(reason) => self.lost_error(reason),
+                        None => Error::release_unknown(&lease.keys.name, lease.fence, &error),
+                    })
                 }
             }
         };
