@@ -781,3 +781,45 @@ fn a_release_that_gets_no_answer_only_warns_when_losses_are_ignored() {
     assert!(stderr(&out).contains("warning"), "{}", stderr(&out));
     assert!(stderr(&out).contains("no answer"), "{}", stderr(&out));
 }
+
+#[test]
+fn a_killed_fair_waiter_is_passed_over_after_its_heartbeat() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (token, _) = acquire_fair(&url, "job", "10m");
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let mut first = Running::start(&url, &["run", "job", "--fair", "--", "true"]);
+    queued(&server, "job", 1);
+    let second = Running::start(
+        &url,
+        &[
+            "run",
+            "job",
+            "--fair",
+            "--",
+            "sh",
+            "-c",
+            &format!("touch '{}'", ran.display()),
+        ],
+    );
+    queued(&server, "job", 2);
+    // SIGKILL: the first waiter cannot leave the line by itself.
+    if let Some(child) = first.0.as_mut() {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    eventually("the killed waiter's heartbeat to run out", || {
+        let waiters = server.command(&["KEYS", "leasehold:{job}:w:*"]).unwrap();
+        waiters.lines().count() == 1
+    });
+    let out = leasehold(&url, &["release", "job", &token]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = second.finish();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(ran.exists(), "the live waiter did not run");
+    assert_eq!(
+        server.command(&["ZCARD", "leasehold:{job}:q"]).unwrap(),
+        "0"
+    );
+}
