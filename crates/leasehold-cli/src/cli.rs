@@ -18,10 +18,11 @@ pub(crate) struct Cli {
 }
 
 const EXIT_CODES: &str = "Exit codes: the command's own for `run` when the lease held; \
-0 done; 1 unexpected error; 2 usage; 69 Redis unreachable; 75 lock busy (wait ran out or \
+0 done; 1 unexpected error, or `demo` lost an update; 2 usage; 69 Redis unreachable (or, \
+for `demo`, redis-server not installed); 75 lock busy (wait ran out or \
 --no-wait); 76 lease lost or its release unanswered (unless --on-lost ignore), lease ran out \
 before the command could start, or token no longer holds the lock; 128+N a signal ended \
-`run`'s wait.";
+`run`'s wait or stopped `demo`.";
 
 /// Where the locks live; shared by every subcommand.
 #[derive(Debug, Args)]
@@ -35,6 +36,11 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
+    /// `--url` was on the command line (the environment does not count).
+    pub(crate) fn url_given(&self) -> bool {
+        self.url.is_some()
+    }
+
     pub(crate) fn url(&self) -> String {
         self.url
             .clone()
@@ -66,6 +72,8 @@ fn non_empty_env(name: &str) -> Option<String> {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
+    /// Start here: workers contend for one lock on a private redis-server, live
+    Demo(DemoArgs),
     /// Run a command while holding a lock; the lease is renewed while it runs
     Run(RunArgs),
     /// Take a lock with a fixed lease and print its token and fence (for shell scripts)
@@ -78,6 +86,8 @@ pub(crate) enum Command {
     Inspect(InspectArgs),
     /// Remove a stuck lock whoever holds it, and wake its waiters (admin)
     ForceRelease(NameArgs),
+    /// Show locks live: held or free, last fence, lease left, clients waiting
+    Watch(WatchArgs),
 }
 
 /// How long to wait for a busy lock.
@@ -183,4 +193,33 @@ pub(crate) struct InspectArgs {
 pub(crate) struct NameArgs {
     /// The lock's name
     pub(crate) name: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DemoArgs {
+    /// Workers, each with a client of its own, as separate processes would have
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub(crate) workers: u16,
+    /// How long the workers run
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub(crate) seconds: u64,
+    /// Use the fair lock (FairMutex): the workers are served in the order they lined up
+    #[arg(long)]
+    pub(crate) fair: bool,
+    /// Print only the summary, as one JSON object
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct WatchArgs {
+    /// The locks' names
+    #[arg(required = true, value_name = "NAME")]
+    pub(crate) names: Vec<String>,
+    /// Print one snapshot and exit
+    #[arg(long)]
+    pub(crate) once: bool,
+    /// With --once: print one JSON object per lock, one a line
+    #[arg(long, requires = "once")]
+    pub(crate) json: bool,
 }

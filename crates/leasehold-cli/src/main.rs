@@ -6,13 +6,13 @@
 //! | code | meaning |
 //! |---|---|
 //! | the command's | `run`: the command ran with the lease held; its own code (128+N if killed by signal N) |
-//! | 0 | the other commands: done |
-//! | 1 | an unexpected error (an odd reply from Redis) |
+//! | 0 | the other commands: done (`demo`: no update was lost; `watch`: stopped with Ctrl-C) |
+//! | 1 | an unexpected error (an odd reply from Redis); `demo`: an update was lost |
 //! | 2 | usage: a bad flag, duration, lease or lock name |
-//! | 69 | Redis cannot be reached |
+//! | 69 | Redis cannot be reached (`demo`: `redis-server` is not installed) |
 //! | 75 | the lock is held by someone else and the wait ran out (or `--no-wait`) |
 //! | 76 | `run`: the lease was lost while the command ran, or the release after it got no answer (both unless `--on-lost ignore`), or the lease ran out before the command could start (nothing was run); `release` / `extend`: the token no longer holds the lock |
-//! | 128+N | `run`: signal N ended the wait before the lock was taken |
+//! | 128+N | `run`: signal N ended the wait before the lock was taken; `demo`: signal N stopped it early |
 //! | 127 / 126 | `run`: the command was not found / could not be executed |
 
 #![cfg_attr(
@@ -21,12 +21,17 @@
 )]
 
 mod cli;
+mod demo;
 mod duration;
 mod exit;
+mod private_redis;
 mod runner;
+mod screen;
 mod scripting;
+mod signals;
 mod terminal;
 mod warden;
+mod watch;
 
 use std::process::ExitCode;
 
@@ -71,6 +76,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         .build()?;
     runtime.block_on(async move {
         match cli.command {
+            Command::Demo(args) => demo::demo(&cli.connection, args).await,
+            Command::Watch(args) => watch::watch(&cli.connection, args).await,
             Command::Run(args) => runner::run(&cli.connection, args).await,
             Command::Acquire(args) => scripting::acquire(&cli.connection, args).await,
             Command::Release(args) => scripting::release(&cli.connection, args).await,

@@ -45,7 +45,7 @@ impl Lock {
         }
     }
 
-    async fn acquire(&self) -> leasehold::Result<leasehold::MutexGuard> {
+    pub(crate) async fn acquire(&self) -> leasehold::Result<leasehold::MutexGuard> {
         match self {
             Lock::Plain(mutex) => mutex.acquire().await,
             Lock::Fair(mutex) => mutex.acquire().await,
@@ -135,20 +135,8 @@ pub(crate) async fn extend(conn: &Connection, args: ExtendArgs) -> anyhow::Resul
 pub(crate) async fn inspect(conn: &Connection, args: InspectArgs) -> anyhow::Result<ExitCode> {
     let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
     let info = client.mutex(&args.name)?.inspect().await?;
-    let remaining_ms = info
-        .remaining
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     if args.json {
-        println!(
-            "{}",
-            json!({
-                "name": info.name,
-                "held": info.held,
-                "remaining_ms": remaining_ms,
-                "last_fence": info.last_fence,
-                "waiting_clients": info.waiting_clients,
-            })
-        );
+        println!("{}", info_json(&info));
         return Ok(ExitCode::SUCCESS);
     }
     let state = match (info.held, info.remaining) {
@@ -177,6 +165,20 @@ pub(crate) async fn force_release(conn: &Connection, args: NameArgs) -> anyhow::
     Ok(ExitCode::SUCCESS)
 }
 
-fn seconds(d: Duration) -> String {
+/// A lock's state as `inspect --json` and `watch --once --json` print it.
+pub(crate) fn info_json(info: &leasehold::LockInfo) -> serde_json::Value {
+    let remaining_ms = info
+        .remaining
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    json!({
+        "name": info.name,
+        "held": info.held,
+        "remaining_ms": remaining_ms,
+        "last_fence": info.last_fence,
+        "waiting_clients": info.waiting_clients,
+    })
+}
+
+pub(crate) fn seconds(d: Duration) -> String {
     format!("{:.1}s", d.as_secs_f64())
 }

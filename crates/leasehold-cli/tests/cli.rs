@@ -823,3 +823,233 @@ fn a_killed_fair_waiter_is_passed_over_after_its_heartbeat() {
         "0"
     );
 }
+
+/// `leasehold ARGS` with no `--url`: the demo brings its own server.
+fn demo(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("LEASEHOLD_URL")
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// The pid of the demo's private server, from the line that announces it.
+fn demo_server_pid(stderr: &str) -> u32 {
+    let (_, rest) = stderr
+        .split_once("redis-server (pid ")
+        .unwrap_or_else(|| panic!("no server announced in: {stderr}"));
+    rest.split(')').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn demo_summary_as_json_counts_every_update() {
+    for fair in [false, true] {
+        let mut args = vec!["demo", "--seconds", "1", "--workers", "3", "--json"];
+        if fair {
+            args.push("--fair");
+        }
+        let out = demo(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(!alive(demo_server_pid(&stderr(&out))), "server left behind");
+        let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(summary["fair"], fair);
+        let acquisitions = summary["acquisitions"].as_u64().unwrap();
+        assert!(acquisitions > 0, "{summary}");
+        assert_eq!(summary["counter"], acquisitions);
+        assert_eq!(summary["lost_updates"], 0);
+        let shares = summary["shares"].as_array().unwrap();
+        assert_eq!(shares.len(), 3);
+        let total: f64 = shares.iter().map(|s| s.as_f64().unwrap()).sum();
+        assert!((total - 1.0).abs() < 0.01, "{summary}");
+        for q in ["p50", "p99", "max"] {
+            assert!(summary["wait_ms"][q].as_f64().unwrap() >= 0.0, "{summary}");
+        }
+        assert!(summary["calls_per_acquisition"].as_f64().unwrap() > 1.0);
+    }
+}
+
+#[test]
+fn demo_prints_plain_lines_and_a_summary_when_not_at_a_terminal() {
+    let out = demo(&["demo", "--seconds", "2", "--workers", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!alive(demo_server_pid(&stderr(&out))), "server left behind");
+    let text = stdout(&out);
+    assert!(
+        !text.contains('\x1b'),
+        "escape codes off a terminal: {text:?}"
+    );
+    assert!(text.contains(" acquisitions ("), "{text}");
+    assert!(text.contains("no update lost"), "{text}");
+}
+
+#[test]
+fn demo_without_redis_server_says_how_to_install_it() {
+    let out = Command::new(BIN)
+        .args(["demo", "--seconds", "1"])
+        .env("LEASEHOLD_REDIS_SERVER", "/nonexistent/redis-server")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    assert!(stderr(&out).contains("apt-get install redis-server"));
+}
+
+#[test]
+fn watch_once_json_shows_a_held_and_a_free_lock() {
+    let server = RedisServer::start();
+    let (_, fence) = acquire(&server.url(), "held", "30s");
+    let out = leasehold(
+        &server.url(),
+        &["watch", "--once", "--json", "held", "free"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let locks: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(locks.len(), 2);
+    assert_eq!(locks[0]["name"], "held");
+    assert_eq!(locks[0]["held"], true);
+    assert_eq!(locks[0]["last_fence"], fence);
+    assert!(locks[0]["remaining_ms"].as_u64().unwrap() > 0);
+    assert_eq!(locks[1]["name"], "free");
+    assert_eq!(locks[1]["held"], false);
+    assert_eq!(locks[1]["last_fence"], serde_json::Value::Null);
+    assert_eq!(locks[1]["waiting_clients"], 0);
+}
+
+/// The binary on a pseudo-terminal of its own, as at an interactive shell:
+/// it leads a session whose controlling terminal is the pty, so a Ctrl-C
+/// typed into the pty is a SIGINT to it.
+struct OnTerminal {
+    child: Child,
+    master: std::fs::File,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl OnTerminal {
+    fn start(args: &[String]) -> Self {
+        use std::os::fd::FromRawFd;
+        use std::os::unix::process::CommandExt;
+        let (mut master, mut slave) = (0, 0);
+        let size = libc::winsize {
+            ws_row: 40,
+            ws_col: 120,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // SAFETY: openpty writes the two descriptors; the files own them from here.
+        let (master, slave) = unsafe {
+            let done = libc::openpty(
+                &mut master,
+                &mut slave,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                &size,
+            );
+            assert_eq!(done, 0, "openpty: {}", std::io::Error::last_os_error());
+            (
+                std::fs::File::from_raw_fd(master),
+                std::fs::File::from_raw_fd(slave),
+            )
+        };
+        let mut command = Command::new(BIN);
+        command
+            .args(args)
+            .env_remove("LEASEHOLD_URL")
+            .env_remove("REDIS_URL")
+            .stdin(slave.try_clone().unwrap())
+            .stdout(slave.try_clone().unwrap())
+            .stderr(slave);
+        // SAFETY: setsid and ioctl are async-signal-safe.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command.spawn().unwrap();
+        drop(command);
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut from = master.try_clone().unwrap();
+        let into = std::sync::Arc::clone(&seen);
+        let reader = std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buf = [0u8; 4096];
+            // EIO once the last holder of the pty's other side has gone.
+            while let Ok(n @ 1..) = from.read(&mut buf) {
+                into.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        OnTerminal {
+            child,
+            master,
+            seen,
+            reader: Some(reader),
+        }
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.seen.lock().unwrap()).into_owned()
+    }
+
+    /// Types Ctrl-C and returns the exit code and everything drawn.
+    fn ctrl_c(mut self) -> (Option<i32>, String) {
+        use std::io::Write;
+        self.master.write_all(b"\x03").unwrap();
+        let status = self.child.wait().unwrap();
+        self.reader.take().unwrap().join().unwrap();
+        (status.code(), self.screen())
+    }
+}
+
+impl Drop for OnTerminal {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The cursor, hidden while a view draws, is shown again at the end.
+fn assert_terminal_restored(screen: &str) {
+    let hidden = screen.rfind("\x1b[?25l").expect("the view never drew");
+    let shown = screen.rfind("\x1b[?25h").expect("cursor left hidden");
+    assert!(shown > hidden, "cursor left hidden: {screen:?}");
+}
+
+#[test]
+fn demo_draws_live_on_a_terminal_and_stops_everything_on_ctrl_c() {
+    let args = ["demo", "--seconds", "600", "--workers", "2"].map(String::from);
+    let terminal = OnTerminal::start(&args);
+    eventually("the live view to show a holder", || {
+        terminal.screen().contains("holds the lock")
+    });
+    let server = demo_server_pid(&terminal.screen());
+    let (code, screen) = terminal.ctrl_c();
+    assert_eq!(code, Some(128 + libc::SIGINT), "{screen}");
+    assert_terminal_restored(&screen);
+    // Ctrl-C reached the demo, not its server: the summary still read it.
+    assert!(screen.contains("redis calls"), "{screen}");
+    assert!(screen.contains("no update lost"), "{screen}");
+    assert!(!alive(server), "server left behind");
+}
+
+#[test]
+fn watch_draws_live_on_a_terminal_and_exits_cleanly_on_ctrl_c() {
+    let server = RedisServer::start();
+    acquire(&server.url(), "job", "30s");
+    let args = ["--url", &server.url(), "watch", "job", "idle"].map(String::from);
+    let terminal = OnTerminal::start(&args);
+    eventually("the view to draw both locks", || {
+        let screen = terminal.screen();
+        screen.contains("job ") && screen.contains("held") && screen.contains("idle ")
+    });
+    let (code, screen) = terminal.ctrl_c();
+    assert_eq!(code, Some(0), "{screen}");
+    assert_terminal_restored(&screen);
+}
