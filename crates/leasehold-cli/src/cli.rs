@@ -129,6 +129,15 @@ pub(crate) struct RunArgs {
     /// Lease length, renewed at a third of it while the command runs
     #[arg(long, value_name = "DUR", default_value = "30s", value_parser = duration::parse)]
     pub(crate) lease: Duration,
+    /// For run-once jobs: if the command ends sooner, keep the lock until
+    /// DUR has passed since it was taken, so that a run started elsewhere
+    /// within DUR (cron on every host) finds it busy [default: off]
+    #[arg(long, value_name = "DUR", value_parser = duration::parse)]
+    pub(crate) hold_at_least: Option<Duration>,
+    /// Renew the lease no further than DUR after it was taken: a command
+    /// still running then loses the lease (see --on-lost; exit 76) [default: no cap]
+    #[arg(long, value_name = "DUR", value_parser = duration::parse)]
+    pub(crate) max_hold: Option<Duration>,
     /// What to do to the command if the lease is lost
     #[arg(long, value_enum, default_value_t = OnLost::Term)]
     pub(crate) on_lost: OnLost,
