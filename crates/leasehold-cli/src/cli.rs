@@ -20,8 +20,9 @@ pub(crate) struct Cli {
 const EXIT_CODES: &str = "Exit codes: the command's own for `run` when the lease held; \
 0 done; 1 unexpected error; 2 usage; 69 Redis unreachable; 75 lock busy (wait ran out or \
 --no-wait); 76 lease lost or its release unanswered (unless --on-lost ignore), lease ran out \
-before the command could start, or token no longer holds the lock; 128+N a signal ended \
-`run`'s wait.";
+before the command could start, or token no longer holds the lock; 77 Redis refused the \
+credentials; 78 Redis refused the connection settings (database number, TLS); 128+N a signal \
+ended `run`'s wait.";
 
 /// Where the locks live; shared by every subcommand.
 #[derive(Debug, Args)]
@@ -35,21 +36,17 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    pub(crate) fn url(&self) -> String {
-        self.url
-            .clone()
-            .or_else(|| non_empty_env("LEASEHOLD_URL"))
-            .or_else(|| non_empty_env("REDIS_URL"))
-            .unwrap_or_else(|| leasehold::DEFAULT_URL.to_owned())
-    }
-
     pub(crate) fn client(
         &self,
         lease: Duration,
         watchdog: bool,
         restart_grace: Option<Duration>,
     ) -> leasehold::Result<leasehold::Client> {
-        let mut builder = leasehold::Client::builder(self.url())
+        let builder = match &self.url {
+            Some(url) => leasehold::Client::builder(url.clone()),
+            None => leasehold::ClientBuilder::from_env(),
+        };
+        let mut builder = builder
             .prefix(self.prefix.clone())
             .lease(lease)
             .watchdog(watchdog);
@@ -58,10 +55,6 @@ impl Connection {
         }
         builder.build()
     }
-}
-
-fn non_empty_env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
 #[derive(Debug, Subcommand)]

@@ -214,12 +214,12 @@ fn ending(
     released: Released,
 ) -> Ending {
     let ignore = on_lost == OnLost::Ignore;
-    let why = match &released {
-        Released::NotHeld(why) => format!(" ({why})"),
-        _ => String::new(),
-    };
-    let lost_message = || {
-        format!("lease on {name:?} was lost while the command ran: its work was not protected{why}")
+    let lost_message = || match &released {
+        // The library's message says why.
+        Released::NotHeld(why) => format!("{why}; the command's work was not protected"),
+        _ => {
+            format!("lease on {name:?} was lost while the command ran: its work was not protected")
+        }
     };
     if lost_seen || lost_after || matches!(released, Released::NotHeld(_)) {
         return match (ignore, lost_seen) {

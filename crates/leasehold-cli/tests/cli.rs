@@ -886,3 +886,38 @@ fn run_with_max_hold_ends_the_lease_at_the_cap_with_76() {
     assert_eq!(out.status.code(), Some(76), "{}", stderr(&out));
     assert!(stderr(&out).contains("max hold of 1s"), "{}", stderr(&out));
 }
+
+#[test]
+fn refused_credentials_exit_77_and_a_refused_database_78() {
+    let server = RedisServer::start_with_args(&["--requirepass", "s3cret"]);
+    let port = server.port();
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let touch = format!("touch '{}'", ran.display());
+    let cases = [
+        (
+            format!("redis://:wrong@127.0.0.1:{port}"),
+            77,
+            "credentials",
+        ),
+        (format!("redis://127.0.0.1:{port}"), 77, "password"),
+        (
+            format!("redis://:s3cret@127.0.0.1:{port}/99"),
+            78,
+            "database",
+        ),
+    ];
+    for (url, code, says) in cases {
+        for args in [
+            &["run", "job", "--", "sh", "-c", &touch][..],
+            &["acquire", "job", "--wait", "30s"],
+            &["inspect", "job"],
+        ] {
+            let out = leasehold(&url, args);
+            assert_eq!(out.status.code(), Some(code), "{args:?}: {}", stderr(&out));
+            assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+            assert!(!stderr(&out).contains("wrong"), "{}", stderr(&out));
+        }
+    }
+    assert!(!ran.exists(), "the command ran without the lock");
+}

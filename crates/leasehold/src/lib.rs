@@ -152,7 +152,10 @@
 //! with PING first, so a connection left half-open by a vanished peer or a
 //! dropped NAT entry heals at the next operation. Errors say which happened:
 //! "did not answer within …" for a slow or paused Redis, "cannot reach" for
-//! a refused connection.
+//! a refused connection. Refused credentials ([`ErrorKind::Auth`]) and
+//! settings the server refuses ([`ErrorKind::Config`]: a database number it
+//! does not have, a TLS handshake that fails) are not faults that pass: they
+//! are not retryable, and they end a wait at once.
 //!
 //! # Cancellation
 //!
@@ -189,7 +192,7 @@ mod mutex;
 
 pub use client::{
     Client, ClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FENCE_RETENTION, DEFAULT_LEASE,
-    DEFAULT_PREFIX, DEFAULT_URL,
+    DEFAULT_PREFIX, DEFAULT_URL, URL_ENV_VARS,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use fair_mutex::FairMutex;

@@ -130,8 +130,10 @@ impl Mutex {
     ///
     /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when Redis is
     /// out of reach, slow, or answered so late that the lease had almost run
-    /// out (it is then given back); [`ErrorKind::Server`](crate::ErrorKind::Server)
-    /// for an unexpected reply.
+    /// out (it is then given back); [`ErrorKind::Auth`](crate::ErrorKind::Auth)
+    /// when Redis refuses the credentials, [`ErrorKind::Config`](crate::ErrorKind::Config)
+    /// when it refuses the connection's settings (database number, TLS);
+    /// [`ErrorKind::Server`](crate::ErrorKind::Server) for an unexpected reply.
     ///
     /// # Cancel safety
     ///
@@ -163,7 +165,10 @@ impl Mutex {
     /// # Errors
     ///
     /// [`ErrorKind::Server`](crate::ErrorKind::Server) for an unexpected
-    /// reply or a refused script. Connection faults are ridden out.
+    /// reply or a refused script. Connection faults are ridden out; refused
+    /// credentials ([`ErrorKind::Auth`](crate::ErrorKind::Auth)) and settings
+    /// ([`ErrorKind::Config`](crate::ErrorKind::Config)) end the wait at once,
+    /// since waiting cannot mend them.
     ///
     /// # Cancel safety
     ///

@@ -36,8 +36,8 @@ impl LossReason {
                 "it could not be renewed before it ran out (redis unreachable or too slow)".into()
             }
             LossReason::MaxHoldReached => format!(
-                "it reached its max hold of {:?} after the acquisition, past which it is not \
-                 renewed (raise the max hold if the work needs longer)",
+                "it reached its max hold of {:?}, past which it is not renewed (raise the max \
+                 hold if the work needs longer)",
                 max_hold.unwrap_or_default()
             )
             .into(),
