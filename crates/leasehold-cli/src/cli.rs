@@ -21,8 +21,9 @@ const EXIT_CODES: &str = "Exit codes: the command's own for `run` when the lease
 0 done; 1 unexpected error, or `demo` lost an update; 2 usage; 69 Redis unreachable (or, \
 for `demo`, redis-server not installed); 75 lock busy (wait ran out or \
 --no-wait); 76 lease lost or its release unanswered (unless --on-lost ignore), lease ran out \
-before the command could start, or token no longer holds the lock; 128+N a signal ended \
-`run`'s wait or stopped `demo`.";
+before the command could start, or token no longer holds the lock; 77 Redis refused the \
+credentials; 78 Redis refused the connection settings (database number, TLS); 128+N a signal \
+ended `run`'s wait or stopped `demo`.";
 
 /// Where the locks live; shared by every subcommand.
 #[derive(Debug, Args)]
@@ -41,21 +42,17 @@ impl Connection {
         self.url.is_some()
     }
 
-    pub(crate) fn url(&self) -> String {
-        self.url
-            .clone()
-            .or_else(|| non_empty_env("LEASEHOLD_URL"))
-            .or_else(|| non_empty_env("REDIS_URL"))
-            .unwrap_or_else(|| leasehold::DEFAULT_URL.to_owned())
-    }
-
     pub(crate) fn client(
         &self,
         lease: Duration,
         watchdog: bool,
         restart_grace: Option<Duration>,
     ) -> leasehold::Result<leasehold::Client> {
-        let mut builder = leasehold::Client::builder(self.url())
+        let builder = match &self.url {
+            Some(url) => leasehold::Client::builder(url.clone()),
+            None => leasehold::ClientBuilder::from_env(),
+        };
+        let mut builder = builder
             .prefix(self.prefix.clone())
             .lease(lease)
             .watchdog(watchdog);
@@ -64,10 +61,6 @@ impl Connection {
         }
         builder.build()
     }
-}
-
-fn non_empty_env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
 #[derive(Debug, Subcommand)]
@@ -139,6 +132,15 @@ pub(crate) struct RunArgs {
     /// Lease length, renewed at a third of it while the command runs
     #[arg(long, value_name = "DUR", default_value = "30s", value_parser = duration::parse)]
     pub(crate) lease: Duration,
+    /// For run-once jobs: if the command ends sooner, keep the lock until
+    /// DUR has passed since it was taken, so that a run started elsewhere
+    /// within DUR (cron on every host) finds it busy [default: off]
+    #[arg(long, value_name = "DUR", value_parser = duration::parse)]
+    pub(crate) hold_at_least: Option<Duration>,
+    /// Renew the lease no further than DUR after it was taken: a command
+    /// still running then loses the lease (see --on-lost; exit 76) [default: no cap]
+    #[arg(long, value_name = "DUR", value_parser = duration::parse)]
+    pub(crate) max_hold: Option<Duration>,
     /// What to do to the command if the lease is lost
     #[arg(long, value_enum, default_value_t = OnLost::Term)]
     pub(crate) on_lost: OnLost,

@@ -8,6 +8,10 @@ pub(crate) const UNAVAILABLE: u8 = 69;
 pub(crate) const BUSY: u8 = 75;
 /// The lease was lost, or the token no longer holds the lock.
 pub(crate) const LOST: u8 = 76;
+/// EX_NOPERM: Redis refused the credentials (or the ACL user's rights).
+pub(crate) const AUTH: u8 = 77;
+/// EX_CONFIG: Redis refused the connection's settings (database, TLS).
+pub(crate) const CONFIG: u8 = 78;
 pub(crate) const CANNOT_EXECUTE: u8 = 126;
 pub(crate) const NOT_FOUND: u8 = 127;
 
@@ -39,6 +43,8 @@ pub(crate) fn code_for(err: &anyhow::Error) -> u8 {
         leasehold::ErrorKind::NotHeld => LOST,
         leasehold::ErrorKind::InvalidInput => USAGE,
         leasehold::ErrorKind::Connection => UNAVAILABLE,
+        leasehold::ErrorKind::Auth => AUTH,
+        leasehold::ErrorKind::Config => CONFIG,
         _ => FAILURE,
     }
 }

@@ -30,7 +30,13 @@ pub(crate) async fn run(conn: &Connection, args: RunArgs) -> anyhow::Result<Exit
 }
 
 async fn run_locked(client: &leasehold::Client, args: &RunArgs) -> anyhow::Result<ExitCode> {
-    let lock = Lock::new(client, &args.name, args.take.fair)?;
+    let mut lock = Lock::new(client, &args.name, args.take.fair)?;
+    if let Some(hold) = args.hold_at_least {
+        lock = lock.with_hold_at_least(hold)?;
+    }
+    if let Some(max) = args.max_hold {
+        lock = lock.with_max_hold(max)?;
+    }
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut hangup = signal(SignalKind::hangup())?;
@@ -172,8 +178,8 @@ fn check_lease_left(name: &str, guard: &leasehold::MutexGuard) -> Result<(), Fai
 enum Released {
     /// The lease held to the end.
     Done,
-    /// The lease was lost before the release.
-    NotHeld,
+    /// The lease was lost before the release, for this reason.
+    NotHeld(String),
     /// No answer (or an odd one): whether the lease held is unknown.
     Unknown(String),
 }
@@ -182,7 +188,7 @@ impl From<leasehold::Result<()>> for Released {
     fn from(result: leasehold::Result<()>) -> Self {
         match result {
             Ok(()) => Released::Done,
-            Err(err) if err.is_not_held() => Released::NotHeld,
+            Err(err) if err.is_not_held() => Released::NotHeld(err.to_string()),
             Err(err) => Released::Unknown(err.to_string()),
         }
     }
@@ -208,9 +214,14 @@ fn ending(
     released: Released,
 ) -> Ending {
     let ignore = on_lost == OnLost::Ignore;
-    let lost_message =
-        || format!("lease on {name:?} was lost while the command ran: its work was not protected");
-    if lost_seen || lost_after || matches!(released, Released::NotHeld) {
+    let lost_message = || match &released {
+        // The library's message says why.
+        Released::NotHeld(why) => format!("{why}; the command's work was not protected"),
+        _ => {
+            format!("lease on {name:?} was lost while the command ran: its work was not protected")
+        }
+    };
+    if lost_seen || lost_after || matches!(released, Released::NotHeld(_)) {
         return match (ignore, lost_seen) {
             (false, _) => Ending::Fail(lost_message()),
             // `on_lost` has warned already.
@@ -221,7 +232,7 @@ fn ending(
     match released {
         Released::Unknown(message) if ignore => Ending::Code(Some(message)),
         Released::Unknown(message) => Ending::Fail(message),
-        Released::Done | Released::NotHeld => Ending::Code(None),
+        Released::Done | Released::NotHeld(_) => Ending::Code(None),
     }
 }
 
@@ -377,6 +388,10 @@ mod tests {
 
     use super::*;
 
+    fn not_held() -> Released {
+        Released::NotHeld("lease on lock \"job\" (fence 7) was lost".to_owned())
+    }
+
     fn unknown() -> Released {
         Released::Unknown("release of lock \"job\" (fence 7) got no answer".to_owned())
     }
@@ -400,9 +415,9 @@ mod tests {
     #[test]
     fn a_lost_lease_fails_the_run_unless_ignored() {
         let cases = [
-            (true, true, Released::NotHeld),
-            (false, true, Released::NotHeld),
-            (false, false, Released::NotHeld),
+            (true, true, not_held()),
+            (false, true, not_held()),
+            (false, false, not_held()),
             (true, true, unknown()),
             (false, true, Released::Done),
         ];
@@ -419,10 +434,10 @@ mod tests {
     fn an_ignored_loss_warns_once() {
         // Seen while the command ran: `on_lost` has warned already.
         assert_eq!(
-            ending("job", OnLost::Ignore, true, true, Released::NotHeld),
+            ending("job", OnLost::Ignore, true, true, not_held()),
             Ending::Code(None)
         );
-        for (after, released) in [(true, Released::NotHeld), (false, Released::NotHeld)] {
+        for (after, released) in [(true, not_held()), (false, not_held())] {
             let Ending::Code(Some(warning)) = ending("job", OnLost::Ignore, false, after, released)
             else {
                 panic!("no warning");

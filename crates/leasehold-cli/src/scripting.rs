@@ -31,6 +31,23 @@ impl Lock {
         })
     }
 
+    /// The same lock, kept until `hold` has passed since it was taken
+    /// when released sooner.
+    pub(crate) fn with_hold_at_least(self, hold: Duration) -> leasehold::Result<Self> {
+        Ok(match self {
+            Lock::Plain(mutex) => Lock::Plain(mutex.with_hold_at_least(hold)?),
+            Lock::Fair(mutex) => Lock::Fair(mutex.with_hold_at_least(hold)?),
+        })
+    }
+
+    /// The same lock, renewed no further than `max` after it was taken.
+    pub(crate) fn with_max_hold(self, max: Duration) -> leasehold::Result<Self> {
+        Ok(match self {
+            Lock::Plain(mutex) => Lock::Plain(mutex.with_max_hold(max)?),
+            Lock::Fair(mutex) => Lock::Fair(mutex.with_max_hold(max)?),
+        })
+    }
+
     fn name(&self) -> &str {
         match self {
             Lock::Plain(mutex) => mutex.name(),

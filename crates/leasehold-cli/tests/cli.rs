@@ -165,6 +165,8 @@ fn usage_errors_exit_2_with_one_line() {
         &["run", "", "--", "true"],
         &["run", "job"],
         &["run", "job", "--wait", "1s", "--no-wait", "--", "true"],
+        &["run", "job", "--hold-at-least", "25h", "--", "true"],
+        &["run", "job", "--max-hold", "0s", "--", "true"],
         &["acquire", "job", "--lease", "soon"],
         &["release", "job", ""],
         &["frobnicate"],
@@ -1052,4 +1054,100 @@ fn watch_draws_live_on_a_terminal_and_exits_cleanly_on_ctrl_c() {
     let (code, screen) = terminal.ctrl_c();
     assert_eq!(code, Some(0), "{screen}");
     assert_terminal_restored(&screen);
+}
+
+/// The cron story: two hosts start the same job half a second apart; the
+/// first runs it and ends at once, the second finds the lock held on.
+#[test]
+fn run_once_with_hold_at_least_runs_the_job_once() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("ran");
+    let job = format!("echo ran >> '{}'", log.display());
+    let args = [
+        "run",
+        "nightly",
+        "--hold-at-least",
+        "3s",
+        "--no-wait",
+        "--",
+        "sh",
+        "-c",
+        &job,
+    ];
+    let first = leasehold(&url, &args);
+    std::thread::sleep(Duration::from_millis(500));
+    let second = leasehold(&url, &args);
+    let mut codes = [first.status.code(), second.status.code()];
+    codes.sort();
+    assert_eq!(
+        codes,
+        [Some(0), Some(75)],
+        "{}\n{}",
+        stderr(&first),
+        stderr(&second)
+    );
+    let ran = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(ran.lines().count(), 1, "the job ran more than once");
+    // Once the hold is over the lock is free again.
+    eventually("the hold to end", || {
+        inspect(&url, "nightly")["held"] == false
+    });
+}
+
+#[test]
+fn run_with_max_hold_ends_the_lease_at_the_cap_with_76() {
+    let server = RedisServer::start();
+    let out = leasehold(
+        &server.url(),
+        &[
+            "run",
+            "job",
+            "--max-hold",
+            "1s",
+            "--lease",
+            "300ms",
+            "--",
+            "sleep",
+            "5",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(76), "{}", stderr(&out));
+    assert!(stderr(&out).contains("max hold of 1s"), "{}", stderr(&out));
+}
+
+#[test]
+fn refused_credentials_exit_77_and_a_refused_database_78() {
+    let server = RedisServer::start_with_args(&["--requirepass", "s3cret"]);
+    let port = server.port();
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let touch = format!("touch '{}'", ran.display());
+    let cases = [
+        (
+            format!("redis://:wrong@127.0.0.1:{port}"),
+            77,
+            "credentials",
+        ),
+        (format!("redis://127.0.0.1:{port}"), 77, "password"),
+        (
+            format!("redis://:s3cret@127.0.0.1:{port}/99"),
+            78,
+            "database",
+        ),
+    ];
+    for (url, code, says) in cases {
+        for args in [
+            &["run", "job", "--", "sh", "-c", &touch][..],
+            &["acquire", "job", "--wait", "30s"],
+            &["inspect", "job"],
+        ] {
+            let out = leasehold(&url, args);
+            assert_eq!(out.status.code(), Some(code), "{args:?}: {}", stderr(&out));
+            assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+            assert!(!stderr(&out).contains("wrong"), "{}", stderr(&out));
+        }
+    }
+    assert!(!ran.exists(), "the command ran without the lock");
 }

@@ -16,6 +16,9 @@ use crate::mutex::Mutex;
 
 /// The Redis leasehold talks to when nothing else is said.
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+/// The environment variables [`Client::from_env`] reads the Redis URL from,
+/// in order; the first that is set and not empty wins, else [`DEFAULT_URL`].
+pub const URL_ENV_VARS: [&str; 2] = ["LEASEHOLD_URL", "REDIS_URL"];
 /// The first part of every key leasehold writes.
 pub const DEFAULT_PREFIX: &str = "leasehold";
 /// The lease of a lock unless the lock or the client says otherwise.
@@ -44,6 +47,14 @@ pub struct ClientBuilder {
 }
 
 impl ClientBuilder {
+    /// A builder for the Redis named by the environment: `LEASEHOLD_URL`,
+    /// else `REDIS_URL`, else [`DEFAULT_URL`]. Empty values (and values that
+    /// are not UTF-8) are skipped. The `leasehold` command reads the same
+    /// variables.
+    pub fn from_env() -> ClientBuilder {
+        Client::builder(url_from_env())
+    }
+
     /// The first part of every key (default [`DEFAULT_PREFIX`]). Clients that
     /// must see each other's locks use the same prefix.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
@@ -214,6 +225,23 @@ impl Client {
         Client::builder(url).build()
     }
 
+    /// A client with default settings for the Redis named by the
+    /// environment: `LEASEHOLD_URL`, else `REDIS_URL`, else [`DEFAULT_URL`]
+    /// (see [`ClientBuilder::from_env`]).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> leasehold::Result<()> {
+    /// let client = leasehold::Client::from_env()?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when the URL cannot be parsed.
+    pub fn from_env() -> Result<Client> {
+        ClientBuilder::from_env().build()
+    }
+
     /// A builder for a client of `url`, to change the defaults.
     pub fn builder(url: impl Into<String>) -> ClientBuilder {
         ClientBuilder {
@@ -278,6 +306,14 @@ impl Client {
     pub fn prefix(&self) -> &str {
         &self.config.prefix
     }
+}
+
+/// The Redis URL the environment names, as [`ClientBuilder::from_env`] reads it.
+fn url_from_env() -> String {
+    URL_ENV_VARS
+        .iter()
+        .find_map(|name| std::env::var(name).ok().filter(|url| !url.is_empty()))
+        .unwrap_or_else(|| DEFAULT_URL.to_owned())
 }
 
 impl fmt::Debug for Client {

@@ -18,9 +18,17 @@ pub enum ErrorKind {
     NotHeld,
     /// An argument was refused before anything was sent to Redis.
     InvalidInput,
-    /// Redis could not be reached, refused the credentials, or did not answer
-    /// within the command timeout.
+    /// Redis could not be reached, or did not answer within the command
+    /// timeout. Worth trying again later.
     Connection,
+    /// Redis refused the credentials (a wrong or missing password or user),
+    /// or the user may not run what leasehold needs (ACL). Trying again does
+    /// not help: fix the user and password in the URL, or the ACL.
+    Auth,
+    /// Redis refused the connection's settings: a database number it does
+    /// not have, TLS on a port without it or a certificate it cannot prove.
+    /// Trying again does not help: fix the URL or the TLS settings.
+    Config,
     /// Redis answered with an error, or with a reply leasehold does not understand.
     Server,
     /// The operating system refused something leasehold needs (randomness for tokens).
@@ -148,8 +156,19 @@ impl Error {
         self.kind == ErrorKind::Server
     }
 
+    /// Redis refused the credentials, or the ACL user's permissions.
+    pub fn is_auth(&self) -> bool {
+        self.kind == ErrorKind::Auth
+    }
+
+    /// Redis refused the connection's settings (database number, TLS).
+    pub fn is_config(&self) -> bool {
+        self.kind == ErrorKind::Config
+    }
+
     /// Trying the same operation again later may succeed: Redis was out of
-    /// reach, or the lock was busy for the whole wait.
+    /// reach, or the lock was busy for the whole wait. False for refused
+    /// credentials and settings, which only a fix makes work.
     pub fn is_retryable(&self) -> bool {
         matches!(self.kind, ErrorKind::Connection | ErrorKind::Timeout)
     }
@@ -168,12 +187,39 @@ impl Error {
                 ErrorKind::InvalidInput,
                 format!("the connection settings for redis at {address} are not usable"),
             )
-        } else if err.kind() == redis::ErrorKind::AuthenticationFailed {
+        } else if err.kind() == redis::ErrorKind::AuthenticationFailed
+            || has_code(&err, "WRONGPASS")
+        {
             Error::new(
-                ErrorKind::Connection,
+                ErrorKind::Auth,
                 format!(
                     "redis at {address} refused the credentials ({operation}): check the user \
-                     and password in the URL"
+                     and password in the URL (redis://USER:PASSWORD@host:port)"
+                ),
+            )
+        } else if has_code(&err, "NOAUTH") {
+            Error::new(
+                ErrorKind::Auth,
+                format!(
+                    "redis at {address} requires a password ({operation}): put it in the URL, \
+                     redis://:PASSWORD@host:port or redis://USER:PASSWORD@host:port"
+                ),
+            )
+        } else if has_code(&err, "NOPERM") {
+            Error::new(
+                ErrorKind::Auth,
+                format!(
+                    "redis at {address} does not let this user run {operation}: give the ACL \
+                     user the lock keys and channels, e.g. ~leasehold:* &leasehold:* +@all"
+                ),
+            )
+        } else if is_tls_failure(&err) {
+            Error::new(
+                ErrorKind::Config,
+                format!(
+                    "the TLS handshake with redis at {address} failed: check that the \
+                     server speaks TLS on this port (else use redis://) and that its certificate \
+                     is for this host and signed by a trusted CA (see tls_root_certificate)"
                 ),
             )
         } else if not_ready {
@@ -185,6 +231,19 @@ impl Error {
                 ),
             )
             .transient()
+        } else if operation == "connect" && is_server_error(&err) {
+            // Only the settings from the URL (AUTH, SELECT) and INFO are
+            // sent on connect.
+            let what = if err.to_string().contains("switch database") {
+                "the database number in the URL: use one the server has (0 to 15 with the \
+                 default `databases 16`), e.g. redis://host:port/0"
+            } else {
+                "the connection settings in the URL"
+            };
+            Error::new(
+                ErrorKind::Config,
+                format!("redis at {address} refused the connection settings: check {what}"),
+            )
         } else if err.is_timeout() {
             Error::new(
                 ErrorKind::Connection,
@@ -247,6 +306,45 @@ impl Error {
             .and_then(|s| s.downcast_ref::<RedisCause>())
             .map(|cause| &cause.0)
     }
+}
+
+/// Whether Redis answered `err` with the error code `code`, alone or in a
+/// pipeline.
+fn has_code(err: &redis::RedisError, code: &str) -> bool {
+    err.code() == Some(code)
+        || err
+            .clone()
+            .into_server_errors()
+            .is_some_and(|errors| errors.iter().any(|(_, e)| e.code() == code))
+}
+
+/// Redis answered with an error (not an I/O or client-side failure).
+fn is_server_error(err: &redis::RedisError) -> bool {
+    matches!(
+        err.kind(),
+        redis::ErrorKind::Server(_) | redis::ErrorKind::Extension
+    )
+}
+
+/// Whether `err` comes from a failed TLS handshake.
+fn is_tls_failure(err: &redis::RedisError) -> bool {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(current) = next {
+        if current.is::<rustls::Error>() {
+            return true;
+        }
+        // The Redis client keeps I/O errors behind an `Arc`, and an I/O
+        // error's `source` skips the error it wraps: look through both.
+        let shared = current
+            .downcast_ref::<std::sync::Arc<dyn std::error::Error + Send + Sync>>()
+            .map(|inner| &**inner as &(dyn std::error::Error + 'static));
+        let wrapped = current
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .map(|inner| inner as &(dyn std::error::Error + 'static));
+        next = shared.or(wrapped).or_else(|| current.source());
+    }
+    false
 }
 
 /// A Redis client error as the source of an [`Error`]. Its own message

@@ -77,6 +77,33 @@ impl FairMutex {
         self
     }
 
+    /// This lock with a hold-at-least of `hold`, as
+    /// [`Mutex::with_hold_at_least`](crate::Mutex::with_hold_at_least): a
+    /// release before `hold` has passed since the acquisition keeps the lock
+    /// until then, and does not hand it to the next waiter; the first in
+    /// line takes it when it expires.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a hold
+    /// over 24 h.
+    pub fn with_hold_at_least(mut self, hold: Duration) -> Result<Self> {
+        self.core.set_hold_at_least(hold)?;
+        Ok(self)
+    }
+
+    /// This lock with a cap on renewal, as
+    /// [`Mutex::with_max_hold`](crate::Mutex::with_max_hold).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a cap
+    /// under 10 ms or over 24 h.
+    pub fn with_max_hold(mut self, max: Duration) -> Result<Self> {
+        self.core.set_max_hold(max)?;
+        Ok(self)
+    }
+
     /// One attempt: the guard if the lock is free and nobody waits for it,
     /// `None` otherwise (a try never jumps the queue).
     ///

@@ -26,6 +26,7 @@
 //! |---|---|
 //! | one holder at a time, cheapest under light contention | [`Mutex`] |
 //! | one holder at a time, first come first served, even waits | [`FairMutex`] |
+//! | a job started on many hosts runs once | either, with a hold-at-least (see [Run-once jobs](#run-once-jobs)) |
 //!
 //! Both are fenced and renewed the same way and hand out the same
 //! [`MutexGuard`]. A `Mutex` lets a free lock go to whoever asks first, so a
@@ -84,6 +85,45 @@
 //! [`MutexGuard::is_lost`] turns true for good. A release waits for a
 //! renewal in flight, so their answers are never applied out of order.
 //!
+//! # Run-once jobs
+//!
+//! A job that cron starts on every host should run once, but a lock that is
+//! released when the job ends lets a host whose cron fires a little later
+//! (0.5 s, say) find it free and run the job again. With
+//! [`Mutex::with_hold_at_least`] (or [`FairMutex::with_hold_at_least`]) a
+//! release before the hold has passed since the acquisition keeps the lock
+//! until then instead, and reports success; the late host finds it busy.
+//!
+//! ```no_run
+//! # async fn demo(client: leasehold::Client) -> leasehold::Result<()> {
+//! use std::time::Duration;
+//!
+//! let nightly = client
+//!     .mutex("reports:nightly")?
+//!     .with_hold_at_least(Duration::from_secs(10 * 60))?;
+//! // On every host at 03:00: one of them runs the report.
+//! if let Some(guard) = nightly.try_acquire().await? {
+//!     write_report(guard.fence()).await;
+//!     guard.release().await?; // keeps the lock until 10 minutes have passed
+//! }
+//! # Ok(()) }
+//! # async fn write_report(_fence: u64) {}
+//! ```
+//!
+//! The hold is measured on the holder's monotonic clock from the moment the
+//! grant reached it, which is after Redis granted it, and the release sends
+//! Redis only the time left as a relative expiry, so no clock is compared
+//! across machines: clock differences cannot shorten the hold. Choose a hold
+//! longer than the spread of the hosts' start times and shorter than the
+//! job's period.
+//!
+//! # A cap on renewal
+//!
+//! The watchdog renews a lease for as long as its guard lives, which a holder
+//! stuck in an endless loop would do forever. [`Mutex::with_max_hold`] caps
+//! it: no renewal reaches past the cap after the acquisition, the lease ends
+//! there, and [`MutexGuard::lost`] resolves with a loss that names the cap.
+//!
 //! # Waiting
 //!
 //! A waiter does not poll. A failed attempt puts the waiting client into the
@@ -112,7 +152,10 @@
 //! with PING first, so a connection left half-open by a vanished peer or a
 //! dropped NAT entry heals at the next operation. Errors say which happened:
 //! "did not answer within …" for a slow or paused Redis, "cannot reach" for
-//! a refused connection.
+//! a refused connection. Refused credentials ([`ErrorKind::Auth`]) and
+//! settings the server refuses ([`ErrorKind::Config`]: a database number it
+//! does not have, a TLS handshake that fails) are not faults that pass: they
+//! are not retryable, and they end a wait at once.
 //!
 //! # Cancellation
 //!
@@ -149,7 +192,7 @@ mod mutex;
 
 pub use client::{
     Client, ClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FENCE_RETENTION, DEFAULT_LEASE,
-    DEFAULT_PREFIX, DEFAULT_URL,
+    DEFAULT_PREFIX, DEFAULT_URL, URL_ENV_VARS,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use fair_mutex::FairMutex;

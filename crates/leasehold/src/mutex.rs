@@ -8,7 +8,9 @@ use crate::engine::held::Held;
 use crate::engine::release::release;
 use crate::engine::{self, scripts, wait, Kind, Request};
 use crate::error::{Error, Result};
-use crate::keys::{millis, validate_lease, validate_token, validate_wait, LockKeys};
+use crate::keys::{
+    millis, validate_lease, validate_token, validate_wait, LockKeys, MAX_LEASE, MIN_LEASE,
+};
 
 /// A lock with one holder at a time across every process that uses the same
 /// Redis and key prefix. Made by [`Client::mutex`]; cheap to clone.
@@ -73,14 +75,65 @@ impl Mutex {
         self
     }
 
+    /// This mutex with a hold-at-least of `hold` (off, zero, by default):
+    /// for run-once jobs. A release before `hold` has passed since the
+    /// acquisition does not free the lock: it stays held, and is no longer
+    /// renewed, until `hold` has passed, and then expires. Nobody is woken
+    /// early; waiters take it when it expires. The release reports success
+    /// (the lease held to the end). So a job that several hosts start within
+    /// `hold` of each other (cron on every host, clocks apart by a little)
+    /// runs once: the first to take the lock runs it, and the others find it
+    /// busy even when the first finished quickly.
+    ///
+    /// The hold is measured on this process's monotonic clock from the
+    /// moment the grant arrived, which is after Redis granted it, and the
+    /// release sends Redis only the time left (rounded up, with an allowance
+    /// for clock drift) as a relative expiry. No wall clock is compared
+    /// across machines, so clock differences between hosts and Redis cannot
+    /// shorten the hold; the lock may be held a few milliseconds longer
+    /// than `hold`, never shorter. A holder that dies without releasing
+    /// keeps the lock only until its lease runs out, and a lease that was
+    /// lost is not held on.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a hold
+    /// over 24 h.
+    pub fn with_hold_at_least(mut self, hold: Duration) -> Result<Self> {
+        self.core.set_hold_at_least(hold)?;
+        Ok(self)
+    }
+
+    /// This mutex with a cap on renewal (off by default): the watchdog
+    /// renews a lease no further than `max` after its acquisition, so a
+    /// holder stuck in an endless loop cannot keep the lock forever. The
+    /// lease then ends at the cap: [`MutexGuard::lost`] resolves and the
+    /// loss error says that the max hold was reached. An explicit
+    /// [`extend`](MutexGuard::extend) stops at the cap too.
+    ///
+    /// The cap is counted on this process's monotonic clock from the moment
+    /// the acquire request was sent, so the lock never outlives it by this
+    /// holder's reckoning.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a cap
+    /// under 10 ms or over 24 h.
+    pub fn with_max_hold(mut self, max: Duration) -> Result<Self> {
+        self.core.set_max_hold(max)?;
+        Ok(self)
+    }
+
     /// One attempt: the guard if the lock was free, `None` if someone else holds it.
     ///
     /// # Errors
     ///
     /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when Redis is
     /// out of reach, slow, or answered so late that the lease had almost run
-    /// out (it is then given back); [`ErrorKind::Server`](crate::ErrorKind::Server)
-    /// for an unexpected reply.
+    /// out (it is then given back); [`ErrorKind::Auth`](crate::ErrorKind::Auth)
+    /// when Redis refuses the credentials, [`ErrorKind::Config`](crate::ErrorKind::Config)
+    /// when it refuses the connection's settings (database number, TLS);
+    /// [`ErrorKind::Server`](crate::ErrorKind::Server) for an unexpected reply.
     ///
     /// # Cancel safety
     ///
@@ -112,7 +165,10 @@ impl Mutex {
     /// # Errors
     ///
     /// [`ErrorKind::Server`](crate::ErrorKind::Server) for an unexpected
-    /// reply or a refused script. Connection faults are ridden out.
+    /// reply or a refused script. Connection faults are ridden out; refused
+    /// credentials ([`ErrorKind::Auth`](crate::ErrorKind::Auth)) and settings
+    /// ([`ErrorKind::Config`](crate::ErrorKind::Config)) end the wait at once,
+    /// since waiting cannot mend them.
     ///
     /// # Cancel safety
     ///
@@ -214,6 +270,8 @@ pub(crate) struct Core {
     pub(crate) keys: LockKeys,
     pub(crate) lease: Duration,
     pub(crate) watchdog: bool,
+    pub(crate) hold_at_least: Option<Duration>,
+    pub(crate) max_hold: Option<Duration>,
     kind: Kind,
 }
 
@@ -225,8 +283,30 @@ impl Core {
             keys,
             lease,
             watchdog,
+            hold_at_least: None,
+            max_hold: None,
             kind,
         }
+    }
+
+    pub(crate) fn set_hold_at_least(&mut self, hold: Duration) -> Result<()> {
+        if hold > MAX_LEASE {
+            return Err(Error::invalid(format!(
+                "hold-at-least {hold:?} is longer than 24h: a run-once window is at most a day"
+            )));
+        }
+        self.hold_at_least = (!hold.is_zero()).then_some(hold);
+        Ok(())
+    }
+
+    pub(crate) fn set_max_hold(&mut self, max: Duration) -> Result<()> {
+        if max < MIN_LEASE || max > MAX_LEASE {
+            return Err(Error::invalid(format!(
+                "max hold {max:?} is out of range: give at least 10ms and at most 24h"
+            )));
+        }
+        self.max_hold = Some(max);
+        Ok(())
     }
 
     pub(crate) fn debug(&self, name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -234,6 +314,8 @@ impl Core {
             .field("name", &self.keys.name)
             .field("lease", &self.lease)
             .field("watchdog", &self.watchdog)
+            .field("hold_at_least", &self.hold_at_least)
+            .field("max_hold", &self.max_hold)
             .finish()
     }
 
@@ -241,8 +323,11 @@ impl Core {
         Request {
             keys: &self.keys,
             kind: self.kind,
-            lease: self.lease,
+            // No lease, not even the first, runs past the max hold.
+            lease: self.max_hold.map_or(self.lease, |max| self.lease.min(max)),
             renew: self.watchdog,
+            hold_at_least: self.hold_at_least,
+            max_hold: self.max_hold,
         }
     }
 
@@ -258,7 +343,7 @@ impl Core {
 
     pub(crate) async fn release_token(&self, token: &str) -> Result<()> {
         validate_token(token)?;
-        if release(&self.client.node, &self.keys, token, false).await? {
+        if release(&self.client.node, &self.keys, token, false, None).await? {
             Ok(())
         } else {
             Err(self.token_not_held())
@@ -433,6 +518,9 @@ impl MutexGuard {
 
     /// Releases the lock: checks the token, deletes, and wakes the first
     /// waiter (a [`FairMutex`](crate::FairMutex) hands the lock to it).
+    /// Before the lock's hold-at-least has passed
+    /// ([`Mutex::with_hold_at_least`]) the lock is kept until it has instead,
+    /// and this reports success.
     ///
     /// A release that cannot reach Redis is tried again for a few command
     /// timeouts (never past the lease), so its outcome is known whenever

@@ -8,6 +8,8 @@ use common::{client_with, cmd, impatient};
 use leasehold::{Client, ErrorKind};
 use leasehold_testkit::RedisServer;
 
+const LONG: Duration = Duration::from_secs(30);
+
 #[tokio::test]
 async fn password_and_acl_user_in_the_url() {
     let server = RedisServer::start_with_args(&["--requirepass", "s3cret"]);
@@ -41,12 +43,59 @@ async fn password_and_acl_user_in_the_url() {
 
     let wrong = Client::open(&format!("redis://locker:nope@127.0.0.1:{port}")).unwrap();
     let err = wrong.mutex("job").unwrap().try_acquire().await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Connection, "{err:?}");
+    assert_eq!(err.kind(), ErrorKind::Auth, "{err:?}");
     assert!(err.to_string().contains("credentials"), "{err}");
     assert!(
         !err.to_string().contains("nope"),
         "the message leaks the password: {err}"
     );
+}
+
+/// A wrong or missing password is its own kind, not "cannot reach", and
+/// is not retried: a wait ends on it at once instead of riding it out.
+#[tokio::test]
+async fn refused_credentials_are_auth_errors_that_end_a_wait() {
+    let server = RedisServer::start_with_args(&["--requirepass", "s3cret"]);
+    let port = server.port();
+    for (url, says) in [
+        (format!("redis://:wrong@127.0.0.1:{port}"), "credentials"),
+        (format!("redis://127.0.0.1:{port}"), "requires a password"),
+    ] {
+        let mutex = Client::open(&url).unwrap().mutex("job").unwrap();
+        let err = mutex.try_acquire().await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Auth, "{url}: {err:?}");
+        assert!(err.is_auth() && !err.is_retryable(), "{url}: {err:?}");
+        assert!(err.to_string().contains(says), "{url}: {err}");
+        assert!(!err.to_string().contains("cannot reach"), "{err}");
+        // Waits, bounded or not, end on it rather than retrying it.
+        let err = mutex.acquire_timeout(LONG).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Auth, "{url}: {err:?}");
+        let err = tokio::time::timeout(LONG, mutex.acquire())
+            .await
+            .expect("the wait retried refused credentials")
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Auth, "{url}: {err:?}");
+    }
+}
+
+/// A database number the server does not have is a configuration error
+/// that says what to fix, and ends a wait too.
+#[tokio::test]
+async fn a_database_out_of_range_is_a_config_error() {
+    let server = RedisServer::start();
+    let mutex = Client::open(&format!("{}/99", server.url()))
+        .unwrap()
+        .mutex("job")
+        .unwrap();
+    let err = mutex.try_acquire().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err:?}");
+    assert!(err.is_config() && !err.is_retryable(), "{err:?}");
+    assert!(err.to_string().contains("database number"), "{err}");
+    let err = tokio::time::timeout(LONG, mutex.acquire())
+        .await
+        .expect("the wait retried a refused database")
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err:?}");
 }
 
 #[tokio::test]
@@ -106,7 +155,8 @@ async fn tls_with_rediss_urls() {
     let guard = insecure.mutex("job").unwrap().acquire().await.unwrap();
     guard.release().await.unwrap();
 
-    // The public roots do not know the test CA: refused, without a panic.
+    // The public roots do not know the test CA: refused, without a panic,
+    // as a setting to fix.
     let untrusted = impatient(&url);
     let err = untrusted
         .mutex("job")
@@ -114,7 +164,8 @@ async fn tls_with_rediss_urls() {
         .try_acquire()
         .await
         .unwrap_err();
-    assert!(err.is_connection(), "{err:?}");
+    assert!(err.is_config(), "{err:?}");
+    assert!(err.to_string().contains("TLS handshake"), "{err}");
 
     // A plain client on the TLS port fails cleanly too.
     let plain = impatient(&format!("redis://127.0.0.1:{tls_port}"));

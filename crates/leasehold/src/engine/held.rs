@@ -11,7 +11,7 @@ use crate::engine::node::Node;
 use crate::engine::release::{release, release_in_background, PendingRelease};
 use crate::engine::{renew_one, Request};
 use crate::error::{Error, Result};
-use crate::keys::validate_lease;
+use crate::keys::{validate_lease, MIN_LEASE};
 
 /// A release that fails to reach Redis is tried again for this many command
 /// timeouts, and never past the lease.
@@ -33,15 +33,7 @@ impl Held {
         sent_at: Instant,
         ttl: Duration,
     ) -> Self {
-        let lease = Arc::new(Lease::new(
-            request.keys.clone(),
-            token,
-            fence,
-            request.lease,
-            request.renew,
-            sent_at,
-            ttl,
-        ));
+        let lease = Arc::new(Lease::new(request, token, fence, sent_at, ttl));
         if request.renew {
             node.watchdog.register(node, Arc::clone(&lease));
         }
@@ -81,6 +73,15 @@ impl Held {
         let _turn = self.lease.renewing.lock().await;
         let sent_at = Instant::now();
         let lease = &self.lease;
+        // Never past the max hold.
+        let length = match lease.until_cap(sent_at) {
+            Some(left) if left < MIN_LEASE => {
+                lease.mark_lost(LossReason::MaxHoldReached);
+                return Err(self.lost_error(LossReason::MaxHoldReached));
+            }
+            Some(left) => length.min(left),
+            None => length,
+        };
         lease.extending(sent_at, length);
         if lease.renew {
             // The next renewal may have moved earlier.
@@ -108,7 +109,8 @@ impl Held {
         self.finish();
         let (node, lease) = (&self.node, &self.lease);
         // Dropped before an answer, the release goes on in the background.
-        let pending = PendingRelease::arm(node, &lease.keys, &lease.token);
+        let pending =
+            PendingRelease::arm(node, &lease.keys, &lease.token).keep_until(lease.hold_until);
         // A renewal in flight is seen through first, so that its answer is
         // never applied after the release's.
         let _turn = Arc::clone(&lease.renewing).lock_owned().await;
@@ -119,7 +121,7 @@ impl Held {
         ));
         let mut pause = Duration::from_millis(25);
         let released = loop {
-            match release(node, &lease.keys, &lease.token, false).await {
+            match release(node, &lease.keys, &lease.token, false, lease.hold_until).await {
                 Ok(released) => break released,
                 Err(error) if error.is_transient() && Instant::now() + pause < give_up => {
                     tokio::time::sleep(pause).await;
@@ -165,7 +167,7 @@ impl Held {
             "lease on lock {:?} (fence {}) was lost: {}",
             lease.keys.name,
             lease.fence,
-            reason.describe(lease.renew)
+            reason.describe(lease.renew, lease.max_hold())
         ))
     }
 }
@@ -178,6 +180,7 @@ impl Drop for Held {
                 self.lease.keys.clone(),
                 self.lease.token.clone(),
                 false,
+                self.lease.hold_until,
             );
         }
     }

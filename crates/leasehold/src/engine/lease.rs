@@ -1,6 +1,7 @@
 //! One held lease: its token and fence, its local deadline, and the signal
 //! that fires when it is lost.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -8,7 +9,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::keys::LockKeys;
+use crate::engine::Request;
+use crate::keys::{LockKeys, MIN_LEASE};
 
 /// Why a lease stopped being held without being released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,21 +19,28 @@ pub(crate) enum LossReason {
     TokenGone,
     /// The local deadline passed without a successful renewal.
     DeadlinePassed,
+    /// The lease reached its max hold: nothing renews it past that.
+    MaxHoldReached,
 }
 
 impl LossReason {
-    pub(crate) fn describe(self, renewed: bool) -> &'static str {
+    pub(crate) fn describe(self, renewed: bool, max_hold: Option<Duration>) -> Cow<'static, str> {
         match self {
             LossReason::DeadlinePassed if !renewed => {
-                "its fixed lease ran out (the watchdog is off: extend the lease in time)"
+                "its fixed lease ran out (the watchdog is off: extend the lease in time)".into()
             }
-            LossReason::TokenGone => {
-                "redis no longer holds its token (it expired, or was removed by force-release \
-                 or by hand)"
-            }
+            LossReason::TokenGone => "redis no longer holds its token (it expired, or was \
+                                      removed by force-release or by hand)"
+                .into(),
             LossReason::DeadlinePassed => {
-                "it could not be renewed before it ran out (redis unreachable or too slow)"
+                "it could not be renewed before it ran out (redis unreachable or too slow)".into()
             }
+            LossReason::MaxHoldReached => format!(
+                "it reached its max hold of {:?}, past which it is not renewed (raise the max \
+                 hold if the work needs longer)",
+                max_hold.unwrap_or_default()
+            )
+            .into(),
         }
     }
 }
@@ -48,6 +57,8 @@ struct Timing {
     scheduled: Option<Instant>,
     /// Renewals in a row that got no usable answer.
     failures: u32,
+    /// The lease runs to its max hold and is renewed no more.
+    capped: bool,
     loss: Option<LossReason>,
 }
 
@@ -60,6 +71,15 @@ pub(crate) struct Lease {
     pub(crate) token: String,
     pub(crate) fence: u64,
     pub(crate) renew: bool,
+    /// A release before this keeps the lock until then: at least the
+    /// hold-at-least after the moment the grant was known here, which is
+    /// after Redis granted it. Local monotonic time only, so no clock of
+    /// another machine is trusted.
+    pub(crate) hold_until: Option<Instant>,
+    /// Nothing renews the lease past this (`sent_at` of the acquisition,
+    /// which came before Redis granted it, plus the max hold).
+    cap: Option<Instant>,
+    max_hold: Option<Duration>,
     timing: Mutex<Timing>,
     /// Bumped when the lease is lost and when its deadline moves earlier,
     /// so that `lost()` never sleeps past the deadline.
@@ -73,7 +93,7 @@ pub(crate) struct Lease {
 }
 
 /// Clock drift allowed for: 1% of the lease plus 2 ms (the Redlock figure).
-fn drift(lease: Duration) -> Duration {
+pub(crate) fn drift(lease: Duration) -> Duration {
     lease / 100 + Duration::from_millis(2)
 }
 
@@ -84,28 +104,33 @@ pub(crate) fn local_deadline(sent_at: Instant, ttl: Duration) -> Instant {
 }
 
 impl Lease {
+    /// A lease for `request` that Redis granted with `granted` left, by a
+    /// request sent at `sent_at`; called as soon as the grant is known.
     pub(crate) fn new(
-        keys: LockKeys,
+        request: &Request<'_>,
         token: String,
         fence: u64,
-        lease: Duration,
-        renew: bool,
         sent_at: Instant,
         granted: Duration,
     ) -> Self {
         let (lost_tx, _) = watch::channel(0);
+        let cap = request.max_hold.map(|max| sent_at + max);
         Lease {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            keys,
+            keys: request.keys.clone(),
             token,
             fence,
-            renew,
+            renew: request.renew,
+            hold_until: request.hold_at_least.map(|hold| Instant::now() + hold),
+            cap,
+            max_hold: request.max_hold,
             timing: Mutex::new(Timing {
-                lease,
+                lease: request.lease,
                 deadline: local_deadline(sent_at, granted),
                 next_renewal: sent_at + granted / 3,
                 scheduled: None,
                 failures: 0,
+                capped: cap.is_some_and(|cap| sent_at + granted >= cap),
                 loss: None,
             }),
             renewing: Arc::new(tokio::sync::Mutex::new(())),
@@ -119,8 +144,31 @@ impl Lease {
         self.timing.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(crate) fn lease(&self) -> Duration {
-        self.timing().lease
+    pub(crate) fn max_hold(&self) -> Option<Duration> {
+        self.max_hold
+    }
+
+    /// The time left before the max hold, if there is one.
+    pub(crate) fn until_cap(&self, now: Instant) -> Option<Duration> {
+        self.cap.map(|cap| cap.saturating_duration_since(now))
+    }
+
+    /// The length to renew the lease to from `now`: the lease, cut short
+    /// at the max hold. `None` once the max hold leaves nothing to renew:
+    /// the lease then runs out, lost as having reached its max hold.
+    pub(crate) fn renewal_length(&self, now: Instant) -> Option<Duration> {
+        let mut timing = self.timing();
+        if timing.capped {
+            return None;
+        }
+        let Some(left) = self.until_cap(now) else {
+            return Some(timing.lease);
+        };
+        if left < MIN_LEASE {
+            timing.capped = true;
+            return None;
+        }
+        Some(timing.lease.min(left))
     }
 
     pub(crate) fn deadline(&self) -> Instant {
@@ -149,10 +197,15 @@ impl Lease {
     pub(crate) fn loss(&self) -> Option<LossReason> {
         let mut timing = self.timing();
         if timing.loss.is_none() && Instant::now() >= timing.deadline {
-            timing.loss = Some(LossReason::DeadlinePassed);
+            let reason = if timing.capped {
+                LossReason::MaxHoldReached
+            } else {
+                LossReason::DeadlinePassed
+            };
+            timing.loss = Some(reason);
             drop(timing);
             self.signal();
-            return Some(LossReason::DeadlinePassed);
+            return Some(reason);
         }
         timing.loss
     }
@@ -192,7 +245,12 @@ impl Lease {
         }
         let deadline = local_deadline(sent_at, lease);
         let earlier = deadline < timing.deadline;
-        timing.lease = lease;
+        if self.cap.is_some_and(|cap| sent_at + lease >= cap) {
+            // Cut short at the max hold: the lease ends there.
+            timing.capped = true;
+        } else {
+            timing.lease = lease;
+        }
         timing.deadline = deadline;
         timing.next_renewal = sent_at + lease / 3;
         timing.failures = 0;

@@ -35,6 +35,11 @@ pub(crate) struct Request<'a> {
     pub(crate) lease: Duration,
     /// The watchdog renews the lease while it is held.
     pub(crate) renew: bool,
+    /// A release before this much time since the acquisition keeps the
+    /// lock until then.
+    pub(crate) hold_at_least: Option<Duration>,
+    /// Nothing renews the lease past this much time since the acquisition.
+    pub(crate) max_hold: Option<Duration>,
 }
 
 /// A fresh 128-bit token from the operating system, as 32 hex digits.

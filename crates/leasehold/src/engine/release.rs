@@ -7,24 +7,43 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
+use crate::engine::lease::drift;
 use crate::engine::node::Node;
 use crate::engine::scripts;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::keys::{millis, LockKeys};
 
 /// Releases `token` of `keys`, or takes it out of the waiter queue if it
 /// waits there (`queued`); wakes (or, for a fair waiter, hands the lock to)
-/// the next live waiter. `Ok(false)` when the token did not hold the lock.
+/// the next live waiter. Before `hold_until` the lock is kept until then
+/// instead, and nobody is woken. `Ok(false)` when the token did not hold
+/// the lock.
 pub(crate) async fn release(
     node: &Node,
     keys: &LockKeys,
     token: &str,
     queued: bool,
+    hold_until: Option<Instant>,
 ) -> Result<bool> {
     let retention = millis(node.config.fence_retention).to_string();
+    let conn = node.connected().await?;
+    // Measured after the connect, as late as can be: the lock is then kept
+    // a little longer than asked, never shorter.
+    let keep = hold_until.map_or(Duration::ZERO, |until| {
+        until.saturating_duration_since(Instant::now())
+    });
+    let keep = if keep.is_zero() {
+        0
+    } else {
+        // Redis's clock may run a little faster than this one.
+        millis(keep + drift(keep)).max(1)
+    };
+    let keep = keep.to_string();
     let reply = node
-        .eval(
+        .eval_on(
+            conn,
             "release",
             &scripts::RELEASE,
             &[&keys.lock, &keys.fence, &keys.queue, &keys.waiters],
@@ -33,10 +52,16 @@ pub(crate) async fn release(
                 if queued { b"1" } else { b"0" },
                 retention.as_bytes(),
                 keys.channels.as_bytes(),
+                keep.as_bytes(),
             ],
         )
         .await?;
-    scripts::flag("release", &reply)
+    match scripts::as_int(&reply) {
+        Some(0) => Ok(false),
+        // 2: kept until the hold ends.
+        Some(1 | 2) => Ok(true),
+        _ => Err(Error::unexpected_reply("release", &reply)),
+    }
 }
 
 /// Releases a token in the background unless disarmed: armed around every
@@ -48,6 +73,7 @@ pub(crate) struct PendingRelease {
     keys: LockKeys,
     token: String,
     queued: bool,
+    hold_until: Option<Instant>,
     armed: bool,
 }
 
@@ -58,8 +84,15 @@ impl PendingRelease {
             keys: keys.clone(),
             token: token.to_owned(),
             queued: false,
+            hold_until: None,
             armed: true,
         }
+    }
+
+    /// A release before `hold_until` keeps the lock until then.
+    pub(crate) fn keep_until(mut self, hold_until: Option<Instant>) -> Self {
+        self.hold_until = hold_until;
+        self
     }
 
     /// The token may be in the waiter queue from now on.
@@ -80,6 +113,7 @@ impl Drop for PendingRelease {
                 self.keys.clone(),
                 std::mem::take(&mut self.token),
                 self.queued,
+                self.hold_until,
             );
         }
     }
@@ -130,7 +164,13 @@ impl Drop for Ticket {
 /// Releases a token from a drop: a few tries, then the lease's expiry (or
 /// the waiter's heartbeat) is the safety net. Without a runtime only the
 /// expiry is left.
-pub(crate) fn release_in_background(node: Arc<Node>, keys: LockKeys, token: String, queued: bool) {
+pub(crate) fn release_in_background(
+    node: Arc<Node>,
+    keys: LockKeys,
+    token: String,
+    queued: bool,
+    hold_until: Option<Instant>,
+) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         return;
     };
@@ -139,11 +179,14 @@ pub(crate) fn release_in_background(node: Arc<Node>, keys: LockKeys, token: Stri
         let node = &ticket.0;
         // Three tries, 50 ms and 200 ms apart.
         for pause in [50, 200] {
-            if release(node, &keys, &token, queued).await.is_ok() {
+            if release(node, &keys, &token, queued, hold_until)
+                .await
+                .is_ok()
+            {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(pause)).await;
         }
-        let _ = release(node, &keys, &token, queued).await;
+        let _ = release(node, &keys, &token, queued, hold_until).await;
     });
 }

@@ -117,8 +117,13 @@ impl Watchdog {
                 break;
             }
             state.queue.pop();
+            let Some(length) = lease.renewal_length(now) else {
+                // At its max hold: left to run out, which `lost()` reports.
+                state.leases.remove(&id);
+                continue;
+            };
             match Arc::clone(&lease.renewing).try_lock_owned() {
-                Ok(turn) => due.push((Arc::clone(&lease), lease.lease(), turn)),
+                Ok(turn) => due.push((Arc::clone(&lease), length, turn)),
                 // An extend or release is in flight and sets the outcome
                 // itself; two requests in flight could land out of order.
                 Err(_) => busy.push(lease),

@@ -1,0 +1,198 @@
+//! How long a lease is held: hold-at-least (run-once jobs) and max hold (a
+//! cap on renewal).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{client, client_with, cmd, eventually};
+use leasehold::ErrorKind;
+use leasehold_testkit::RedisServer;
+use tokio::time::Instant;
+
+const LONG: Duration = Duration::from_secs(30);
+const HOLD: Duration = Duration::from_secs(3);
+
+/// Two hosts whose cron fires half a second apart: the first runs the job
+/// and releases at once, the second finds the lock busy, and the lock is
+/// free again once the hold has passed.
+#[tokio::test]
+async fn a_release_within_the_hold_keeps_the_lock_until_it_ends() {
+    let server = RedisServer::start();
+    let first = client(&server)
+        .mutex("nightly")
+        .unwrap()
+        .with_hold_at_least(HOLD)
+        .unwrap();
+    let second = client(&server)
+        .mutex("nightly")
+        .unwrap()
+        .with_hold_at_least(HOLD)
+        .unwrap();
+
+    let before = Instant::now();
+    let guard = first
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("the lock was free");
+    // The job is quick; the release keeps the lock and says it held.
+    guard.release().await.unwrap();
+    let info = first.inspect().await.unwrap();
+    assert!(info.held, "the release within the hold freed the lock");
+    let left = info.remaining.expect("the kept lock has no expiry");
+    assert!(left <= HOLD + HOLD / 50, "kept for {left:?}, past the hold");
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        second.try_acquire().await.unwrap().is_none(),
+        "the second host ran the job too"
+    );
+
+    eventually("the hold to end", || async {
+        !second.inspect().await.unwrap().held
+    })
+    .await;
+    assert!(before.elapsed() >= HOLD, "the lock ended before its hold");
+    let guard = second
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free after the hold");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_release_after_the_hold_frees_the_lock_at_once() {
+    let server = RedisServer::start();
+    let mutex = client(&server)
+        .mutex("job")
+        .unwrap()
+        .with_hold_at_least(Duration::from_millis(200))
+        .unwrap();
+    let guard = mutex.acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    guard.release().await.unwrap();
+    assert!(!mutex.inspect().await.unwrap().held);
+}
+
+/// A dropped guard keeps the hold as its release does.
+#[tokio::test]
+async fn a_dropped_guard_keeps_the_hold() {
+    let server = RedisServer::start();
+    let c = client(&server);
+    let mutex = c.mutex("job").unwrap().with_hold_at_least(HOLD).unwrap();
+    drop(mutex.acquire().await.unwrap());
+    c.flush().await;
+    let info = mutex.inspect().await.unwrap();
+    assert!(
+        info.held,
+        "the dropped guard freed the lock within its hold"
+    );
+    assert!(info.remaining.is_some_and(|left| left <= HOLD + HOLD / 50));
+}
+
+/// A fair lock released within its hold is not handed to the waiter: the
+/// waiter takes it when the hold ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_release_within_the_hold_hands_nothing_over() {
+    let server = RedisServer::start();
+    let hold = Duration::from_secs(2);
+    let holder = client(&server)
+        .fair_mutex("job")
+        .unwrap()
+        .with_hold_at_least(hold)
+        .unwrap();
+    let before = Instant::now();
+    let guard = holder.acquire().await.unwrap();
+    let waiter = client(&server).fair_mutex("job").unwrap();
+    let waiting = tokio::spawn(async move {
+        let guard = waiter.acquire_timeout(LONG).await.unwrap();
+        let taken = Instant::now();
+        guard.release().await.unwrap();
+        taken
+    });
+    eventually("the waiter to queue", || async {
+        cmd::<u64>(&server, &["ZCARD", "leasehold:{job}:q"]).await == 1
+    })
+    .await;
+    guard.release().await.unwrap();
+    let info = holder.inspect().await.unwrap();
+    assert!(info.held);
+    assert_eq!(info.waiting_clients, 1, "the release handed the lock over");
+    let taken = waiting.await.unwrap();
+    assert!(
+        taken.duration_since(before) >= hold,
+        "the waiter got the lock before the hold ended"
+    );
+}
+
+#[tokio::test]
+async fn holds_and_caps_out_of_range_are_refused() {
+    let server = RedisServer::start();
+    let c = client(&server);
+    let err = c
+        .mutex("job")
+        .unwrap()
+        .with_hold_at_least(Duration::from_secs(25 * 3600))
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err:?}");
+    assert!(err.to_string().contains("24h"), "{err}");
+    for cap in [Duration::ZERO, Duration::from_secs(25 * 3600)] {
+        let err = c.fair_mutex("job").unwrap().with_max_hold(cap).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err:?}");
+    }
+    // Zero turns the hold off.
+    let mutex = c
+        .mutex("job")
+        .unwrap()
+        .with_hold_at_least(Duration::ZERO)
+        .unwrap();
+    mutex.acquire().await.unwrap().release().await.unwrap();
+    assert!(!mutex.inspect().await.unwrap().held);
+}
+
+/// The watchdog stops at the max hold: the lease ends, `lost()` fires, and
+/// the loss names the cap.
+#[tokio::test]
+async fn the_watchdog_stops_at_the_max_hold() {
+    let server = RedisServer::start();
+    let c = client_with(&server, Duration::from_millis(300), true);
+    let mutex = c
+        .mutex("job")
+        .unwrap()
+        .with_max_hold(Duration::from_secs(1))
+        .unwrap();
+    let guard = mutex.acquire().await.unwrap();
+    tokio::time::timeout(LONG, guard.lost())
+        .await
+        .expect("the lease outlived its max hold");
+    assert!(guard.is_lost());
+    let err = guard.release().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotHeld, "{err:?}");
+    assert!(err.to_string().contains("max hold of 1s"), "{err}");
+    // The lock ends in Redis too, and goes to the next.
+    let next = client(&server).mutex("job").unwrap();
+    let guard = next.acquire_timeout(LONG).await.unwrap();
+    guard.release().await.unwrap();
+}
+
+/// An extend stops at the max hold too.
+#[tokio::test]
+async fn an_extend_stops_at_the_max_hold() {
+    let server = RedisServer::start();
+    let c = client_with(&server, Duration::from_millis(500), false);
+    let mutex = c
+        .fair_mutex("job")
+        .unwrap()
+        .with_max_hold(Duration::from_secs(1))
+        .unwrap();
+    let guard = mutex.acquire().await.unwrap();
+    guard.extend(Duration::from_secs(60)).await.unwrap();
+    assert!(guard.valid_for() <= Duration::from_secs(1));
+    let left = mutex.inspect().await.unwrap().remaining.unwrap();
+    assert!(left <= Duration::from_secs(1), "extended to {left:?}");
+    tokio::time::timeout(LONG, guard.lost()).await.unwrap();
+    let err = guard.release().await.unwrap_err();
+    assert!(err.to_string().contains("max hold"), "{err}");
+}
