@@ -18,10 +18,10 @@ use crate::engine::held::Held;
 use crate::engine::lease::local_deadline;
 use crate::engine::node::Node;
 use crate::engine::notify::Subscription;
-use crate::engine::release::PendingRelease;
+use crate::engine::release::{release, PendingRelease};
 use crate::engine::{new_token, pttl, scripts, Kind, Request};
 use crate::error::{Error, Result};
-use crate::keys::{millis, MAX_LEASE};
+use crate::keys::{millis, LockKeys, MAX_LEASE};
 
 /// How long a waiter stays in the queue without a heartbeat: a waiter that
 /// died is passed over after this, and a lock handed to it comes back
@@ -211,6 +211,7 @@ async fn wait_for(
                 seen.in_grace = true;
                 pause(left, deadline).await;
                 if deadline.is_some_and(|d| Instant::now() >= d) {
+                    leave(node, keys, &mut pending, &token).await;
                     return Err(seen.give_up(request, waited));
                 }
                 continue;
@@ -219,6 +220,7 @@ async fn wait_for(
                 // Keep the queue turn and try again on a healed connection.
                 seen.last_error = Some(error);
                 if deadline.is_some_and(|d| Instant::now() >= d) {
+                    leave(node, keys, &mut pending, &token).await;
                     return Err(seen.give_up(request, waited));
                 }
                 pause(backoff_step(&mut backoff), deadline).await;
@@ -228,6 +230,7 @@ async fn wait_for(
         };
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
+            leave(node, keys, &mut pending, &token).await;
             return Err(seen.give_up(request, waited));
         }
         let Some(listening) = subscription.as_mut() else {
@@ -267,6 +270,19 @@ async fn wait_for(
 /// Whether a waiter queued at `queued_at` asks to be handed the lock.
 fn starving(queued_at: Option<Instant>) -> bool {
     queued_at.is_some_and(|at| at.elapsed() >= STARVING)
+}
+
+/// A waiter that gives up leaves the queue before it returns, so that a
+/// release can no longer hand the lock to a waiter that is gone (it would
+/// hold the lock and burn a fence until the leave). If Redis does not answer,
+/// `pending` leaves in the background.
+async fn leave(node: &Node, keys: &LockKeys, pending: &mut Option<PendingRelease>, token: &str) {
+    let Some(queued) = pending.take() else {
+        return;
+    };
+    if release(node, keys, token, true, None).await.is_ok() {
+        queued.disarm();
+    }
 }
 
 /// Sleeps `step`, not past `deadline`.
