@@ -196,3 +196,52 @@ async fn an_extend_stops_at_the_max_hold() {
     let err = guard.release().await.unwrap_err();
     assert!(err.to_string().contains("max hold"), "{err}");
 }
+
+/// A renewal that has to reconnect first is cut at the max hold from when
+/// it is sent, not from when it came due: neither the guard nor Redis keeps
+/// the lease past the cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_after_a_reconnect_stops_at_the_max_hold() {
+    let server = RedisServer::start();
+    let proxy = leasehold_testkit::FaultProxy::start(server.addr());
+    let max = Duration::from_secs(5);
+    let c = leasehold::Client::builder(proxy.url())
+        .lease(Duration::from_secs(2))
+        .command_timeout(Duration::from_millis(800))
+        .build()
+        .unwrap();
+    let mutex = c.mutex("job").unwrap().with_max_hold(max).unwrap();
+    let guard = mutex.acquire().await.unwrap();
+    // The cap counts from when the acquire was sent, before this.
+    let cap = Instant::now() + max;
+    let mut broke = false;
+    while !guard.is_lost() {
+        let now = Instant::now();
+        assert!(
+            now + guard.valid_for() <= cap,
+            "the guard claims {:?} past its max hold",
+            (now + guard.valid_for()) - cap
+        );
+        if !broke && cap.saturating_duration_since(now) < Duration::from_millis(2600) {
+            // The next renewal meets a dead connection, and its retry must
+            // connect again, slowly, before it is sent.
+            broke = true;
+            proxy.set_latency(Duration::from_millis(150));
+            proxy.reset();
+        }
+        let pttl: i64 = cmd(&server, &["PTTL", "leasehold:{job}"]).await;
+        if pttl > 0 {
+            let expires = Instant::now() + Duration::from_millis(pttl as u64);
+            assert!(
+                expires <= cap + Duration::from_secs(1),
+                "redis keeps the lock {:?} past the max hold",
+                expires - cap
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            Instant::now() < cap + LONG,
+            "the lease outlived its max hold"
+        );
+    }
+}

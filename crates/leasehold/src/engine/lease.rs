@@ -126,7 +126,9 @@ impl Lease {
             max_hold: request.max_hold,
             timing: Mutex::new(Timing {
                 lease: request.lease,
-                deadline: local_deadline(sent_at, granted),
+                deadline: cap.map_or(local_deadline(sent_at, granted), |cap| {
+                    local_deadline(sent_at, granted).min(cap)
+                }),
                 next_renewal: sent_at + granted / 3,
                 scheduled: None,
                 failures: 0,
@@ -243,7 +245,11 @@ impl Lease {
         if timing.loss.is_some() || Instant::now() >= timing.deadline {
             return;
         }
-        let deadline = local_deadline(sent_at, lease);
+        let mut deadline = local_deadline(sent_at, lease);
+        if let Some(cap) = self.cap {
+            // Whatever Redis was told, this holder never claims past its cap.
+            deadline = deadline.min(cap);
+        }
         let earlier = deadline < timing.deadline;
         if self.cap.is_some_and(|cap| sent_at + lease >= cap) {
             // Cut short at the max hold: the lease ends there.

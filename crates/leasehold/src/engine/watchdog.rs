@@ -201,9 +201,19 @@ async fn renew(node: &Node, leases: Vec<Due>) {
             return;
         }
     };
-    // One script may only touch one slot on a cluster-mode server.
+    // Lengths are cut at the max hold from the moment the round is sent,
+    // not from when it came due: a reconnect in between would otherwise
+    // carry the lease past its cap.
+    let sent_at = Instant::now();
     let mut groups: BTreeMap<u16, Vec<Due>> = BTreeMap::new();
-    for due in leases {
+    for (lease, _, turn) in leases {
+        let Some(length) = lease.renewal_length(sent_at) else {
+            // At its max hold: left to run out, which `lost()` reports.
+            node.watchdog.unregister(lease.id);
+            continue;
+        };
+        let due = (lease, length, turn);
+        // One script may only touch one slot on a cluster-mode server.
         let group = if cluster { slot(&due.0.keys.lock) } else { 0 };
         groups.entry(group).or_default().push(due);
     }
@@ -226,7 +236,6 @@ async fn renew(node: &Node, leases: Vec<Due>) {
         }
         pipe.add_command(scripts::evalsha(&RENEW, &keys, &args));
     }
-    let sent_at = Instant::now();
     let Some(replies) = send_renewals(node, &pipe).await else {
         retry_later(node, batches.iter().flat_map(|b| b.iter()));
         return;
