@@ -138,23 +138,7 @@ fn spawn(binary: &std::path::Path, port: u16, dir: &TempDir) -> io::Result<Child
     // SAFETY: the closure runs in the forked child before exec and calls only
     // async-signal-safe functions (prctl, getppid, raise).
     unsafe {
-        command.pre_exec(move || {
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-            {
-                return Err(io::Error::last_os_error());
-            }
-            // The demo may have died before prctl took effect.
-            if u32::try_from(libc::getppid()).ok() != Some(demo) {
-                libc::raise(libc::SIGKILL);
-            }
-            Ok(())
-        });
+        command.pre_exec(move || crate::runner::die_with(demo));
     }
     command.spawn()
 }

@@ -327,20 +327,7 @@ fn spawn(
     // tcsetpgrp, getpid, and those of `warden::join`).
     unsafe {
         command.pre_exec(move || {
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-            {
-                return Err(io::Error::last_os_error());
-            }
-            // The runner may have died before prctl took effect.
-            if u32::try_from(libc::getppid()).ok() != Some(runner) {
-                libc::raise(libc::SIGKILL);
-            }
+            die_with(runner)?;
             if let Some(handover) = handover {
                 // Without an answer the command runs unguarded; the runner
                 // warns.
@@ -355,6 +342,29 @@ fn spawn(
     let mut command = tokio::process::Command::from(command);
     command.kill_on_drop(true);
     command.spawn()
+}
+
+/// In a forked child before exec: SIGKILL it when `parent` dies, and at once
+/// if `parent` died already. Async-signal-safe (prctl, getppid, raise).
+pub(crate) fn die_with(parent: u32) -> io::Result<()> {
+    // SAFETY: prctl, getppid and raise have no memory-safety preconditions.
+    unsafe {
+        if libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        // The parent may have died before prctl took effect.
+        if u32::try_from(libc::getppid()).ok() != Some(parent) {
+            libc::raise(libc::SIGKILL);
+        }
+    }
+    Ok(())
 }
 
 fn signal_group(group: Option<i32>, signal: libc::c_int) {
