@@ -86,7 +86,7 @@ impl FairMutex {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a hold
-    /// over 24 h.
+    /// over 24 h, or longer than the max hold.
     pub fn with_hold_at_least(mut self, hold: Duration) -> Result<Self> {
         self.core.set_hold_at_least(hold)?;
         Ok(self)
@@ -98,7 +98,7 @@ impl FairMutex {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a cap
-    /// under 10 ms or over 24 h.
+    /// under 10 ms or over 24 h, or shorter than the hold-at-least.
     pub fn with_max_hold(mut self, max: Duration) -> Result<Self> {
         self.core.set_max_hold(max)?;
         Ok(self)

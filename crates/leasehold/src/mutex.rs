@@ -98,7 +98,7 @@ impl Mutex {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a hold
-    /// over 24 h.
+    /// over 24 h, or longer than the max hold.
     pub fn with_hold_at_least(mut self, hold: Duration) -> Result<Self> {
         self.core.set_hold_at_least(hold)?;
         Ok(self)
@@ -118,7 +118,7 @@ impl Mutex {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a cap
-    /// under 10 ms or over 24 h.
+    /// under 10 ms or over 24 h, or shorter than the hold-at-least.
     pub fn with_max_hold(mut self, max: Duration) -> Result<Self> {
         self.core.set_max_hold(max)?;
         Ok(self)
@@ -295,7 +295,9 @@ impl Core {
                 "hold-at-least {hold:?} is longer than 24h: a run-once window is at most a day"
             )));
         }
-        self.hold_at_least = (!hold.is_zero()).then_some(hold);
+        let hold = (!hold.is_zero()).then_some(hold);
+        check_hold_within_cap(hold, self.max_hold)?;
+        self.hold_at_least = hold;
         Ok(())
     }
 
@@ -305,6 +307,7 @@ impl Core {
                 "max hold {max:?} is out of range: give at least 10ms and at most 24h"
             )));
         }
+        check_hold_within_cap(self.hold_at_least, Some(max))?;
         self.max_hold = Some(max);
         Ok(())
     }
@@ -402,6 +405,18 @@ impl Core {
             last_fence: u64::try_from(fence).ok(),
             waiting_clients: u64::try_from(waiting_clients).unwrap_or(0),
         })
+    }
+}
+
+/// A lock kept after its release for longer than the holder may renew it
+/// would outlive the cap: refused, whichever of the two is set first.
+fn check_hold_within_cap(hold: Option<Duration>, cap: Option<Duration>) -> Result<()> {
+    match (hold, cap) {
+        (Some(hold), Some(cap)) if hold > cap => Err(Error::invalid(format!(
+            "hold-at-least {hold:?} is longer than the max hold {cap:?}: the lock would be kept \
+             past its cap; make the hold shorter or the cap longer"
+        ))),
+        _ => Ok(()),
     }
 }
 

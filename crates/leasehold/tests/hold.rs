@@ -142,6 +142,23 @@ async fn holds_and_caps_out_of_range_are_refused() {
         let err = c.fair_mutex("job").unwrap().with_max_hold(cap).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err:?}");
     }
+    // A hold longer than the cap would keep the lock past it, in either order.
+    let err = c
+        .mutex("job")
+        .unwrap()
+        .with_max_hold(Duration::from_secs(5))
+        .unwrap()
+        .with_hold_at_least(Duration::from_secs(6))
+        .unwrap_err();
+    assert!(err.to_string().contains("max hold"), "{err}");
+    let err = c
+        .fair_mutex("job")
+        .unwrap()
+        .with_hold_at_least(Duration::from_secs(6))
+        .unwrap()
+        .with_max_hold(Duration::from_secs(5))
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err:?}");
     // Zero turns the hold off.
     let mutex = c
         .mutex("job")
