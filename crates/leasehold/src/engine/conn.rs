@@ -47,7 +47,7 @@ struct Slot {
 }
 
 /// One live connection handed out for a command, with what it was made for.
-pub(crate) struct Lease {
+pub(crate) struct Checkout {
     pub(crate) conn: MultiplexedConnection,
     generation: u64,
     pub(crate) server: ServerInfo,
@@ -91,9 +91,9 @@ impl Connection {
     /// command timeout, and a caller that queued behind a connect that
     /// failed meanwhile takes its outcome instead of trying again. Nothing
     /// the caller asked for is sent by this.
-    pub(crate) async fn get(&self) -> Result<Lease> {
-        if let Some(lease) = self.fresh() {
-            return Ok(lease);
+    pub(crate) async fn get(&self) -> Result<Checkout> {
+        if let Some(checkout) = self.fresh() {
+            return Ok(checkout);
         }
         let started = Instant::now();
         let deadline = started + self.timeout;
@@ -101,8 +101,8 @@ impl Connection {
         let _connecting = tokio::time::timeout_at(deadline, self.connecting.lock())
             .await
             .map_err(|_| no_answer())?;
-        if let Some(lease) = self.fresh() {
-            return Ok(lease);
+        if let Some(checkout) = self.fresh() {
+            return Ok(checkout);
         }
         if let Some((at, error)) = &self.slot().failed {
             if *at >= started {
@@ -119,7 +119,7 @@ impl Connection {
             )
             .await;
             if matches!(pong, Ok(Ok(_))) {
-                let lease = Lease {
+                let checkout = Checkout {
                     conn: current.conn.clone(),
                     generation: current.generation,
                     server: current.server,
@@ -127,7 +127,7 @@ impl Connection {
                 let mut slot = self.slot();
                 slot.current = Some(current);
                 slot.last_answer = Some(Instant::now());
-                return Ok(lease);
+                return Ok(checkout);
             }
         }
         let (conn, server) = match self.connect(deadline).await {
@@ -147,20 +147,20 @@ impl Connection {
         };
         slot.current = Some(current.clone());
         slot.last_answer = Some(Instant::now());
-        Ok(Lease {
+        Ok(Checkout {
             conn: current.conn,
             generation: current.generation,
             server: current.server,
         })
     }
 
-    fn fresh(&self) -> Option<Lease> {
+    fn fresh(&self) -> Option<Checkout> {
         let slot = self.slot();
         let current = slot.current.as_ref()?;
         if slot.last_answer.is_none_or(|at| at.elapsed() >= IDLE_CHECK) {
             return None;
         }
-        Some(Lease {
+        Some(Checkout {
             conn: current.conn.clone(),
             generation: current.generation,
             server: current.server,
@@ -209,18 +209,23 @@ impl Connection {
         F: FnOnce(MultiplexedConnection, ServerInfo) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        let lease = self.get().await?;
-        self.run_on(lease, operation, f).await
+        let checkout = self.get().await?;
+        self.run_on(checkout, operation, f).await
     }
 
     /// As [`run`](Self::run), on a connection already taken with [`get`](Self::get).
-    pub(crate) async fn run_on<T, F, Fut>(&self, lease: Lease, operation: &str, f: F) -> Result<T>
+    pub(crate) async fn run_on<T, F, Fut>(
+        &self,
+        checkout: Checkout,
+        operation: &str,
+        f: F,
+    ) -> Result<T>
     where
         F: FnOnce(MultiplexedConnection, ServerInfo) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        let generation = lease.generation;
-        match tokio::time::timeout(self.timeout, f(lease.conn, lease.server)).await {
+        let generation = checkout.generation;
+        match tokio::time::timeout(self.timeout, f(checkout.conn, checkout.server)).await {
             Ok(Ok(value)) => {
                 self.slot().last_answer = Some(Instant::now());
                 Ok(value)

@@ -11,7 +11,7 @@ use crate::engine::node::Node;
 use crate::engine::release::{release, release_in_background, PendingRelease};
 use crate::engine::{renew_one, Request};
 use crate::error::{Error, Result};
-use crate::keys::{validate_lease, MIN_LEASE};
+use crate::keys::validate_lease;
 
 /// A release that fails to reach Redis is tried again for this many command
 /// timeouts, and never past the lease.
@@ -74,13 +74,9 @@ impl Held {
         let sent_at = Instant::now();
         let lease = &self.lease;
         // Never past the max hold.
-        let length = match lease.until_cap(sent_at) {
-            Some(left) if left < MIN_LEASE => {
-                lease.mark_lost(LossReason::MaxHoldReached);
-                return Err(self.lost_error(LossReason::MaxHoldReached));
-            }
-            Some(left) => length.min(left),
-            None => length,
+        let Some(length) = lease.cut_at_cap(length, sent_at) else {
+            lease.mark_lost(LossReason::MaxHoldReached);
+            return Err(self.lost_error(LossReason::MaxHoldReached));
         };
         lease.extending(sent_at, length);
         if lease.renew {

@@ -150,27 +150,40 @@ impl Lease {
         self.max_hold
     }
 
-    /// The time left before the max hold, if there is one.
-    pub(crate) fn until_cap(&self, now: Instant) -> Option<Duration> {
-        self.cap.map(|cap| cap.saturating_duration_since(now))
+    /// `length` from `now`, cut short at the max hold. `None` once the max
+    /// hold leaves nothing to renew: the lease then runs out, lost as having
+    /// reached its max hold.
+    pub(crate) fn cut_at_cap(&self, length: Duration, now: Instant) -> Option<Duration> {
+        let mut timing = self.timing();
+        Self::cut(&mut timing, self.cap, length, now)
     }
 
     /// The length to renew the lease to from `now`: the lease, cut short
-    /// at the max hold. `None` once the max hold leaves nothing to renew:
-    /// the lease then runs out, lost as having reached its max hold.
+    /// at the max hold, as [`cut_at_cap`](Self::cut_at_cap).
     pub(crate) fn renewal_length(&self, now: Instant) -> Option<Duration> {
         let mut timing = self.timing();
         if timing.capped {
             return None;
         }
-        let Some(left) = self.until_cap(now) else {
-            return Some(timing.lease);
+        let length = timing.lease;
+        Self::cut(&mut timing, self.cap, length, now)
+    }
+
+    fn cut(
+        timing: &mut Timing,
+        cap: Option<Instant>,
+        length: Duration,
+        now: Instant,
+    ) -> Option<Duration> {
+        let Some(cap) = cap else {
+            return Some(length);
         };
+        let left = cap.saturating_duration_since(now);
         if left < MIN_LEASE {
             timing.capped = true;
             return None;
         }
-        Some(timing.lease.min(left))
+        Some(length.min(left))
     }
 
     pub(crate) fn deadline(&self) -> Instant {

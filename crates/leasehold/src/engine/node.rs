@@ -58,7 +58,7 @@ impl Node {
     }
 
     /// A healthy connection, for a request that must arm something first.
-    pub(crate) async fn connected(&self) -> Result<conn::Lease> {
+    pub(crate) async fn connected(&self) -> Result<conn::Checkout> {
         self.connection.get().await
     }
 
@@ -66,7 +66,7 @@ impl Node {
     /// sending it again.
     pub(crate) async fn eval_on(
         &self,
-        conn: conn::Lease,
+        conn: conn::Checkout,
         operation: &str,
         script: &redis::Script,
         keys: &[&str],

@@ -117,13 +117,8 @@ impl Watchdog {
                 break;
             }
             state.queue.pop();
-            let Some(length) = lease.renewal_length(now) else {
-                // At its max hold: left to run out, which `lost()` reports.
-                state.leases.remove(&id);
-                continue;
-            };
             match Arc::clone(&lease.renewing).try_lock_owned() {
-                Ok(turn) => due.push((Arc::clone(&lease), length, turn)),
+                Ok(turn) => due.push((lease, turn)),
                 // An extend or release is in flight and sets the outcome
                 // itself; two requests in flight could land out of order.
                 Err(_) => busy.push(lease),
@@ -140,9 +135,12 @@ impl Watchdog {
     }
 }
 
-/// A lease due for renewal, the length to renew it to, and the turn that
-/// keeps an extend or release out meanwhile.
-type Due = (Arc<Lease>, Duration, OwnedMutexGuard<()>);
+/// A lease due for renewal, and the turn that keeps an extend or release
+/// out meanwhile.
+type Due = (Arc<Lease>, OwnedMutexGuard<()>);
+
+/// A due lease with the length it is renewed to.
+type Renewal = (Arc<Lease>, Duration, OwnedMutexGuard<()>);
 
 async fn run(node: Weak<Node>, watchdog: Arc<Watchdog>) {
     loop {
@@ -197,7 +195,7 @@ async fn renew(node: &Node, leases: Vec<Due>) {
     let cluster = match node.connected().await {
         Ok(conn) => conn.server.cluster,
         Err(_) => {
-            retry_later(node, leases.iter());
+            retry_later(node, leases.iter().map(|(lease, _)| lease));
             return;
         }
     };
@@ -205,8 +203,8 @@ async fn renew(node: &Node, leases: Vec<Due>) {
     // not from when it came due: a reconnect in between would otherwise
     // carry the lease past its cap.
     let sent_at = Instant::now();
-    let mut groups: BTreeMap<u16, Vec<Due>> = BTreeMap::new();
-    for (lease, _, turn) in leases {
+    let mut groups: BTreeMap<u16, Vec<Renewal>> = BTreeMap::new();
+    for (lease, turn) in leases {
         let Some(length) = lease.renewal_length(sent_at) else {
             // At its max hold: left to run out, which `lost()` reports.
             node.watchdog.unregister(lease.id);
@@ -217,7 +215,7 @@ async fn renew(node: &Node, leases: Vec<Due>) {
         let group = if cluster { slot(&due.0.keys.lock) } else { 0 };
         groups.entry(group).or_default().push(due);
     }
-    let batches: Vec<&[Due]> = groups
+    let batches: Vec<&[Renewal]> = groups
         .values()
         .flat_map(|group| group.chunks(LEASES_PER_SCRIPT))
         .collect();
@@ -237,7 +235,10 @@ async fn renew(node: &Node, leases: Vec<Due>) {
         pipe.add_command(scripts::evalsha(&RENEW, &keys, &args));
     }
     let Some(replies) = send_renewals(node, &pipe).await else {
-        retry_later(node, batches.iter().flat_map(|b| b.iter()));
+        retry_later(
+            node,
+            batches.iter().flat_map(|b| b.iter().map(|(l, _, _)| l)),
+        );
         return;
     };
     for (i, batch) in batches.iter().enumerate() {
@@ -246,7 +247,7 @@ async fn renew(node: &Node, leases: Vec<Due>) {
         let outcomes = match replies.get(i) {
             Some(Value::Array(items)) if items.len() == batch.len() => items,
             _ => {
-                retry_later(node, batch.iter());
+                retry_later(node, batch.iter().map(|(lease, _, _)| lease));
                 continue;
             }
         };
@@ -265,8 +266,8 @@ async fn renew(node: &Node, leases: Vec<Due>) {
     }
 }
 
-fn retry_later<'a>(node: &Node, leases: impl Iterator<Item = &'a Due>) {
-    for (lease, _, _) in leases {
+fn retry_later<'a>(node: &Node, leases: impl Iterator<Item = &'a Arc<Lease>>) {
+    for lease in leases {
         lease.retry_renewal_later();
         node.watchdog.enqueue(lease);
     }
