@@ -206,14 +206,7 @@ async fn a_server_that_comes_back_is_used_again() {
     let mut server = RedisServer::start();
     let client = impatient(&server.url());
     let mutex = client.mutex("job").unwrap();
-    mutex
-        .try_acquire()
-        .await
-        .unwrap()
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    common::take_and_release(mutex.try_acquire().await).await;
     server.stop();
     assert!(mutex.try_acquire().await.unwrap_err().is_connection());
     server.restart();

@@ -90,14 +90,7 @@ async fn a_try_does_not_barge_in() {
     let guard = waiting.await.unwrap().unwrap();
     assert!(newcomer.try_acquire().await.unwrap().is_none());
     guard.release().await.unwrap();
-    newcomer
-        .try_acquire()
-        .await
-        .unwrap()
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    common::take_and_release(newcomer.try_acquire().await).await;
 }
 
 /// A waiter whose heartbeat ran out (its process died) is passed over.

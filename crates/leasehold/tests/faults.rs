@@ -79,14 +79,7 @@ async fn a_late_grant_is_given_back_not_handed_out() {
         .unwrap();
     let mutex = client.mutex("job").unwrap();
     // Warm the connection and the script cache first.
-    mutex
-        .try_acquire()
-        .await
-        .unwrap()
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    common::take_and_release(mutex.try_acquire().await).await;
     proxy.set_reply_latency(Duration::from_millis(600));
     let err = mutex.try_acquire().await.unwrap_err();
     assert!(err.is_connection(), "{err:?}");
@@ -128,14 +121,7 @@ async fn a_half_open_connection_is_replaced() {
         "the lease was lost on a frozen connection"
     );
     let other = client.mutex("other").unwrap();
-    other
-        .try_acquire()
-        .await
-        .unwrap()
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    common::take_and_release(other.try_acquire().await).await;
     assert!(proxy.connections() >= 2, "no new connection was made");
     guard.release().await.unwrap();
 }
@@ -146,14 +132,7 @@ async fn a_paused_redis_is_reported_as_not_answering() {
     let server = RedisServer::start();
     let client = impatient(&server.url());
     let mutex = client.mutex("job").unwrap();
-    mutex
-        .try_acquire()
-        .await
-        .unwrap()
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    common::take_and_release(mutex.try_acquire().await).await;
     let _: () = cmd(&server, &["CLIENT", "PAUSE", "1500", "ALL"]).await;
     let err = mutex.try_acquire().await.unwrap_err();
     assert!(err.is_connection(), "{err:?}");

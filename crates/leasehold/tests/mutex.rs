@@ -492,14 +492,7 @@ async fn redis_calls_per_acquisition_stay_flat_as_waiters_grow() {
         for _ in 0..clients {
             let client = client_with(&server, LONG, false);
             let mutex = client.mutex("job").unwrap();
-            mutex
-                .try_acquire()
-                .await
-                .unwrap()
-                .unwrap()
-                .release()
-                .await
-                .unwrap();
+            common::take_and_release(mutex.try_acquire().await).await;
             warm.push(mutex);
         }
         let _: () = cmd(&server, &["CONFIG", "RESETSTAT"]).await;

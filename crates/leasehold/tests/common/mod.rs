@@ -39,6 +39,12 @@ pub(crate) async fn hold(server: &RedisServer, lease: Duration, watchdog: bool) 
         .unwrap()
 }
 
+/// Releases what a `try_acquire` that must succeed took.
+pub(crate) async fn take_and_release(taken: leasehold::Result<Option<MutexGuard>>) {
+    let guard = taken.unwrap().expect("the lock was free");
+    guard.release().await.unwrap();
+}
+
 /// How many EVALSHA calls the server has seen since its stats were reset.
 pub(crate) async fn evalsha_calls(server: &RedisServer) -> u64 {
     let stats: String = cmd(server, &["INFO", "commandstats"]).await;
