@@ -13,6 +13,10 @@ use crate::error::{Error, Result};
 use crate::fair_mutex::FairMutex;
 use crate::keys::{validate_lease, validate_prefix, LockKeys, MAX_LEASE};
 use crate::mutex::Mutex;
+use crate::owner::Owner;
+use crate::reentrant_mutex::ReentrantMutex;
+use crate::rw_lock::RwLock;
+use crate::semaphore::Semaphore;
 
 /// The Redis leasehold talks to when nothing else is said.
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
@@ -27,6 +31,8 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a fence counter outlives the last acquisition of its lock.
 pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+/// The longest client name a lease records; longer names are cut.
+pub const MAX_CLIENT_NAME_LEN: usize = 128;
 
 /// Settings every lock of a client starts from.
 #[derive(Debug, Clone)]
@@ -43,6 +49,7 @@ pub struct ClientBuilder {
     url: String,
     config: Config,
     node: NodeConfig,
+    name: Option<String>,
     tls_root: Option<Vec<u8>>,
 }
 
@@ -94,6 +101,16 @@ impl ClientBuilder {
         self
     }
 
+    /// The name this client's leases carry, so that `inspect` and the busy
+    /// and timeout errors can say who holds a lock (default: the program's
+    /// file name). Each lease also records the host, the process id and the
+    /// time Redis granted it. Keep it short: control characters are
+    /// replaced and it is cut at [`MAX_CLIENT_NAME_LEN`] bytes.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
     /// The lease of each lock made from this client (default [`DEFAULT_LEASE`]).
     pub fn lease(mut self, lease: Duration) -> Self {
         self.config.lease = lease;
@@ -124,8 +141,9 @@ impl ClientBuilder {
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a URL
     /// the Redis client cannot parse, an empty or braced prefix, a zero or
     /// out-of-range lease, or a zero command timeout.
-    pub fn build(self) -> Result<Client> {
+    pub fn build(mut self) -> Result<Client> {
         validate_prefix(&self.config.prefix)?;
+        self.node.identity = crate::holder::identity(self.name.as_deref());
         validate_lease(self.config.lease)?;
         if self.node.command_timeout.is_zero() {
             return Err(Error::invalid(
@@ -255,7 +273,9 @@ impl Client {
                 command_timeout: DEFAULT_COMMAND_TIMEOUT,
                 restart_grace: None,
                 fence_retention: DEFAULT_FENCE_RETENTION,
+                identity: String::new(),
             },
+            name: None,
             tls_root: None,
         }
     }
@@ -283,6 +303,43 @@ impl Client {
     pub fn fair_mutex(&self, name: &str) -> Result<FairMutex> {
         let keys = LockKeys::new(&self.config.prefix, name)?;
         Ok(FairMutex::new(self.clone(), keys))
+    }
+
+    /// The reentrant mutex called `name`, owned by a fresh [`Owner`]: one
+    /// owner at a time, who may take it again.
+    ///
+    /// # Errors
+    ///
+    /// As [`mutex`](Client::mutex); [`ErrorKind::System`](crate::ErrorKind::System)
+    /// when no randomness is left for the owner id.
+    pub fn reentrant_mutex(&self, name: &str) -> Result<ReentrantMutex> {
+        let keys = LockKeys::new(&self.config.prefix, name)?;
+        Ok(ReentrantMutex::new(self.clone(), keys, Owner::new()?))
+    }
+
+    /// The read-write lock called `name`, owned by a fresh [`Owner`]: many
+    /// readers or one writer, writers not starved.
+    ///
+    /// # Errors
+    ///
+    /// As [`reentrant_mutex`](Client::reentrant_mutex).
+    pub fn rw_lock(&self, name: &str) -> Result<RwLock> {
+        let keys = LockKeys::new(&self.config.prefix, name)?;
+        Ok(RwLock::new(self.clone(), keys, Owner::new()?))
+    }
+
+    /// The semaphore called `name` with `permits` permits: at most that
+    /// many held at once. Every user must give the same count (see
+    /// [`Semaphore::set_permits`] to change it).
+    ///
+    /// # Errors
+    ///
+    /// As [`mutex`](Client::mutex), and
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for zero
+    /// permits or more than [`MAX_PERMITS`](crate::MAX_PERMITS).
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        let keys = LockKeys::new(&self.config.prefix, name)?;
+        Semaphore::new(self.clone(), keys, permits)
     }
 
     /// Waits until the releases this client runs in the background — for

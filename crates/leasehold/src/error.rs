@@ -4,6 +4,8 @@ use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
+use crate::holder::Holder;
+
 /// A `Result` whose error is [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -33,6 +35,11 @@ pub enum ErrorKind {
     Server,
     /// The operating system refused something leasehold needs (randomness for tokens).
     System,
+    /// The lock cannot be taken as asked, and waiting would not change
+    /// that: its name is in use by another kind of lock, the owner of a
+    /// read lock asked for the write lock (an upgrade, which could deadlock),
+    /// or a semaphore was asked for with another permit count than it has.
+    Conflict,
 }
 
 /// The error of every fallible leasehold operation.
@@ -95,12 +102,53 @@ impl Error {
         Error::new(ErrorKind::NotHeld, message)
     }
 
-    pub(crate) fn wait_timed_out(name: &str, waited: Duration) -> Self {
-        Error::new(
-            ErrorKind::Timeout,
-            format!(
+    pub(crate) fn wait_timed_out(name: &str, waited: Duration, holder: Option<&Holder>) -> Self {
+        let message = match holder {
+            Some(holder) => format!(
+                "lock {name:?} is still held after waiting {waited:?}, by {}{}: wait longer, \
+                 or see `leasehold inspect {name}`",
+                holder.describe(),
+                holder
+                    .remaining
+                    .map(|left| format!(" with {left:?} of its lease left"))
+                    .unwrap_or_default()
+            ),
+            None => format!(
                 "lock {name:?} is still held after waiting {waited:?}: wait longer, or check \
                  with `leasehold inspect` who holds it"
+            ),
+        };
+        Error::new(ErrorKind::Timeout, message)
+    }
+
+    /// The name holds another kind of lock than the one asked for.
+    pub(crate) fn wrong_kind(name: &str, asked: &str, found: &str) -> Self {
+        Error::new(
+            ErrorKind::Conflict,
+            format!(
+                "lock {name:?} is in use as a {found}, not a {asked}: a name is one kind of lock; \
+                 use another name, or the kind already in use"
+            ),
+        )
+    }
+
+    pub(crate) fn upgrade_refused(name: &str) -> Self {
+        Error::new(
+            ErrorKind::Conflict,
+            format!(
+                "the owner holds a read lock on {name:?} and asked for the write lock: upgrading \
+                 is refused, since two readers upgrading would wait for each other forever; \
+                 release the read lock first, then ask for the write lock"
+            ),
+        )
+    }
+
+    pub(crate) fn permits_mismatch(name: &str, asked: u32, stored: i64) -> Self {
+        Error::new(
+            ErrorKind::Conflict,
+            format!(
+                "semaphore {name:?} has {stored} permits, not {asked}: every user must give the \
+                 same count; change it for everyone with `Semaphore::set_permits`"
             ),
         )
     }
@@ -164,6 +212,12 @@ impl Error {
     /// Redis refused the connection's settings (database number, TLS).
     pub fn is_config(&self) -> bool {
         self.kind == ErrorKind::Config
+    }
+
+    /// The lock cannot be taken as asked (another kind of lock holds the
+    /// name, a read-to-write upgrade, a semaphore's permit count differs).
+    pub fn is_conflict(&self) -> bool {
+        self.kind == ErrorKind::Conflict
     }
 
     /// Trying the same operation again later may succeed: Redis was out of

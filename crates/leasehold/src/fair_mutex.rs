@@ -6,8 +6,9 @@ use std::time::Duration;
 use crate::client::Client;
 use crate::engine::Kind;
 use crate::error::Result;
+use crate::guard::MutexGuard;
 use crate::keys::{validate_lease, validate_wait, LockKeys};
-use crate::mutex::{Core, LockInfo, MutexGuard};
+use crate::mutex::{Core, LockInfo};
 
 /// A lock with one holder at a time that is granted in the order the
 /// waiters arrived at Redis, across every process. Made by

@@ -187,19 +187,31 @@ mod client;
 mod engine;
 mod error;
 mod fair_mutex;
+mod guard;
+mod holder;
 mod keys;
 mod mutex;
+mod owner;
+mod reentrant_mutex;
+mod rw_lock;
+mod semaphore;
 
 pub use client::{
     Client, ClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FENCE_RETENTION, DEFAULT_LEASE,
-    DEFAULT_PREFIX, DEFAULT_URL, URL_ENV_VARS,
+    DEFAULT_PREFIX, DEFAULT_URL, MAX_CLIENT_NAME_LEN, URL_ENV_VARS,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use fair_mutex::FairMutex;
+pub use guard::{DetachedLease, LeaseGuard, MutexGuard};
+pub use holder::Holder;
 pub use keys::{MAX_LEASE, MAX_NAME_LEN, MAX_PREFIX_LEN, MAX_TOKEN_LEN, MAX_WAIT, MIN_LEASE};
-pub use mutex::{DetachedLease, LockInfo, Mutex, MutexGuard};
+pub use mutex::{LockInfo, Mutex};
+pub use owner::{Owner, MAX_OWNER_LEN};
 /// The Redis client crate leasehold is built on, so that users name one version.
 pub use redis;
+pub use reentrant_mutex::ReentrantMutex;
+pub use rw_lock::{ReadLock, RwLock, WriteLock};
+pub use semaphore::{Semaphore, MAX_PERMITS};
 
 #[cfg(test)]
 mod tests {

@@ -4,13 +4,15 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::client::Client;
-use crate::engine::held::Held;
 use crate::engine::release::release;
 use crate::engine::{self, scripts, wait, Kind, Request};
 use crate::error::{Error, Result};
+use crate::guard::{LeaseGuard, MutexGuard};
+use crate::holder::Holder;
 use crate::keys::{
     millis, validate_lease, validate_token, validate_wait, LockKeys, MAX_LEASE, MIN_LEASE,
 };
+use crate::owner::Owner;
 
 /// A lock with one holder at a time across every process that uses the same
 /// Redis and key prefix. Made by [`Client::mutex`]; cheap to clone.
@@ -272,7 +274,12 @@ pub(crate) struct Core {
     pub(crate) watchdog: bool,
     pub(crate) hold_at_least: Option<Duration>,
     pub(crate) max_hold: Option<Duration>,
-    kind: Kind,
+    pub(crate) kind: Kind,
+    /// The owner of reentrant acquisitions; none for the mutexes and the
+    /// semaphore.
+    pub(crate) owner: Option<Owner>,
+    /// Semaphore permits each acquisition asks for (1 for the others).
+    pub(crate) permits: u32,
 }
 
 impl Core {
@@ -286,7 +293,13 @@ impl Core {
             hold_at_least: None,
             max_hold: None,
             kind,
+            owner: None,
+            permits: 1,
         }
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
     }
 
     pub(crate) fn set_hold_at_least(&mut self, hold: Duration) -> Result<()> {
@@ -315,6 +328,7 @@ impl Core {
     pub(crate) fn debug(&self, name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct(name)
             .field("name", &self.keys.name)
+            .field("owner", &self.owner)
             .field("lease", &self.lease)
             .field("watchdog", &self.watchdog)
             .field("hold_at_least", &self.hold_at_least)
@@ -331,17 +345,20 @@ impl Core {
             renew: self.watchdog,
             hold_at_least: self.hold_at_least,
             max_hold: self.max_hold,
+            // Every hash lease records an owner; '-' is nobody's.
+            owner: self.owner.as_ref().map_or("-", Owner::id),
+            permits: self.permits,
         }
     }
 
     pub(crate) async fn try_acquire(&self) -> Result<Option<MutexGuard>> {
         let held = wait::try_acquire(&self.client.node, &self.request()).await?;
-        Ok(held.map(|held| MutexGuard { held }))
+        Ok(held.map(LeaseGuard::new))
     }
 
     pub(crate) async fn acquire(&self, wait: Option<Duration>) -> Result<MutexGuard> {
         let held = wait::acquire(&self.client.node, &self.request(), wait).await?;
-        Ok(MutexGuard { held })
+        Ok(LeaseGuard::new(held))
     }
 
     pub(crate) async fn release_token(&self, token: &str) -> Result<()> {
@@ -397,14 +414,7 @@ impl Core {
                 &[],
             )
             .await?;
-        let [pttl, fence, waiting_clients] = scripts::int_list::<3>("inspect", &reply)?;
-        Ok(LockInfo {
-            name: keys.name.clone(),
-            held: pttl != -2,
-            remaining: engine::pttl(pttl),
-            last_fence: u64::try_from(fence).ok(),
-            waiting_clients: u64::try_from(waiting_clients).unwrap_or(0),
-        })
+        LockInfo::read(&keys.name, &reply)
     }
 }
 
@@ -437,152 +447,62 @@ pub struct LockInfo {
     /// task per lock; its other tasks wait behind it locally). A waiter that
     /// died counts until its heartbeat runs out.
     pub waiting_clients: u64,
+    /// The kind of lock the name holds now: `"mutex"` (a `Mutex` or
+    /// `FairMutex`), `"reentrant"`, `"rwlock"` or `"semaphore"`; `None` when
+    /// nothing is there. A key leasehold did not write shows its Redis type.
+    pub kind: Option<String>,
+    /// Every live lease: the one holder of a mutex, the readers or the
+    /// writer of an rw-lock, each permit lease of a semaphore.
+    pub holders: Vec<Holder>,
+    /// A semaphore's permit count.
+    pub permits: Option<u32>,
 }
 
-/// A held lease on a [`Mutex`].
-///
-/// Release it with [`release`](MutexGuard::release) to learn whether the
-/// lease held to the end. Dropped without it, the lock is released in the
-/// background (see [`Client::flush`]); outside a runtime it expires after its
-/// lease.
-///
-/// While the guard lives the watchdog renews the lease (unless turned off).
-/// If a renewal finds the lock gone, or no renewal succeeds before the lease
-/// runs out, the lease is lost: [`lost`](MutexGuard::lost) resolves,
-/// [`is_lost`](MutexGuard::is_lost) turns true, and it never turns back.
-#[must_use = "dropping the guard releases the lock at once"]
-#[clippy::has_significant_drop]
-pub struct MutexGuard {
-    held: Held,
-}
-
-impl fmt::Debug for MutexGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MutexGuard")
-            .field("name", &self.name())
-            .field("fence", &self.fence())
-            .field("lost", &self.is_lost())
-            .finish_non_exhaustive()
-    }
-}
-
-impl MutexGuard {
-    /// The lock's name.
-    pub fn name(&self) -> &str {
-        &self.held.lease().keys.name
-    }
-
-    /// The fence of this acquisition: larger than every fence handed out
-    /// before for this lock.
-    pub fn fence(&self) -> u64 {
-        self.held.lease().fence
-    }
-
-    /// The random token that identifies this acquisition in Redis.
-    pub fn token(&self) -> &str {
-        &self.held.lease().token
-    }
-
-    /// The lease was lost: the work done under it from here on is not
-    /// protected. Once true, stays true.
-    pub fn is_lost(&self) -> bool {
-        self.held.is_lost()
-    }
-
-    /// Resolves when the lease is lost (at once if it already is). Race it
-    /// against the work with `tokio::select!`.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only watches.
-    pub async fn lost(&self) {
-        self.held.lost().await;
-    }
-
-    /// Time left before the lease runs out by the local clock, if no renewal
-    /// comes; zero once lost.
-    pub fn valid_for(&self) -> Duration {
-        self.held.valid_for()
-    }
-
-    /// Sets the lease to `lease` from now; the watchdog, if on, renews with
-    /// this length from then on.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the lease is
-    /// lost (and it is then marked lost);
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a lease
-    /// out of range; connection and server errors as elsewhere.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future may or may not change the lease in Redis. The
-    /// guard assumes the worst until told otherwise: from the moment the
-    /// request is sent it trusts the lease only as long as the shorter of
-    /// the old and the new length allows, and only a confirmed extension
-    /// moves the deadline later. An extend that fails or is dropped can
-    /// therefore bring the reported loss earlier, never later; the watchdog,
-    /// if on, renews with the old length soon after.
-    ///
-    /// While an extend is in flight the watchdog leaves this lease to it, so
-    /// do not keep the future alive without polling it.
-    pub async fn extend(&self, lease: Duration) -> Result<()> {
-        self.held.extend(lease).await
-    }
-
-    /// Releases the lock: checks the token, deletes, and wakes the first
-    /// waiter (a [`FairMutex`](crate::FairMutex) hands the lock to it).
-    /// Before the lock's hold-at-least has passed
-    /// ([`Mutex::with_hold_at_least`]) the lock is kept until it has instead,
-    /// and this reports success.
-    ///
-    /// A release that cannot reach Redis is tried again for a few command
-    /// timeouts (never past the lease), so its outcome is known whenever
-    /// Redis answers in that time.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the lease was
-    /// lost before the release: the work done under it may have overlapped
-    /// with another holder. [`ErrorKind::Connection`](crate::ErrorKind::Connection)
-    /// when no answer came: whether the lease held to the end is unknown
-    /// (treat the work as unprotected); the lock expires at the end of its
-    /// lease, and the release goes on in the background meanwhile.
-    ///
-    /// # Cancel safety
-    ///
-    /// If the future is dropped, the release finishes in the background.
-    pub async fn release(self) -> Result<()> {
-        self.held.release().await
-    }
-
-    /// Gives up the guard without releasing: the lock stays held until its
-    /// lease runs out, and is no longer renewed. For a lease handed to
-    /// another process, which can release it with [`Mutex::release_token`].
-    pub fn detach(self) -> DetachedLease {
-        let detached = DetachedLease {
-            name: self.name().to_owned(),
-            token: self.token().to_owned(),
-            fence: self.fence(),
-            valid_for: self.valid_for(),
+impl LockInfo {
+    /// Reads the reply of `scripts/inspect.lua`.
+    fn read(name: &str, reply: &redis::Value) -> Result<LockInfo> {
+        let unexpected = || Error::unexpected_reply("inspect", reply);
+        let redis::Value::Array(items) = reply else {
+            return Err(unexpected());
         };
-        self.held.detach();
-        detached
+        let int = |i: usize| {
+            items
+                .get(i)
+                .and_then(scripts::as_int)
+                .ok_or_else(unexpected)
+        };
+        let kind = items
+            .first()
+            .and_then(scripts::as_text)
+            .ok_or_else(unexpected)?;
+        let (pttl, fence, waiting, permits) = (int(1)?, int(2)?, int(3)?, int(4)?);
+        let remaining = engine::pttl(pttl);
+        let records = items[5.min(items.len())..]
+            .iter()
+            .filter_map(scripts::as_text);
+        let holders: Vec<Holder> = if kind == "mutex" {
+            records
+                .map(|record| Holder::from_mutex_record(&record, remaining))
+                .collect()
+        } else {
+            records
+                .filter_map(|record| Holder::from_hash_record(&record, true))
+                .collect()
+        };
+        let held = match kind.as_str() {
+            "none" => false,
+            "reentrant" | "rwlock" | "semaphore" => !holders.is_empty(),
+            _ => true,
+        };
+        Ok(LockInfo {
+            name: name.to_owned(),
+            held,
+            remaining: if held { remaining } else { None },
+            last_fence: u64::try_from(fence).ok(),
+            waiting_clients: u64::try_from(waiting).unwrap_or(0),
+            kind: (kind != "none").then_some(kind),
+            holders,
+            permits: u32::try_from(permits).ok(),
+        })
     }
-}
-
-/// A lease given up by [`MutexGuard::detach`]: enough to release or extend
-/// it later, from anywhere.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct DetachedLease {
-    /// The lock's name.
-    pub name: String,
-    /// The token that holds the lock.
-    pub token: String,
-    /// The fence of the acquisition.
-    pub fence: u64,
-    /// The lease left when it was detached, by the local clock.
-    pub valid_for: Duration,
 }

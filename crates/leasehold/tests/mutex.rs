@@ -403,14 +403,24 @@ async fn keys_written_by_hand_give_errors_or_waits_never_panics() {
     assert!(mutex.try_acquire().await.unwrap().is_none());
     assert!(mutex.inspect().await.unwrap().held);
 
-    // A lock key of another type counts as held; a release against it is a
-    // server error that names the operation.
+    // A lock key of another type is refused at once, naming the type (a
+    // wait would never end); a release against it is a server error that
+    // names the operation, and leaves the key alone.
     let _: i64 = cmd(&server, &["DEL", "leasehold:{job}"]).await;
     let _: i64 = cmd(&server, &["HSET", "leasehold:{job}", "f", "v"]).await;
-    assert!(mutex.try_acquire().await.unwrap().is_none());
+    let err = mutex.try_acquire().await.unwrap_err();
+    assert!(err.is_conflict(), "{err:?}");
+    assert!(err.to_string().contains("in use as a hash"), "{err}");
+    let err = mutex
+        .acquire_timeout(Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(err.is_conflict(), "{err:?}");
     let err = mutex.release_token("t").await.unwrap_err();
     assert!(err.is_server(), "{err:?}");
     assert!(err.to_string().contains("release"), "{err}");
+    let kept: String = cmd(&server, &["HGET", "leasehold:{job}", "f"]).await;
+    assert_eq!(kept, "v");
     let _: i64 = cmd(&server, &["DEL", "leasehold:{job}"]).await;
 
     // A fence counter leasehold did not write counts as lost: fences start

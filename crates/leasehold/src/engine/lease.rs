@@ -70,6 +70,8 @@ pub(crate) struct Lease {
     pub(crate) keys: LockKeys,
     pub(crate) token: String,
     pub(crate) fence: u64,
+    /// Semaphore permits (1 for the other kinds).
+    pub(crate) permits: u32,
     pub(crate) renew: bool,
     /// A release before this keeps the lock until then: at least the
     /// hold-at-least after the moment the grant was known here, which is
@@ -120,6 +122,7 @@ impl Lease {
             keys: request.keys.clone(),
             token,
             fence,
+            permits: request.permits,
             renew: request.renew,
             hold_until: request.hold_at_least.map(|hold| Instant::now() + hold),
             cap,

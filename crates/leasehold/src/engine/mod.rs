@@ -18,13 +18,41 @@ use std::time::Duration;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
 
-/// How a lock is handed on.
+/// Which primitive a request is for, and so how the lock is taken and
+/// handed on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     /// A free lock goes to whoever asks; a release wakes one waiter.
     Mutex,
     /// A release hands the lock to the first live waiter (FIFO).
     Fair,
+    /// One owner, who may take it again; non-fair, as `Mutex`.
+    Reentrant,
+    /// A shared (read) or exclusive (write) share of a read-write lock;
+    /// reentrant per owner, writers served in arrival order with readers.
+    Read,
+    Write,
+    /// Permits of a semaphore of `total`, served in arrival order.
+    Semaphore {
+        total: u32,
+    },
+}
+
+impl Kind {
+    /// The name Redis keeps for this kind, as errors and `inspect` show it.
+    pub(crate) fn stored_name(self) -> &'static str {
+        match self {
+            Kind::Mutex | Kind::Fair => "mutex",
+            Kind::Reentrant => "reentrant",
+            Kind::Read | Kind::Write => "rwlock",
+            Kind::Semaphore { .. } => "semaphore",
+        }
+    }
+
+    /// Kept in a hash with one entry per lease (see `scripts/lib.lua`).
+    pub(crate) fn is_hash(self) -> bool {
+        !matches!(self, Kind::Mutex | Kind::Fair)
+    }
 }
 
 /// What an acquisition asks for.
@@ -40,6 +68,10 @@ pub(crate) struct Request<'a> {
     pub(crate) hold_at_least: Option<Duration>,
     /// Nothing renews the lease past this much time since the acquisition.
     pub(crate) max_hold: Option<Duration>,
+    /// Who may take the lock again while holding it (reentrant kinds).
+    pub(crate) owner: &'a str,
+    /// Semaphore permits asked for (1 for the other kinds).
+    pub(crate) permits: u32,
 }
 
 /// A fresh 128-bit token from the operating system, as 32 hex digits.

@@ -23,6 +23,8 @@ pub(crate) struct NodeConfig {
     pub(crate) restart_grace: Option<Duration>,
     /// How long a fence counter outlives the last acquisition.
     pub(crate) fence_retention: Duration,
+    /// "<pid> <host> <client name>", recorded with every lease and waiter.
+    pub(crate) identity: String,
 }
 
 #[derive(Debug)]

@@ -25,10 +25,10 @@ pub(crate) static ACQUIRE: LazyLock<redis::Script> = with_lib!("acquire.lua");
 pub(crate) static RELEASE: LazyLock<redis::Script> = with_lib!("release.lua");
 pub(crate) static FAIR_ACQUIRE: LazyLock<redis::Script> = with_lib!("fair_acquire.lua");
 pub(crate) static FORCE_RELEASE: LazyLock<redis::Script> = with_lib!("force_release.lua");
-pub(crate) static RENEW: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../scripts/renew.lua")));
-pub(crate) static INSPECT: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../scripts/inspect.lua")));
+pub(crate) static FAMILY_ACQUIRE: LazyLock<redis::Script> = with_lib!("family_acquire.lua");
+pub(crate) static SEMAPHORE_PERMITS: LazyLock<redis::Script> = with_lib!("semaphore_permits.lua");
+pub(crate) static RENEW: LazyLock<redis::Script> = with_lib!("renew.lua");
+pub(crate) static INSPECT: LazyLock<redis::Script> = with_lib!("inspect.lua");
 
 /// The EVALSHA command for `script`, for use in a pipeline.
 pub(crate) fn evalsha(script: &redis::Script, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
@@ -51,20 +51,13 @@ pub(crate) fn as_int(value: &Value) -> Option<i64> {
     }
 }
 
-/// Reads a reply that must be a list of integers of a known length.
-pub(crate) fn int_list<const N: usize>(operation: &str, value: &Value) -> Result<[i64; N]> {
-    let unexpected = || Error::unexpected_reply(operation, value);
-    let Value::Array(items) = value else {
-        return Err(unexpected());
-    };
-    if items.len() != N {
-        return Err(unexpected());
+/// A bulk or simple string reply as text.
+pub(crate) fn as_text(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
     }
-    let mut out = [0i64; N];
-    for (slot, item) in out.iter_mut().zip(items) {
-        *slot = as_int(item).ok_or_else(unexpected)?;
-    }
-    Ok(out)
 }
 
 /// Reads a reply that must be the integer 0 or 1.

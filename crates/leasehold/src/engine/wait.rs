@@ -21,6 +21,7 @@ use crate::engine::notify::Subscription;
 use crate::engine::release::{release, PendingRelease};
 use crate::engine::{new_token, pttl, scripts, Kind, Request};
 use crate::error::{Error, Result};
+use crate::holder::Holder;
 use crate::keys::{millis, LockKeys, MAX_LEASE};
 
 /// How long a waiter stays in the queue without a heartbeat: a waiter that
@@ -53,6 +54,7 @@ enum Outcome {
         pttl: Option<Duration>,
         sent_at: Instant,
         fence: u64,
+        holder: Option<Holder>,
     },
     /// Not asked: the server is younger than the restart grace, which ends
     /// in `left`.
@@ -120,6 +122,8 @@ struct Seen {
     /// The last attempt was held back by the restart grace.
     in_grace: bool,
     last_error: Option<Error>,
+    /// Who held the lock at the last busy answer.
+    holder: Option<Holder>,
 }
 
 impl Seen {
@@ -129,7 +133,7 @@ impl Seen {
         match self.last_error.take() {
             Some(error) if !self.answered => error,
             _ if self.in_grace => Error::wait_timed_out_in_grace(&request.keys.name, wait),
-            _ => Error::wait_timed_out(&request.keys.name, wait),
+            _ => Error::wait_timed_out(&request.keys.name, wait, self.holder.as_ref()),
         }
     }
 }
@@ -144,10 +148,18 @@ async fn wait_for(
     let keys = request.keys;
     let waited = wait.unwrap_or_default();
     let local = node.queues.queue(&keys.lock);
+    if request.kind.is_hash() && local.try_lock().is_err() {
+        // Another task of this client waits for the lock. Reentry by an
+        // owner that holds it never waits, and must not wait behind a task
+        // that waits for this very owner.
+        if let Some(held) = try_acquire(node, request).await? {
+            return Ok(held);
+        }
+    }
     let _turn = match deadline {
         Some(deadline) => tokio::time::timeout_at(deadline, local.lock())
             .await
-            .map_err(|_| Error::wait_timed_out(&keys.name, waited))?,
+            .map_err(|_| Error::wait_timed_out(&keys.name, waited, None))?,
         None => local.lock().await,
     };
     // A wait of zero is one attempt: it does not queue.
@@ -199,8 +211,10 @@ async fn wait_for(
                 pttl,
                 sent_at,
                 fence,
+                holder,
             }) => {
                 seen.answered = true;
+                seen.holder = holder;
                 seen.in_grace = false;
                 queued_at.get_or_insert(sent_at);
                 backoff = FIRST_BACKOFF;
@@ -387,58 +401,145 @@ async fn attempt(
     }
     // Sent before: this token may hold the lock or be queued already.
     let sent_before = pending.is_some();
-    let pending = pending.get_or_insert_with(|| PendingRelease::arm(node, keys, token));
+    let armed = pending.get_or_insert_with(|| PendingRelease::arm(node, keys, token));
     if queue {
-        pending.queued();
+        armed.queued();
     }
     let lease_ms = millis(request.lease).to_string();
     let retention = millis(node.config.fence_retention).to_string();
     let heartbeat = millis(WAITER_HEARTBEAT).to_string();
     let hand_off = millis(hand_off_lease(request)).to_string();
-    let script = match request.kind {
-        Kind::Mutex => &scripts::ACQUIRE,
-        Kind::Fair => &scripts::FAIR_ACQUIRE,
-    };
+    let identity = node.config.identity.as_bytes();
+    let queue_flag: &[u8] = if queue { b"1" } else { b"0" };
+    let sent_flag: &[u8] = if sent_before { b"1" } else { b"0" };
+    let keys_list = [keys.lock.as_str(), &keys.fence, &keys.queue, &keys.waiters];
     let sent_at = Instant::now();
-    let reply = node
-        .eval_on(
+    let reply = if request.kind.is_hash() {
+        let (mode, total): (&[u8], u32) = match request.kind {
+            Kind::Read => (b"r", 0),
+            Kind::Write => (b"w", 0),
+            Kind::Semaphore { total } => (b"s", total),
+            _ => (b"x", 0),
+        };
+        let permits = request.permits.to_string();
+        let total = total.to_string();
+        node.eval_on(
             conn,
             "acquire",
-            script,
-            &[&keys.lock, &keys.fence, &keys.queue, &keys.waiters],
+            &scripts::FAMILY_ACQUIRE,
+            &keys_list,
             &[
                 token.as_bytes(),
                 lease_ms.as_bytes(),
                 retention.as_bytes(),
-                if queue { b"1" } else { b"0" },
+                queue_flag,
+                heartbeat.as_bytes(),
+                node.id.as_bytes(),
+                sent_flag,
+                request.kind.stored_name().as_bytes(),
+                mode,
+                request.owner.as_bytes(),
+                permits.as_bytes(),
+                total.as_bytes(),
+                identity,
+            ],
+        )
+        .await?
+    } else {
+        let script = match request.kind {
+            Kind::Fair => &scripts::FAIR_ACQUIRE,
+            _ => &scripts::ACQUIRE,
+        };
+        node.eval_on(
+            conn,
+            "acquire",
+            script,
+            &keys_list,
+            &[
+                token.as_bytes(),
+                lease_ms.as_bytes(),
+                retention.as_bytes(),
+                queue_flag,
                 heartbeat.as_bytes(),
                 hand_off.as_bytes(),
                 node.id.as_bytes(),
-                if sent_before { b"1" } else { b"0" },
+                sent_flag,
                 if hand_over { b"f" } else { b"m" },
+                identity,
             ],
         )
-        .await?;
-    let unexpected = || Error::unexpected_reply("acquire", &reply);
-    let redis::Value::Array(items) = &reply else {
+        .await?
+    };
+    let outcome = read_attempt(request, &reply, sent_at);
+    if !sent_before && outcome.as_ref().is_err_and(Error::is_conflict) {
+        // Refused before it could hold or queue anything.
+        if let Some(pending) = pending.take() {
+            pending.disarm();
+        }
+    }
+    outcome
+}
+
+/// Reads an acquire script's reply (see `scripts/acquire.lua` and
+/// `scripts/family_acquire.lua`).
+fn read_attempt(request: &Request<'_>, reply: &redis::Value, sent_at: Instant) -> Result<Outcome> {
+    let unexpected = || Error::unexpected_reply("acquire", reply);
+    let redis::Value::Array(items) = reply else {
         return Err(unexpected());
     };
-    let numbers: Option<Vec<i64>> = items.iter().map(scripts::as_int).collect();
-    match numbers.as_deref() {
-        Some(&[1, fence, ttl]) => {
-            let fence = u64::try_from(fence).map_err(|_| unexpected())?;
-            let ttl = pttl(ttl).ok_or_else(unexpected)?;
-            Ok(Outcome::Granted {
-                fence,
-                ttl,
+    let code = items.first().and_then(scripts::as_int);
+    let int = |i: usize| items.get(i).and_then(scripts::as_int);
+    let text = |i: usize| items.get(i).and_then(scripts::as_text);
+    let name = &request.keys.name;
+    match (code, items.len()) {
+        (Some(1), 3) => {
+            let fence = int(1).and_then(|f| u64::try_from(f).ok());
+            let ttl = int(2).and_then(pttl);
+            match (fence, ttl) {
+                (Some(fence), Some(ttl)) => Ok(Outcome::Granted {
+                    fence,
+                    ttl,
+                    sent_at,
+                }),
+                _ => Err(unexpected()),
+            }
+        }
+        (Some(0), 4) => {
+            let blocker = int(1).ok_or_else(unexpected)?;
+            let fence = int(2).ok_or_else(unexpected)?;
+            let holder = text(3).and_then(|record| {
+                if request.kind.is_hash() {
+                    Holder::from_hash_record(&record, false)
+                } else {
+                    // Without the token that starts the record.
+                    let rest = record.split_once(' ').map(|(_, rest)| rest)?;
+                    Some(Holder::from_mutex_record(rest, None))
+                }
+            });
+            let mut holder = holder;
+            if let Some(holder) = holder.as_mut() {
+                holder.remaining = pttl(blocker);
+            }
+            Ok(Outcome::Busy {
+                pttl: pttl(blocker),
                 sent_at,
+                fence: u64::try_from(fence).unwrap_or(0),
+                holder,
             })
         }
-        Some(&[0, blocker, fence]) => Ok(Outcome::Busy {
-            pttl: pttl(blocker),
-            sent_at,
-            fence: u64::try_from(fence).unwrap_or(0),
-        }),
+        (Some(-1), 2) => {
+            let found = text(1).ok_or_else(unexpected)?;
+            Err(Error::wrong_kind(name, request.kind.stored_name(), &found))
+        }
+        (Some(-2), 1) => Err(Error::upgrade_refused(name)),
+        (Some(-3), 2) => {
+            let stored = int(1).ok_or_else(unexpected)?;
+            let asked = match request.kind {
+                Kind::Semaphore { total } => total,
+                _ => 0,
+            };
+            Err(Error::permits_mismatch(name, asked, stored))
+        }
         _ => Err(unexpected()),
     }
 }

@@ -3,29 +3,36 @@
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[3] fence retention ms,
 -- ARGV[4] '1' to queue when busy, ARGV[5] heartbeat ms,
--- ARGV[6] hand-off lease ms, ARGV[7] the waiting client's channel,
+-- ARGV[6] hand-off lease ms, ARGV[7] the waiting client's id,
 -- ARGV[8] '1' when this token was sent before (it may hold or be queued),
 -- ARGV[9] 'f' for a waiter that has waited long enough to be handed the lock
 -- at the next release (it starves otherwise: a releaser that asks again at
--- once wins nearly every race), 'm' to be woken to try
+-- once wins nearly every race), 'm' to be woken to try,
+-- ARGV[10] the holder's identity
 -- The waiter's record keeps the mode it sent last.
 -- Returns {1, fence, lease ms} when held, {0, pttl of the holder, last
--- fence} when busy.
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+-- fence, the holder's record} when busy, {-1, kind} when the key holds
+-- another kind of lock.
+local now = server_us()
+local value = ARGV[1] .. string.format(' %.0f ', now) .. ARGV[10]
+if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
   if ARGV[8] == '1' then
     leave_queue(KEYS[3], KEYS[4], ARGV[1])
   end
-  return {1, next_fence(KEYS[2], server_us(), ARGV[3]), tonumber(ARGV[2])}
+  return {1, next_fence(KEYS[2], now, ARGV[3]), tonumber(ARGV[2])}
 end
--- pcall: a key of another type written by hand counts as held by someone else.
-if ARGV[8] == '1' and redis.pcall('GET', KEYS[1]) == ARGV[1] then
+local holder = redis.pcall('GET', KEYS[1])
+if type(holder) ~= 'string' then
+  return {-1, kind_of(KEYS[1])}
+end
+if ARGV[8] == '1' and holds(holder, ARGV[1]) then
   -- An earlier attempt with this token took it, and its answer was lost.
   leave_queue(KEYS[3], KEYS[4], ARGV[1])
   return {1, tonumber(redis.call('GET', KEYS[2])) or -1, redis.call('PTTL', KEYS[1])}
 end
 if ARGV[4] == '1' then
-  enqueue(KEYS[3], KEYS[4], ARGV[1], ARGV[8], ARGV[5], ARGV[6], ARGV[9], ARGV[7])
+  enqueue(KEYS[3], KEYS[4], ARGV[1], ARGV[8], ARGV[5], ARGV[6], ARGV[9], '1', ARGV[7], ARGV[10])
 end
 -- The fence counter lets the waiter tell a hand-off after this attempt
 -- (a larger fence) from a stale message about one before it.
-return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2])) or 0}
+return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2])) or 0, holder}

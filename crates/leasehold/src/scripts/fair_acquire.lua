@@ -4,27 +4,32 @@
 -- KEYS and ARGV as acquire.lua (ARGV[9] unused); ARGV[6] is the lease a
 -- release hands over.
 -- Returns {1, fence, remaining lease ms} when held, {0, pttl of the holder
--- (-2 when free but promised to an earlier waiter), last fence} when busy.
--- pcall: a key of another type written by hand counts as held by someone else.
+-- (-2 when free but promised to an earlier waiter), last fence, the
+-- holder's record} when busy, {-1, kind} when the key holds another kind
+-- of lock.
 local holder = redis.pcall('GET', KEYS[1])
-if holder == ARGV[1] then
+if type(holder) == 'table' then
+  return {-1, kind_of(KEYS[1])}
+end
+if holder and holds(holder, ARGV[1]) then
   -- Handed over by a release, or taken by an attempt whose answer was lost.
   leave_queue(KEYS[3], KEYS[4], ARGV[1])
   return {1, tonumber(redis.call('GET', KEYS[2])) or -1, redis.call('PTTL', KEYS[1])}
 end
 if not holder then
   local head = first_live(KEYS[3], KEYS[4])
-  if not head or head == ARGV[1] then
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  if not head or head.token == ARGV[1] then
+    local now = server_us()
+    redis.call('SET', KEYS[1], ARGV[1] .. string.format(' %.0f ', now) .. ARGV[10], 'PX', ARGV[2])
     if head then
       leave_queue(KEYS[3], KEYS[4], ARGV[1])
     end
-    return {1, next_fence(KEYS[2], server_us(), ARGV[3]), tonumber(ARGV[2])}
+    return {1, next_fence(KEYS[2], now, ARGV[3]), tonumber(ARGV[2])}
   end
 end
 if ARGV[4] == '1' then
-  enqueue(KEYS[3], KEYS[4], ARGV[1], ARGV[8], ARGV[5], ARGV[6], 'f', ARGV[7])
+  enqueue(KEYS[3], KEYS[4], ARGV[1], ARGV[8], ARGV[5], ARGV[6], 'f', '1', ARGV[7], ARGV[10])
 end
 -- The fence counter lets the waiter tell a hand-off after this attempt
 -- (a larger fence) from a stale message about one before it.
-return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2])) or 0}
+return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2])) or 0, holder or ''}

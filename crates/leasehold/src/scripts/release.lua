@@ -1,15 +1,47 @@
 -- Release a lock held by this token, or take a waiter that gives up out of
--- the queue; if that leaves the lock free, wake its first live waiter (a
--- FairMutex waiter is handed the lock).
+-- the queue; then wake the waiters the lock can serve now (a FairMutex
+-- waiter is handed the lock). Serves every primitive: a string is a Mutex
+-- or FairMutex, a hash one of the others (see lib.lua).
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix
 -- ARGV[1] token, ARGV[2] '1' when this token may be queued,
 -- ARGV[3] fence retention ms, ARGV[4] channel prefix,
 -- ARGV[5] ms to keep the lock held instead (its hold-at-least is not over), or 0
 -- Returns 1 when released, 2 when kept until ARGV[5] runs out (nobody is
 -- woken: waiters take it when it expires), 0 when the token did not hold the lock.
+local token = ARGV[1]
+local holder = redis.pcall('GET', KEYS[1])
+if type(holder) == 'table' then
+  -- A hash: a lease of a ReentrantMutex, an RwLock or a Semaphore.
+  local kind = redis.call('HGET', KEYS[1], 'kind')
+  if kind ~= 'reentrant' and kind ~= 'rwlock' and kind ~= 'semaphore' then
+    return redis.error_reply('WRONGTYPE the lock key holds a hash leasehold did not write')
+  end
+  local now = math.floor(server_us() / 1000)
+  local live = live_holders(KEYS[1], now)
+  local released = 0
+  for i, e in ipairs(live) do
+    if e.token == token then
+      if tonumber(ARGV[5]) > 0 then
+        e.expiry = now + tonumber(ARGV[5])
+        redis.call('HSET', KEYS[1], 'h:' .. token, entry_value(e))
+        settle(KEYS[1], live, now, ARGV[3])
+        return 2
+      end
+      redis.call('HDEL', KEYS[1], 'h:' .. token)
+      table.remove(live, i)
+      released = 1
+      break
+    end
+  end
+  if ARGV[2] == '1' then
+    leave_queue(KEYS[3], KEYS[4], token)
+  end
+  settle(KEYS[1], live, now, ARGV[3])
+  wake_hash(kind, KEYS[1], KEYS[3], KEYS[4], ARGV[4], live)
+  return released
+end
 local released = 0
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
+if holder and holds(holder, token) then
   if tonumber(ARGV[5]) > 0 then
     redis.call('PEXPIRE', KEYS[1], ARGV[5])
     return 2
@@ -17,7 +49,7 @@ if holder == ARGV[1] then
   redis.call('DEL', KEYS[1])
   released = 1
 elseif ARGV[2] == '1' then
-  leave_queue(KEYS[3], KEYS[4], ARGV[1])
+  leave_queue(KEYS[3], KEYS[4], token)
   if holder then
     return 0
   end

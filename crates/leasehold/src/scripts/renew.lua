@@ -1,23 +1,40 @@
--- Renew several leases in one call (the watchdog's batch, or one extend).
+-- Renew several leases in one call (the watchdog's batch, or one extend),
+-- of any primitive: a string lock by its value, a hash lock by its lease's
+-- own entry (see lib.lua).
 -- KEYS[i] lock
 -- ARGV[2i-1] token for KEYS[i], ARGV[2i] new lease in milliseconds
 -- Returns a list: 1 where the token still held its lock and was renewed, 0
 -- where it did not, or the error Redis gave for that key (OOM, NOREPLICAS,
 -- READONLY, ...), so one failing key does not sink the batch.
 local renewed = {}
+local now = nil
+local function failed(reply)
+  return type(reply) == 'table' and reply.err
+end
 for i, key in ipairs(KEYS) do
+  local token, lease = ARGV[2 * i - 1], ARGV[2 * i]
   local holder = redis.pcall('GET', key)
-  if holder == ARGV[2 * i - 1] then
-    local set = redis.pcall('PEXPIRE', key, ARGV[2 * i])
-    if type(set) == 'table' and set.err then
-      renewed[i] = set.err
+  if type(holder) == 'string' and holds(holder, token) then
+    local set = redis.pcall('PEXPIRE', key, lease)
+    renewed[i] = failed(set) or 1
+  elseif failed(holder) and string.find(holder.err, 'WRONGTYPE', 1, true) then
+    now = now or math.floor(server_us() / 1000)
+    local value = redis.call('TYPE', key)['ok'] == 'hash' and redis.call('HGET', key, 'h:' .. token)
+    local e = value and entry(token, value)
+    if e and e.expiry > now then
+      e.expiry = now + tonumber(lease)
+      local set = redis.pcall('HSET', key, 'h:' .. token, entry_value(e))
+      if not failed(set) and redis.call('PTTL', key) < tonumber(lease) then
+        set = redis.pcall('PEXPIRE', key, lease)
+      end
+      renewed[i] = failed(set) or 1
     else
-      renewed[i] = 1
+      renewed[i] = 0
     end
-  elseif type(holder) == 'table' and holder.err and not string.find(holder.err, 'WRONGTYPE', 1, true) then
+  elseif failed(holder) then
     renewed[i] = holder.err
   else
-    -- Gone, another token, or replaced by a key of another type.
+    -- Gone, or another token.
     renewed[i] = 0
   end
 end

@@ -1,0 +1,196 @@
+//! Who holds a lock: the identity every lease records, and reading it back.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::client::MAX_CLIENT_NAME_LEN;
+
+/// "<pid> <host> <client name>": what a lease records of its holder.
+pub(crate) fn identity(name: Option<&str>) -> String {
+    let name = match name {
+        Some(name) => name.to_owned(),
+        None => program_name(),
+    };
+    format!(
+        "{} {} {}",
+        std::process::id(),
+        clean(&host_name(), 255).replace(' ', "_"),
+        clean(&name, MAX_CLIENT_NAME_LEN)
+    )
+}
+
+fn program_name() -> String {
+    std::env::args_os()
+        .next()
+        .and_then(|arg0| {
+            std::path::Path::new(&arg0)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(not(unix))]
+fn host_name() -> String {
+    std::env::var("COMPUTERNAME").unwrap_or_else(|_| "unknown-host".to_owned())
+}
+
+#[cfg(unix)]
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its whole length, which is passed.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "unknown-host".to_owned();
+    }
+    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    let host = String::from_utf8_lossy(&buf[..len]).into_owned();
+    if host.is_empty() {
+        "unknown-host".to_owned()
+    } else {
+        host
+    }
+}
+
+/// Control characters replaced, cut at `max` bytes on a char boundary.
+fn clean(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max));
+    for c in text.chars() {
+        let c = if c.is_control() { '?' } else { c };
+        if out.len() + c.len_utf8() > max {
+            break;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// One holder of a lock, as [`LockInfo`](crate::LockInfo) and the busy and
+/// timeout errors report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The holder's process id, if it recorded one.
+    pub pid: Option<u32>,
+    /// The host the holder runs on.
+    pub host: String,
+    /// The holder's client name ([`ClientBuilder::name`](crate::ClientBuilder::name)).
+    pub client_name: String,
+    /// When Redis granted the lease, by the Redis server's clock.
+    pub acquired_at: Option<SystemTime>,
+    /// The time left on this holder's lease.
+    pub remaining: Option<Duration>,
+    /// How this lease holds the lock: `"exclusive"` (a mutex or a reentrant
+    /// mutex), `"read"`, `"write"` or `"permits"`.
+    pub mode: &'static str,
+    /// Semaphore permits this lease holds (1 for the other primitives).
+    pub permits: u32,
+    /// The [`Owner`](crate::Owner) of a reentrant mutex or rw-lock lease.
+    pub owner: Option<String>,
+    /// The fence of the acquisition, where the record keeps one (the hash
+    /// primitives; a mutex's holder has the lock's last fence).
+    pub fence: Option<u64>,
+}
+
+impl Holder {
+    /// Reads "<acquired µs> <pid> <host> <name>" (a mutex's record without
+    /// its token).
+    pub(crate) fn from_mutex_record(record: &str, remaining: Option<Duration>) -> Holder {
+        let mut words = record.splitn(4, ' ');
+        let acquired = words.next().and_then(|w| w.parse::<u64>().ok());
+        let mut holder = Holder::identity_only(words.next(), words.next(), words.next());
+        holder.acquired_at = acquired.map(|us| UNIX_EPOCH + Duration::from_micros(us));
+        holder.remaining = remaining;
+        holder
+    }
+
+    /// Reads "<ms left or expiry> <mode> <owner> <permits> <fence> <acquired
+    /// µs> <pid> <host> <name>" (a hash primitive's lease); `remaining` is
+    /// the first field when `left` is true.
+    pub(crate) fn from_hash_record(record: &str, left: bool) -> Option<Holder> {
+        let mut words = record.splitn(9, ' ');
+        let first = words.next()?.parse::<u64>().ok()?;
+        let mode = match words.next()? {
+            "x" => "exclusive",
+            "r" => "read",
+            "w" => "write",
+            "s" => "permits",
+            _ => "unknown",
+        };
+        let owner = words.next()?;
+        let permits = words.next()?.parse::<u32>().ok()?;
+        let fence = words.next()?.parse::<u64>().ok();
+        let acquired = words.next()?.parse::<u64>().ok();
+        let mut holder = Holder::identity_only(words.next(), words.next(), words.next());
+        holder.mode = mode;
+        holder.permits = permits;
+        holder.owner = (owner != "-").then(|| owner.to_owned());
+        holder.fence = fence;
+        holder.acquired_at = acquired.map(|us| UNIX_EPOCH + Duration::from_micros(us));
+        holder.remaining = left.then(|| Duration::from_millis(first));
+        Some(holder)
+    }
+
+    fn identity_only(pid: Option<&str>, host: Option<&str>, name: Option<&str>) -> Holder {
+        Holder {
+            pid: pid.and_then(|p| p.parse().ok()),
+            host: host.unwrap_or_default().to_owned(),
+            client_name: name.unwrap_or_default().to_owned(),
+            acquired_at: None,
+            remaining: None,
+            mode: "exclusive",
+            permits: 1,
+            owner: None,
+            fence: None,
+        }
+    }
+
+    /// "pid 4242 on build-7 (nightly-job)", or "an unnamed holder" for a
+    /// record without an identity.
+    pub fn describe(&self) -> String {
+        match self.pid {
+            Some(pid) if self.client_name.is_empty() => format!("pid {pid} on {}", self.host),
+            Some(pid) => format!("pid {pid} on {} ({})", self.host, self.client_name),
+            None => "a holder that recorded no identity".to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_reads_back() {
+        let id = identity(Some("nightly\njob"));
+        let record = format!("1700000000000000 {id}");
+        let holder = Holder::from_mutex_record(&record, None);
+        assert_eq!(holder.pid, Some(std::process::id()));
+        assert_eq!(holder.client_name, "nightly?job");
+        assert!(!holder.host.is_empty());
+        assert_eq!(
+            holder.acquired_at,
+            Some(UNIX_EPOCH + Duration::from_secs(1_700_000_000))
+        );
+    }
+
+    #[test]
+    fn long_names_are_cut_on_a_char_boundary() {
+        let name = "é".repeat(MAX_CLIENT_NAME_LEN);
+        let cut = clean(&name, MAX_CLIENT_NAME_LEN);
+        assert_eq!(cut.len(), MAX_CLIENT_NAME_LEN);
+    }
+
+    #[test]
+    fn hash_records_read_back() {
+        let holder =
+            Holder::from_hash_record("1500 r owner1 1 77 1700000000000000 12 host a b", true)
+                .unwrap();
+        assert_eq!(holder.mode, "read");
+        assert_eq!(holder.fence, Some(77));
+        assert_eq!(holder.remaining, Some(Duration::from_millis(1500)));
+        assert_eq!(holder.pid, Some(12));
+        assert_eq!(holder.client_name, "a b");
+        assert_eq!(holder.owner.as_deref(), Some("owner1"));
+        assert!(Holder::from_hash_record("garbage", true).is_none());
+    }
+}

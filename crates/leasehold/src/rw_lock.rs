@@ -1,0 +1,305 @@
+//! The read-write lock: many readers or one writer, writers not starved.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::engine::Kind;
+use crate::error::Result;
+use crate::guard::LeaseGuard;
+use crate::keys::{validate_lease, validate_wait, LockKeys};
+use crate::mutex::{Core, LockInfo};
+use crate::owner::Owner;
+
+/// A lock held by many readers or one writer at a time. Made by
+/// [`Client::rw_lock`]; take it through [`read`](RwLock::read) or
+/// [`write`](RwLock::write). Cheap to clone; clones share the owner.
+///
+/// - **Every reader has its own lease**, renewed by the watchdog while its
+///   guard lives: a reader that dies frees its share when its own lease
+///   ends, and a release removes only its own share.
+/// - **Writers are not starved.** Once a writer waits, readers that arrive
+///   after it queue behind it; waiters are served in arrival order, and the
+///   readers at the front of the queue are admitted together. A writer's
+///   release wakes all of them at once; a reader's release wakes a writer
+///   only when the last reader leaves.
+/// - **Reentrant per [`Owner`].** An owner may take its read or write lock
+///   again without waiting. A writer may also take the read lock and then
+///   release the write lock: a downgrade, with no gap for another writer.
+///   A reader asking for the write lock (an upgrade) is refused at once with
+///   [`ErrorKind::Conflict`](crate::ErrorKind::Conflict): two readers
+///   upgrading would wait for each other forever.
+/// - **Fences.** A write acquisition gets a new fence; a read acquisition
+///   reports the fence of the last write, the state its view is consistent
+///   with.
+///
+/// All of the lock's state lives in one hash under the lock's hash tag, so
+/// it works on Redis Cluster unchanged.
+///
+/// ```no_run
+/// # async fn demo(client: leasehold::Client) -> leasehold::Result<()> {
+/// let lock = client.rw_lock("catalog")?;
+/// let reading = lock.read().acquire().await?;
+/// // read, alongside other readers
+/// reading.release().await?;
+/// let writing = lock.write().acquire().await?;
+/// // write alone, passing writing.fence() along
+/// writing.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RwLock {
+    core: Core,
+    owner: Owner,
+}
+
+impl fmt::Debug for RwLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.core.debug("RwLock", f)
+    }
+}
+
+impl RwLock {
+    pub(crate) fn new(client: Client, keys: LockKeys, owner: Owner) -> Self {
+        let mut core = Core::new(client, keys, Kind::Write);
+        core.owner = Some(owner.clone());
+        RwLock { core, owner }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.core.keys.name
+    }
+
+    /// The owner whose acquisitions this handle makes.
+    pub fn owner(&self) -> &Owner {
+        &self.owner
+    }
+
+    /// This lock acquired on behalf of `owner`.
+    pub fn with_owner(mut self, owner: Owner) -> Self {
+        self.core.owner = Some(owner.clone());
+        self.owner = owner;
+        self
+    }
+
+    /// This lock with another lease length for every reader and writer, as
+    /// [`Mutex::with_lease`](crate::Mutex::with_lease).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a zero
+    /// lease, one under 10 ms, or one over 24 h.
+    pub fn with_lease(mut self, lease: Duration) -> Result<Self> {
+        validate_lease(lease)?;
+        self.core.lease = lease;
+        Ok(self)
+    }
+
+    /// This lock with the watchdog on or off, as [`Mutex::with_watchdog`](crate::Mutex::with_watchdog).
+    pub fn with_watchdog(mut self, on: bool) -> Self {
+        self.core.watchdog = on;
+        self
+    }
+
+    /// This lock with a hold-at-least, as [`Mutex::with_hold_at_least`](crate::Mutex::with_hold_at_least).
+    ///
+    /// # Errors
+    ///
+    /// As [`Mutex::with_hold_at_least`](crate::Mutex::with_hold_at_least).
+    pub fn with_hold_at_least(mut self, hold: Duration) -> Result<Self> {
+        self.core.set_hold_at_least(hold)?;
+        Ok(self)
+    }
+
+    /// This lock with a cap on renewal, as [`Mutex::with_max_hold`](crate::Mutex::with_max_hold).
+    ///
+    /// # Errors
+    ///
+    /// As [`Mutex::with_max_hold`](crate::Mutex::with_max_hold).
+    pub fn with_max_hold(mut self, max: Duration) -> Result<Self> {
+        self.core.set_max_hold(max)?;
+        Ok(self)
+    }
+
+    /// The read side: shared with other readers.
+    pub fn read(&self) -> ReadLock {
+        let mut core = self.core.clone();
+        core.kind = Kind::Read;
+        ReadLock { core }
+    }
+
+    /// The write side: exclusive.
+    pub fn write(&self) -> WriteLock {
+        WriteLock {
+            core: self.core.clone(),
+        }
+    }
+
+    /// Releases a read or write lease taken by another process (see
+    /// [`Mutex::release_token`](crate::Mutex::release_token)).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the token holds
+    /// nothing.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not release the lease.
+    pub async fn release_token(&self, token: &str) -> Result<()> {
+        self.core.release_token(token).await
+    }
+
+    /// Removes every reader and writer, and wakes the waiters: an admin
+    /// action. The fence counter is kept.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not remove the lock.
+    pub async fn force_release(&self) -> Result<bool> {
+        self.core.force_release().await
+    }
+
+    /// The lock's state as Redis sees it now: every reader and the writer,
+    /// each with its own lease left.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn inspect(&self) -> Result<LockInfo> {
+        self.core.inspect().await
+    }
+}
+
+/// The read side of an [`RwLock`], from [`RwLock::read`].
+#[derive(Clone)]
+pub struct ReadLock {
+    core: Core,
+}
+
+impl fmt::Debug for ReadLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.core.debug("ReadLock", f)
+    }
+}
+
+impl ReadLock {
+    /// One attempt: a read lease if no writer holds the lock or waits
+    /// before this reader (or the owner holds it already), else `None`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name is
+    /// in use by another kind of lock; otherwise as
+    /// [`Mutex::try_acquire`](crate::Mutex::try_acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a request that may have taken a lease is undone in the
+    /// background.
+    pub async fn try_acquire(&self) -> Result<Option<LeaseGuard>> {
+        self.core.try_acquire().await
+    }
+
+    /// Waits as long as it takes for a read lease.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire`](Self::try_acquire); connection faults are ridden out.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future leaves nothing held.
+    pub async fn acquire(&self) -> Result<LeaseGuard> {
+        self.core.acquire(None).await
+    }
+
+    /// Waits at most `wait` for a read lease.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when a writer still
+    /// holds or waits first after `wait`; otherwise as [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`acquire`](Self::acquire).
+    pub async fn acquire_timeout(&self, wait: Duration) -> Result<LeaseGuard> {
+        validate_wait(wait)?;
+        self.core.acquire(Some(wait)).await
+    }
+}
+
+/// The write side of an [`RwLock`], from [`RwLock::write`].
+#[derive(Clone)]
+pub struct WriteLock {
+    core: Core,
+}
+
+impl fmt::Debug for WriteLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.core.debug("WriteLock", f)
+    }
+}
+
+impl WriteLock {
+    /// One attempt: the write lease if nobody holds the lock and nobody
+    /// waits before this writer (or the owner holds the write lock
+    /// already), else `None`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the owner
+    /// holds a read lease and not the write lease (an upgrade), or the name
+    /// is in use by another kind of lock; otherwise as
+    /// [`Mutex::try_acquire`](crate::Mutex::try_acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a request that may have taken the lock is undone in the
+    /// background.
+    pub async fn try_acquire(&self) -> Result<Option<LeaseGuard>> {
+        self.core.try_acquire().await
+    }
+
+    /// Waits as long as it takes for the write lease.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire`](Self::try_acquire): an upgrade is refused at once,
+    /// never waited for. Connection faults are ridden out.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future leaves nothing held.
+    pub async fn acquire(&self) -> Result<LeaseGuard> {
+        self.core.acquire(None).await
+    }
+
+    /// Waits at most `wait` for the write lease.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when readers or
+    /// another writer still hold it after `wait`; otherwise as
+    /// [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`acquire`](Self::acquire).
+    pub async fn acquire_timeout(&self, wait: Duration) -> Result<LeaseGuard> {
+        validate_wait(wait)?;
+        self.core.acquire(Some(wait)).await
+    }
+}

@@ -1,0 +1,133 @@
+-- Take a ReentrantMutex, a read or write share of an RwLock, or semaphore
+-- permits (see lib.lua for the hash). A newcomer never passes a waiter that
+-- the lock would serve first: a writer queued before a reader, or any
+-- semaphore waiter before another. Reentry by the same owner never waits.
+-- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix
+-- ARGV[1] token, ARGV[2] lease ms, ARGV[3] fence retention ms,
+-- ARGV[4] '1' to queue when busy, ARGV[5] heartbeat ms, ARGV[6] client id,
+-- ARGV[7] '1' when this token was sent before, ARGV[8] kind
+-- ('reentrant', 'rwlock', 'semaphore'), ARGV[9] mode ('x' reentrant, 'r'
+-- read, 'w' write, 's' semaphore), ARGV[10] owner, ARGV[11] permits wanted,
+-- ARGV[12] the semaphore's permits (0 for the others), ARGV[13] identity
+-- Returns {1, fence, lease ms} when held; {0, pttl of what blocks it (-1
+-- when only waiters ahead do), last fence, a holder's record} when busy;
+-- {-1, kind} when the key holds another kind of lock; {-2} for a read to
+-- write upgrade; {-3, permits} when the semaphore has another permit count.
+local lock, token, mode, owner = KEYS[1], ARGV[1], ARGV[9], ARGV[10]
+local kind = kind_of(lock)
+if kind ~= 'none' and kind ~= ARGV[8] then
+  return {-1, kind}
+end
+if ARGV[8] == 'semaphore' then
+  local stored = redis.call('HGET', lock, 'permits')
+  if stored and stored ~= ARGV[12] then
+    return {-3, tonumber(stored)}
+  end
+end
+local now_us = server_us()
+local now = math.floor(now_us / 1000)
+local live = live_holders(lock, now)
+local last_fence = tonumber(redis.call('GET', KEYS[2])) or 0
+
+local mine, mine_w, mine_r, others = nil, nil, false, {}
+for _, e in ipairs(live) do
+  if e.token == token then
+    -- An earlier attempt with this token took it, and its answer was lost.
+    leave_queue(KEYS[3], KEYS[4], token)
+    return {1, e.fence, e.expiry - now}
+  end
+  if e.owner == owner and ARGV[8] ~= 'semaphore' then
+    mine = e
+    if e.mode == 'w' then
+      mine_w = e
+    else
+      mine_r = true
+    end
+  else
+    others[#others + 1] = e
+  end
+end
+
+-- The fence of this grant, or nil when it must wait. `ahead` lists the
+-- live waiters this one may not pass.
+local fence
+if mode == 'x' then
+  if #others == 0 then
+    fence = mine and mine.fence or 'new'
+  end
+elseif mode == 'w' then
+  if mine_w then
+    fence = mine_w.fence
+  elseif mine_r then
+    return {-2}
+  elseif #others == 0 then
+    local head = first_live(KEYS[3], KEYS[4])
+    if not head or head.token == token then
+      fence = 'new'
+    end
+  end
+elseif mode == 'r' then
+  local writer = false
+  for _, e in ipairs(others) do
+    if e.mode == 'w' then
+      writer = true
+    end
+  end
+  if mine then
+    fence = last_fence
+  elseif not writer then
+    fence = last_fence
+    for _, w in ipairs(live_waiters(KEYS[3], KEYS[4], token)) do
+      if w.mode == 'w' and w.token ~= token then
+        fence = nil
+        break
+      end
+    end
+  end
+else
+  local free = tonumber(ARGV[12])
+  for _, e in ipairs(others) do
+    free = free - e.permits
+  end
+  if tonumber(ARGV[11]) <= free then
+    fence = 'new'
+    for _, w in ipairs(live_waiters(KEYS[3], KEYS[4], token)) do
+      if w.token ~= token then
+        fence = nil
+        break
+      end
+    end
+  end
+end
+
+if fence then
+  if fence == 'new' then
+    fence = next_fence(KEYS[2], now_us, ARGV[3])
+  end
+  local granted = {token = token, expiry = now + tonumber(ARGV[2]), mode = mode, owner = owner,
+    permits = tonumber(ARGV[11]), fence = fence, acquired = string.format('%.0f', now_us),
+    identity = ARGV[13]}
+  redis.call('HSET', lock, 'kind', ARGV[8], 'h:' .. token, entry_value(granted))
+  if ARGV[8] == 'semaphore' then
+    redis.call('HSET', lock, 'permits', ARGV[12])
+  end
+  live[#live + 1] = granted
+  settle(lock, live, now, ARGV[3])
+  if ARGV[7] == '1' then
+    leave_queue(KEYS[3], KEYS[4], token)
+  end
+  return {1, fence, tonumber(ARGV[2])}
+end
+
+if ARGV[4] == '1' then
+  enqueue(KEYS[3], KEYS[4], token, ARGV[7], ARGV[5], '0', mode, ARGV[11], ARGV[6], ARGV[13])
+end
+-- What blocks it: the earliest lease of another owner to run out.
+local blocker, until_ms = '', nil
+for _, e in ipairs(others) do
+  if not until_ms or e.expiry < until_ms then
+    until_ms = e.expiry
+    blocker = entry_value(e)
+  end
+end
+return {0, until_ms and (until_ms - now) or -1, last_fence, blocker}

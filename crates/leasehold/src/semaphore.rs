@@ -1,0 +1,335 @@
+//! The semaphore: at most N permits held at once, each a lease of its own.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::engine::{scripts, Kind};
+use crate::error::{Error, Result};
+use crate::guard::LeaseGuard;
+use crate::keys::{millis, validate_lease, validate_wait, LockKeys};
+use crate::mutex::{Core, LockInfo};
+
+/// The most permits a semaphore may have.
+pub const MAX_PERMITS: u32 = 10_000;
+
+/// At most a fixed number of permits held at once, across every process.
+/// Made by [`Client::semaphore`]; cheap to clone.
+///
+/// - **Every acquisition is a lease** with its own token and fence, renewed
+///   by the watchdog while its guard lives: the permits of a process that
+///   dies come back when their lease runs out (Redisson's
+///   `RPermitExpirableSemaphore`, renewed, so a slow holder does not lose
+///   them).
+/// - **First come, first served.** Waiters are served in arrival order, so
+///   a request for many permits is not starved by a stream of requests for
+///   one; a release wakes the waiters at the front whose permits fit.
+/// - **The permit count is stored with the semaphore.** The first user sets
+///   it; a handle with another count is refused with
+///   [`ErrorKind::Conflict`](crate::ErrorKind::Conflict), never silently
+///   used. [`set_permits`](Semaphore::set_permits) changes it for everyone.
+///   The count outlives the last lease by the client's fence retention.
+///
+/// ```no_run
+/// # async fn demo(client: leasehold::Client) -> leasehold::Result<()> {
+/// let slots = client.semaphore("exports", 4)?;
+/// let permit = slots.acquire().await?; // one of 4
+/// // run one export
+/// permit.release().await?;
+/// let big = slots.acquire_many(3).await?; // three at once, in turn
+/// big.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Semaphore {
+    core: Core,
+    total: u32,
+}
+
+impl fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.core.debug("Semaphore", f)
+    }
+}
+
+impl Semaphore {
+    pub(crate) fn new(client: Client, keys: LockKeys, total: u32) -> Result<Self> {
+        validate_permits(total)?;
+        Ok(Semaphore {
+            core: Core::new(client, keys, Kind::Semaphore { total }),
+            total,
+        })
+    }
+
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.core.keys.name
+    }
+
+    /// The permit count this handle expects the semaphore to have.
+    pub fn permits(&self) -> u32 {
+        self.total
+    }
+
+    /// This semaphore with another lease length for each permit lease, as
+    /// [`Mutex::with_lease`](crate::Mutex::with_lease).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a zero
+    /// lease, one under 10 ms, or one over 24 h.
+    pub fn with_lease(mut self, lease: Duration) -> Result<Self> {
+        validate_lease(lease)?;
+        self.core.lease = lease;
+        Ok(self)
+    }
+
+    /// This semaphore with the watchdog on or off, as [`Mutex::with_watchdog`](crate::Mutex::with_watchdog).
+    pub fn with_watchdog(mut self, on: bool) -> Self {
+        self.core.watchdog = on;
+        self
+    }
+
+    /// This semaphore with a hold-at-least, as [`Mutex::with_hold_at_least`](crate::Mutex::with_hold_at_least).
+    ///
+    /// # Errors
+    ///
+    /// As [`Mutex::with_hold_at_least`](crate::Mutex::with_hold_at_least).
+    pub fn with_hold_at_least(mut self, hold: Duration) -> Result<Self> {
+        self.core.set_hold_at_least(hold)?;
+        Ok(self)
+    }
+
+    /// This semaphore with a cap on renewal, as [`Mutex::with_max_hold`](crate::Mutex::with_max_hold).
+    ///
+    /// # Errors
+    ///
+    /// As [`Mutex::with_max_hold`](crate::Mutex::with_max_hold).
+    pub fn with_max_hold(mut self, max: Duration) -> Result<Self> {
+        self.core.set_max_hold(max)?;
+        Ok(self)
+    }
+
+    /// One attempt at one permit: see [`try_acquire_many`](Self::try_acquire_many).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire_many`](Self::try_acquire_many).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`try_acquire_many`](Self::try_acquire_many).
+    pub async fn try_acquire(&self) -> Result<Option<LeaseGuard>> {
+        self.try_acquire_many(1).await
+    }
+
+    /// Waits as long as it takes for one permit.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire_many`](Self::acquire_many).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`acquire_many`](Self::acquire_many).
+    pub async fn acquire(&self) -> Result<LeaseGuard> {
+        self.acquire_many(1).await
+    }
+
+    /// Waits at most `wait` for one permit.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire_many_timeout`](Self::acquire_many_timeout).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`acquire_many`](Self::acquire_many).
+    pub async fn acquire_timeout(&self, wait: Duration) -> Result<LeaseGuard> {
+        self.acquire_many_timeout(1, wait).await
+    }
+
+    /// One attempt at `n` permits, held by one lease: a guard if they were
+    /// free and nobody waits before this request, else `None`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for zero
+    /// permits or more than the semaphore has;
+    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the semaphore
+    /// has another permit count than this handle, or the name is in use by
+    /// another kind of lock; otherwise as [`Mutex::try_acquire`](crate::Mutex::try_acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a request that may have taken permits is undone in the
+    /// background.
+    pub async fn try_acquire_many(&self, n: u32) -> Result<Option<LeaseGuard>> {
+        self.asking(n)?.try_acquire().await
+    }
+
+    /// Waits as long as it takes for `n` permits, in turn with the other
+    /// waiters. Waiting does not poll: a release wakes the waiters at the
+    /// front of the queue whose permits fit.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire_many`](Self::try_acquire_many); connection faults
+    /// are ridden out.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future leaves nothing held and takes the
+    /// waiter out of the queue, in the background.
+    pub async fn acquire_many(&self, n: u32) -> Result<LeaseGuard> {
+        self.asking(n)?.acquire(None).await
+    }
+
+    /// Waits at most `wait` for `n` permits.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when the permits are
+    /// still taken after `wait`; otherwise as [`acquire_many`](Self::acquire_many).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`acquire_many`](Self::acquire_many).
+    pub async fn acquire_many_timeout(&self, n: u32, wait: Duration) -> Result<LeaseGuard> {
+        validate_wait(wait)?;
+        self.asking(n)?.acquire(Some(wait)).await
+    }
+
+    fn asking(&self, n: u32) -> Result<Core> {
+        if n == 0 || n > self.total {
+            return Err(Error::invalid(format!(
+                "asked for {n} permits of semaphore {:?}, which has {}: ask for 1 to {}",
+                self.core.keys.name, self.total, self.total
+            )));
+        }
+        let mut core = self.core.clone();
+        core.permits = n;
+        Ok(core)
+    }
+
+    /// Permits free now, as Redis sees it (the whole count when nobody
+    /// has used the semaphore yet).
+    ///
+    /// # Errors
+    ///
+    /// As [`inspect`](Self::inspect).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn available(&self) -> Result<u32> {
+        let info = self.core.inspect().await?;
+        let total = info.permits.unwrap_or(self.total);
+        let used: u32 = info.holders.iter().map(|h| h.permits).sum();
+        Ok(total.saturating_sub(used))
+    }
+
+    /// Sets the semaphore's permit count for every user (an admin action)
+    /// and wakes the waiters that now fit. Leases held beyond a lowered
+    /// count run on until they are released. Handles with the old count are
+    /// refused from then on; make new ones with the new count.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for zero
+    /// or more than [`MAX_PERMITS`]; [`ErrorKind::Conflict`](crate::ErrorKind::Conflict)
+    /// when the name is in use by another kind of lock; connection and
+    /// server errors as elsewhere.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not change the count.
+    pub async fn set_permits(&self, permits: u32) -> Result<()> {
+        validate_permits(permits)?;
+        let node = &self.core.client().node;
+        let keys = &self.core.keys;
+        let permits_arg = permits.to_string();
+        let retention = millis(node.config.fence_retention).to_string();
+        let reply = node
+            .eval(
+                "set-permits",
+                &scripts::SEMAPHORE_PERMITS,
+                &[&keys.lock, &keys.queue, &keys.waiters],
+                &[
+                    permits_arg.as_bytes(),
+                    retention.as_bytes(),
+                    keys.channels.as_bytes(),
+                ],
+            )
+            .await?;
+        let unexpected = || Error::unexpected_reply("set-permits", &reply);
+        let redis::Value::Array(items) = &reply else {
+            return Err(unexpected());
+        };
+        match items.first().and_then(scripts::as_int) {
+            Some(1) => Ok(()),
+            Some(-1) => {
+                let found = items
+                    .get(1)
+                    .and_then(scripts::as_text)
+                    .ok_or_else(unexpected)?;
+                Err(Error::wrong_kind(&keys.name, "semaphore", &found))
+            }
+            _ => Err(unexpected()),
+        }
+    }
+
+    /// Releases a permit lease taken by another process (see
+    /// [`Mutex::release_token`](crate::Mutex::release_token)).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the token holds
+    /// no permits: it ran out, was released, or is a stranger's.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not release the permits.
+    pub async fn release_token(&self, token: &str) -> Result<()> {
+        self.core.release_token(token).await
+    }
+
+    /// Takes back every permit, whoever holds it, and wakes the waiters: an
+    /// admin action. The permit count and the fence counter are kept.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not remove the permits.
+    pub async fn force_release(&self) -> Result<bool> {
+        self.core.force_release().await
+    }
+
+    /// The semaphore's state as Redis sees it now: its permit count and
+    /// every permit lease.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn inspect(&self) -> Result<LockInfo> {
+        self.core.inspect().await
+    }
+}
+
+fn validate_permits(permits: u32) -> Result<()> {
+    if permits == 0 || permits > MAX_PERMITS {
+        return Err(Error::invalid(format!(
+            "a semaphore of {permits} permits: give 1 to {MAX_PERMITS}"
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,459 @@
+//! ReentrantMutex, RwLock and Semaphore: the behaviour their users rely on,
+//! against a real server.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{client, client_with, cmd, eventually};
+use leasehold::{ErrorKind, Owner};
+use leasehold_testkit::RedisServer;
+
+const LONG: Duration = Duration::from_secs(30);
+const SHORT: Duration = Duration::from_millis(100);
+
+#[tokio::test]
+async fn a_reentrant_mutex_counts_levels_and_frees_at_zero() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let lock = client.reentrant_mutex("cfg").unwrap();
+    let other = client.reentrant_mutex("cfg").unwrap();
+    let outer = lock.acquire().await.unwrap();
+    let inner = lock.clone().acquire().await.unwrap();
+    let third = lock.try_acquire().await.unwrap().unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 3);
+    assert_eq!(inner.fence(), outer.fence());
+    assert_eq!(third.fence(), outer.fence());
+    assert!(other.try_acquire().await.unwrap().is_none());
+    let err = other.acquire_timeout(SHORT).await.unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    inner.release().await.unwrap();
+    third.release().await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    assert!(other.try_acquire().await.unwrap().is_none());
+    let first_fence = outer.fence();
+    outer.release().await.unwrap();
+    let theirs = other.try_acquire().await.unwrap().unwrap();
+    assert!(theirs.fence() > first_fence);
+    theirs.release().await.unwrap();
+    assert!(!cmd::<bool>(&server, &["EXISTS", "leasehold:{cfg}"]).await);
+}
+
+/// A reentry never waits, not even behind a waiter of its own client that
+/// waits for this very owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentry_does_not_wait_behind_a_local_waiter() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let mine = client.reentrant_mutex("cfg").unwrap();
+    let theirs = client.reentrant_mutex("cfg").unwrap();
+    let outer = mine.acquire().await.unwrap();
+    let waiting = tokio::spawn(async move { theirs.acquire_timeout(LONG).await });
+    eventually("the other owner to queue", || async {
+        cmd::<u64>(&server, &["ZCARD", "leasehold:{cfg}:q"]).await == 1
+    })
+    .await;
+    let inner = tokio::time::timeout(Duration::from_secs(10), mine.acquire())
+        .await
+        .expect("the reentry waited behind the other owner")
+        .unwrap();
+    inner.release().await.unwrap();
+    outer.release().await.unwrap();
+    let got = waiting.await.unwrap().unwrap();
+    got.release().await.unwrap();
+}
+
+/// Every level runs out with its lease when the owner stops renewing.
+#[tokio::test]
+async fn a_reentrant_lock_held_at_several_levels_expires() {
+    let server = RedisServer::start();
+    let holder = client_with(&server, Duration::from_millis(300), false);
+    let lock = holder.reentrant_mutex("cfg").unwrap();
+    let a = lock.acquire().await.unwrap();
+    let b = lock.acquire().await.unwrap();
+    let other = client(&server).reentrant_mutex("cfg").unwrap();
+    let got = other
+        .acquire_timeout(Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(got.fence() > a.fence());
+    assert!(a.is_lost() || a.valid_for().is_zero());
+    assert!(b.release().await.unwrap_err().is_not_held());
+    got.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn readers_share_and_a_writer_excludes() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let one = client.rw_lock("cat").unwrap();
+    let two = client.rw_lock("cat").unwrap();
+    let writer = client.rw_lock("cat").unwrap();
+    let r1 = one.read().acquire().await.unwrap();
+    let r2 = two.read().try_acquire().await.unwrap().unwrap();
+    assert!(writer.write().try_acquire().await.unwrap().is_none());
+    let info = one.inspect().await.unwrap();
+    assert_eq!(info.kind.as_deref(), Some("rwlock"));
+    assert_eq!(info.holders.len(), 2);
+    assert!(info.holders.iter().all(|h| h.mode == "read"));
+    r1.release().await.unwrap();
+    assert!(writer.write().try_acquire().await.unwrap().is_none());
+    r2.release().await.unwrap();
+    let w = writer.write().try_acquire().await.unwrap().unwrap();
+    assert!(one.read().try_acquire().await.unwrap().is_none());
+    // Write fences grow; a read reports the last write's fence.
+    let fence = w.fence();
+    w.release().await.unwrap();
+    let r = one.read().acquire().await.unwrap();
+    assert_eq!(r.fence(), fence);
+    r.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writer_blocks_later_readers_and_its_release_wakes_them_all() {
+    let server = RedisServer::start();
+    let reader = client(&server).rw_lock("cat").unwrap();
+    let held = reader.read().acquire().await.unwrap();
+    let writer = client(&server).rw_lock("cat").unwrap();
+    let writing = tokio::spawn(async move { writer.write().acquire_timeout(LONG).await });
+    eventually("the writer to queue", || async {
+        cmd::<u64>(&server, &["ZCARD", "leasehold:{cat}:q"]).await == 1
+    })
+    .await;
+    // A later reader queues behind the writer.
+    let late = client(&server).rw_lock("cat").unwrap();
+    assert!(late.read().try_acquire().await.unwrap().is_none());
+    let mut later = Vec::new();
+    for _ in 0..3 {
+        let r = client(&server).rw_lock("cat").unwrap();
+        later.push(tokio::spawn(
+            async move { r.read().acquire_timeout(LONG).await },
+        ));
+    }
+    eventually("the readers to queue", || async {
+        cmd::<u64>(&server, &["ZCARD", "leasehold:{cat}:q"]).await == 4
+    })
+    .await;
+    held.release().await.unwrap();
+    let w = writing.await.unwrap().unwrap();
+    // The writer holds alone.
+    let info = late.inspect().await.unwrap();
+    assert_eq!(info.holders.len(), 1);
+    assert_eq!(info.holders[0].mode, "write");
+    w.release().await.unwrap();
+    let mut guards = Vec::new();
+    for r in later {
+        guards.push(r.await.unwrap().unwrap());
+    }
+    assert_eq!(late.inspect().await.unwrap().holders.len(), 3);
+    for g in guards {
+        g.release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn upgrade_is_refused_and_downgrade_works() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let lock = client.rw_lock("cat").unwrap();
+    let r = lock.read().acquire().await.unwrap();
+    let err = lock.write().acquire().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    assert!(err.to_string().contains("upgrad"), "{err}");
+    r.release().await.unwrap();
+
+    let w = lock.write().acquire().await.unwrap();
+    let w2 = lock.write().acquire().await.unwrap(); // reentrant write
+    assert_eq!(w2.fence(), w.fence());
+    let r = lock.read().acquire().await.unwrap(); // downgrade step one
+    w2.release().await.unwrap();
+    w.release().await.unwrap();
+    // Only the read share is left: another reader joins, a writer waits.
+    let other = client.rw_lock("cat").unwrap();
+    other
+        .read()
+        .try_acquire()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert!(other.write().try_acquire().await.unwrap().is_none());
+    r.release().await.unwrap();
+    other
+        .write()
+        .try_acquire()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_lease_of_one_owner_is_not_released_by_another() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let lock = client.rw_lock("cat").unwrap();
+    let r = lock.read().acquire().await.unwrap();
+    let token = r.token().to_owned();
+    let stranger = client.rw_lock("cat").unwrap();
+    let err = stranger.release_token("not-a-token").await.unwrap_err();
+    assert!(err.is_not_held(), "{err}");
+    assert_eq!(lock.inspect().await.unwrap().holders.len(), 1);
+    // The token is what releases it, from anywhere.
+    stranger.release_token(&token).await.unwrap();
+    assert!(r.release().await.unwrap_err().is_not_held());
+}
+
+/// A reader that stops renewing frees its share when its own lease ends,
+/// while other readers hold on.
+#[tokio::test]
+async fn an_expired_reader_does_not_block_a_writer_beyond_its_lease() {
+    let server = RedisServer::start();
+    let dying = client_with(&server, Duration::from_millis(400), false)
+        .rw_lock("cat")
+        .unwrap();
+    let dead_reader = dying.read().acquire().await.unwrap().detach();
+    let live = client(&server).rw_lock("cat").unwrap();
+    let live_reader = live.read().acquire().await.unwrap();
+    let writer = client(&server).rw_lock("cat").unwrap();
+    assert!(writer.write().try_acquire().await.unwrap().is_none());
+    live_reader.release().await.unwrap();
+    let w = writer
+        .write()
+        .acquire_timeout(Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(dying.release_token(&dead_reader.token).await.is_err());
+    w.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_semaphore_holds_at_most_its_permits() {
+    let server = RedisServer::start();
+    let sem = client(&server).semaphore("slots", 3).unwrap();
+    let a = sem.acquire().await.unwrap();
+    let b = sem.acquire_many(2).await.unwrap();
+    assert_eq!(b.permits(), 2);
+    assert_eq!(sem.available().await.unwrap(), 0);
+    assert!(sem.try_acquire().await.unwrap().is_none());
+    assert!(b.fence() > a.fence());
+    b.release().await.unwrap();
+    assert_eq!(sem.available().await.unwrap(), 2);
+    assert!(sem.try_acquire_many(3).await.unwrap().is_none());
+    let err = sem.try_acquire_many(4).await.unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    a.release().await.unwrap();
+    sem.try_acquire_many(3)
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // The count stays with the semaphore, with a TTL.
+    let ttl: i64 = cmd(&server, &["PTTL", "leasehold:{slots}"]).await;
+    assert!(ttl > 0, "{ttl}");
+}
+
+/// A request for many permits is not starved by a stream of requests for one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_big_request_is_served_in_turn() {
+    let server = RedisServer::start();
+    let sem = client(&server).semaphore("slots", 2).unwrap();
+    let held = sem.acquire().await.unwrap();
+    let big = client(&server).semaphore("slots", 2).unwrap();
+    let waiting = tokio::spawn(async move { big.acquire_many_timeout(2, LONG).await });
+    eventually("the big request to queue", || async {
+        cmd::<u64>(&server, &["ZCARD", "leasehold:{slots}:q"]).await == 1
+    })
+    .await;
+    // One permit is free, but a newcomer may not pass the waiter.
+    let small = client(&server).semaphore("slots", 2).unwrap();
+    assert!(small.try_acquire().await.unwrap().is_none());
+    held.release().await.unwrap();
+    let got = waiting.await.unwrap().unwrap();
+    assert_eq!(got.permits(), 2);
+    got.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn permits_of_a_crashed_client_come_back_after_their_lease() {
+    let server = RedisServer::start();
+    let crashed = client_with(&server, Duration::from_millis(300), false)
+        .semaphore("slots", 1)
+        .unwrap();
+    let gone = crashed.acquire().await.unwrap().detach();
+    let sem = client(&server).semaphore("slots", 1).unwrap();
+    assert!(sem.try_acquire().await.unwrap().is_none());
+    let got = sem.acquire_timeout(Duration::from_secs(10)).await.unwrap();
+    assert!(got.fence() > gone.fence);
+    // A stranger's release is refused; the lease holds on.
+    assert!(sem
+        .release_token("stranger")
+        .await
+        .unwrap_err()
+        .is_not_held());
+    assert_eq!(sem.available().await.unwrap(), 0);
+    got.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_permit_count_mismatch_is_reported_and_can_be_changed() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let three = client.semaphore("slots", 3).unwrap();
+    three
+        .try_acquire()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let five = client.semaphore("slots", 5).unwrap();
+    let err = five.try_acquire().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict);
+    assert!(err.to_string().contains("has 3 permits, not 5"), "{err}");
+    five.set_permits(5).await.unwrap();
+    five.try_acquire()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert!(three.try_acquire().await.unwrap_err().is_conflict());
+}
+
+#[tokio::test]
+async fn a_name_is_one_kind_of_lock() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let mutex = client.mutex("x").unwrap();
+    let held = mutex.acquire().await.unwrap();
+    let err = client
+        .rw_lock("x")
+        .unwrap()
+        .write()
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_conflict(), "{err}");
+    assert!(
+        err.to_string().contains("mutex") && err.to_string().contains("rwlock"),
+        "{err}"
+    );
+    held.release().await.unwrap();
+    let sem = client.semaphore("x", 2).unwrap().acquire().await.unwrap();
+    for err in [
+        mutex.try_acquire().await.unwrap_err(),
+        client.fair_mutex("x").unwrap().acquire().await.unwrap_err(),
+        client
+            .reentrant_mutex("x")
+            .unwrap()
+            .acquire()
+            .await
+            .unwrap_err(),
+        client
+            .rw_lock("x")
+            .unwrap()
+            .read()
+            .try_acquire()
+            .await
+            .unwrap_err(),
+    ] {
+        assert!(err.is_conflict(), "{err}");
+        assert!(err.to_string().contains("semaphore"), "{err}");
+    }
+    // Nothing was overwritten.
+    assert_eq!(
+        client.semaphore("x", 2).unwrap().available().await.unwrap(),
+        1
+    );
+    sem.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn inspect_and_errors_name_the_holder() {
+    let server = RedisServer::start();
+    let holder = leasehold::Client::builder(server.url())
+        .name("nightly-report")
+        .build()
+        .unwrap();
+    let held = holder.mutex("job").unwrap().acquire().await.unwrap();
+    let other = client(&server).mutex("job").unwrap();
+    let info = other.inspect().await.unwrap();
+    assert_eq!(info.holders.len(), 1);
+    let who = &info.holders[0];
+    assert_eq!(who.client_name, "nightly-report");
+    assert_eq!(who.pid, Some(std::process::id()));
+    assert!(who.acquired_at.is_some());
+    let err = other.acquire_timeout(SHORT).await.unwrap_err();
+    assert!(err.is_timeout());
+    let text = err.to_string();
+    assert!(text.contains("nightly-report"), "{text}");
+    assert!(
+        text.contains(&format!("pid {}", std::process::id())),
+        "{text}"
+    );
+    held.release().await.unwrap();
+
+    let sem = holder.semaphore("slots", 1).unwrap();
+    let permit = sem.acquire().await.unwrap();
+    let err = client(&server)
+        .semaphore("slots", 1)
+        .unwrap()
+        .acquire_timeout(SHORT)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("nightly-report"), "{err}");
+    let info = sem.inspect().await.unwrap();
+    assert_eq!(info.permits, Some(1));
+    assert_eq!(info.holders[0].client_name, "nightly-report");
+    assert_eq!(info.holders[0].fence, Some(permit.fence()));
+    permit.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_watchdog_renews_every_kind() {
+    let server = RedisServer::start();
+    let client = client_with(&server, Duration::from_millis(600), true);
+    let r = client.rw_lock("a").unwrap().read().acquire().await.unwrap();
+    let s = client.semaphore("b", 2).unwrap().acquire().await.unwrap();
+    let m = client
+        .reentrant_mutex("c")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    for g in [&r, &s, &m] {
+        assert!(!g.is_lost(), "{g:?}");
+    }
+    r.release().await.unwrap();
+    s.release().await.unwrap();
+    m.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn owners_can_be_shared_by_id() {
+    let server = RedisServer::start();
+    let owner = Owner::from_id("job-42").unwrap();
+    let a = client(&server)
+        .reentrant_mutex("cfg")
+        .unwrap()
+        .with_owner(owner.clone());
+    let b = client(&server)
+        .reentrant_mutex("cfg")
+        .unwrap()
+        .with_owner(owner);
+    let one = a.acquire().await.unwrap();
+    let two = b.try_acquire().await.unwrap().unwrap();
+    assert_eq!(b.hold_count().await.unwrap(), 2);
+    one.release().await.unwrap();
+    two.release().await.unwrap();
+}
