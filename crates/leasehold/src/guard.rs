@@ -16,7 +16,7 @@ pub type MutexGuard = LeaseGuard;
 ///
 /// Release it with [`release`](MutexGuard::release) to learn whether the
 /// lease held to the end. Dropped without it, the lock is released in the
-/// background (see [`Client::flush`]); outside a runtime it expires after its
+/// background (see [`Client::flush`](crate::Client::flush)); outside a runtime it expires after its
 /// lease.
 ///
 /// While the guard lives the watchdog renews the lease (unless turned off).

@@ -26,15 +26,61 @@
 //! |---|---|
 //! | one holder at a time, cheapest under light contention | [`Mutex`] |
 //! | one holder at a time, first come first served, even waits | [`FairMutex`] |
-//! | a job started on many hosts runs once | either, with a hold-at-least (see [Run-once jobs](#run-once-jobs)) |
+//! | one owner at a time that may take the lock again (nested calls) | [`ReentrantMutex`] |
+//! | many readers or one writer, writers not starved | [`RwLock`] |
+//! | at most N holders at once (a pool of slots, a rate of parallel jobs) | [`Semaphore`] |
+//! | a job started on many hosts runs once | any, with a hold-at-least (see [Run-once jobs](#run-once-jobs)) |
 //!
-//! Both are fenced and renewed the same way and hand out the same
-//! [`MutexGuard`]. A `Mutex` lets a free lock go to whoever asks first, so a
-//! holder that releases and asks again often gets it straight back, until a
-//! waiter has waited a few milliseconds and is handed the lock at the next
-//! release; a `FairMutex` always hands the lock to the first waiter in line
-//! inside the release itself, and nobody can barge in. Read-write locks, semaphores and Redlock over several independent
-//! Redis servers are built on the same lease engine and follow.
+//! Every primitive is fenced, renewed by the same watchdog, reports a lost
+//! lease the same way, and hands out the same [`LeaseGuard`] (named
+//! [`MutexGuard`] for the mutexes). A `Mutex` lets a free lock go to
+//! whoever asks first, so a holder that releases and asks again often gets
+//! it straight back, until a waiter has waited a few milliseconds and is
+//! handed the lock at the next release; a `FairMutex` always hands the lock
+//! to the first waiter in line inside the release itself, and nobody can
+//! barge in. A `ReentrantMutex` belongs to an explicit [`Owner`] (never a
+//! thread: tasks move between threads), counts its levels, and never makes
+//! a reentry wait. An `RwLock` gives every reader a lease of its own (a
+//! dead reader frees only its share), queues readers behind a waiting
+//! writer, allows write→read downgrade and refuses read→write upgrade at
+//! once. A `Semaphore` stores its permit count with it, gives every
+//! acquisition a lease and a fence, and serves waiters in order so a
+//! request for many permits is not starved.
+//!
+//! ```no_run
+//! # async fn demo(client: leasehold::Client) -> leasehold::Result<()> {
+//! // Reentrant: nested calls by one owner do not wait for themselves.
+//! let config = client.reentrant_mutex("config")?;
+//! let outer = config.acquire().await?;
+//! let inner = config.acquire().await?;
+//! inner.release().await?;
+//! outer.release().await?;
+//!
+//! // Read-write: readers together, writers alone.
+//! let catalog = client.rw_lock("catalog")?;
+//! let view = catalog.read().acquire().await?; // view.fence(): the last write's
+//! view.release().await?;
+//! let edit = catalog.write().acquire().await?;
+//! edit.release().await?;
+//!
+//! // Semaphore: at most 4 exports at once.
+//! let exports = client.semaphore("exports", 4)?;
+//! let permit = exports.acquire().await?;
+//! permit.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! A name is one kind of lock: asking for a name as another kind than the
+//! one that holds it is refused at once with [`ErrorKind::Conflict`]
+//! (waiting would never end), and nothing is overwritten.
+//!
+//! # Who holds a lock
+//!
+//! Every lease records who took it: the process id, the host, the client's
+//! name ([`ClientBuilder::name`], the program's name by default) and the
+//! time Redis granted it. `inspect()` lists every holder ([`LockInfo::holders`]:
+//! the mutex's holder, each reader or writer, each permit lease), and a wait
+//! that runs out names the holder and the lease it has left.
 //!
 //! # The safety model
 //!
@@ -168,7 +214,8 @@
 //!
 //! # Keys
 //!
-//! A lock called `name` lives at `<prefix>:{name}`, with its fence counter at
+//! A lock called `name` lives at `<prefix>:{name}` (a string for the
+//! mutexes, a hash with one entry per lease for the other primitives), with its fence counter at
 //! `<prefix>:{name}:fence` (expires after the fence retention), its waiter
 //! queue at `<prefix>:{name}:q` with one heartbeat key per waiter under
 //! `<prefix>:{name}:w:`, and each client's notification channel under
