@@ -64,6 +64,38 @@ fn clean(text: &str, max: usize) -> String {
     out
 }
 
+/// How a lease holds its lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum HoldMode {
+    /// Alone: a mutex, a fair mutex, or a level of a reentrant mutex.
+    Exclusive,
+    /// A reader of an rw-lock.
+    Read,
+    /// The writer of an rw-lock.
+    Write,
+    /// Permits of a semaphore.
+    Permits,
+}
+
+impl HoldMode {
+    /// `"exclusive"`, `"read"`, `"write"` or `"permits"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldMode::Exclusive => "exclusive",
+            HoldMode::Read => "read",
+            HoldMode::Write => "write",
+            HoldMode::Permits => "permits",
+        }
+    }
+}
+
+impl std::fmt::Display for HoldMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One holder of a lock, as [`LockInfo`](crate::LockInfo) and the busy and
 /// timeout errors report it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,9 +111,8 @@ pub struct Holder {
     pub acquired_at: Option<SystemTime>,
     /// The time left on this holder's lease.
     pub remaining: Option<Duration>,
-    /// How this lease holds the lock: `"exclusive"` (a mutex or a reentrant
-    /// mutex), `"read"`, `"write"` or `"permits"`.
-    pub mode: &'static str,
+    /// How this lease holds the lock.
+    pub mode: HoldMode,
     /// Semaphore permits this lease holds (1 for the other primitives).
     pub permits: u32,
     /// The [`Owner`](crate::Owner) of a reentrant mutex or rw-lock lease.
@@ -110,11 +141,10 @@ impl Holder {
         let mut words = record.splitn(9, ' ');
         let first = words.next()?.parse::<u64>().ok()?;
         let mode = match words.next()? {
-            "x" => "exclusive",
-            "r" => "read",
-            "w" => "write",
-            "s" => "permits",
-            _ => "unknown",
+            "r" => HoldMode::Read,
+            "w" => HoldMode::Write,
+            "s" => HoldMode::Permits,
+            _ => HoldMode::Exclusive,
         };
         let owner = words.next()?;
         let permits = words.next()?.parse::<u32>().ok()?;
@@ -137,7 +167,7 @@ impl Holder {
             client_name: name.unwrap_or_default().to_owned(),
             acquired_at: None,
             remaining: None,
-            mode: "exclusive",
+            mode: HoldMode::Exclusive,
             permits: 1,
             owner: None,
             fence: None,
@@ -185,7 +215,7 @@ mod tests {
         let holder =
             Holder::from_hash_record("1500 r owner1 1 77 1700000000000000 12 host a b", true)
                 .unwrap();
-        assert_eq!(holder.mode, "read");
+        assert_eq!(holder.mode, HoldMode::Read);
         assert_eq!(holder.fence, Some(77));
         assert_eq!(holder.remaining, Some(Duration::from_millis(1500)));
         assert_eq!(holder.pid, Some(12));

@@ -250,7 +250,7 @@ pub use client::{
 pub use error::{Error, ErrorKind, Result};
 pub use fair_mutex::FairMutex;
 pub use guard::{DetachedLease, LeaseGuard, MutexGuard};
-pub use holder::Holder;
+pub use holder::{HoldMode, Holder};
 pub use keys::{MAX_LEASE, MAX_NAME_LEN, MAX_PREFIX_LEN, MAX_TOKEN_LEN, MAX_WAIT, MIN_LEASE};
 pub use mutex::{LockInfo, Mutex};
 pub use owner::{Owner, MAX_OWNER_LEN};

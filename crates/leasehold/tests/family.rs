@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{client, client_with, cmd, eventually};
-use leasehold::{ErrorKind, Owner};
+use leasehold::{ErrorKind, HoldMode, Owner};
 use leasehold_testkit::RedisServer;
 
 const LONG: Duration = Duration::from_secs(30);
@@ -95,7 +95,7 @@ async fn readers_share_and_a_writer_excludes() {
     let info = one.inspect().await.unwrap();
     assert_eq!(info.kind.as_deref(), Some("rwlock"));
     assert_eq!(info.holders.len(), 2);
-    assert!(info.holders.iter().all(|h| h.mode == "read"));
+    assert!(info.holders.iter().all(|h| h.mode == HoldMode::Read));
     r1.release().await.unwrap();
     assert!(writer.write().try_acquire().await.unwrap().is_none());
     r2.release().await.unwrap();
@@ -139,7 +139,7 @@ async fn a_waiting_writer_blocks_later_readers_and_its_release_wakes_them_all() 
     // The writer holds alone.
     let info = late.inspect().await.unwrap();
     assert_eq!(info.holders.len(), 1);
-    assert_eq!(info.holders[0].mode, "write");
+    assert_eq!(info.holders[0].mode, HoldMode::Write);
     w.release().await.unwrap();
     let mut guards = Vec::new();
     for r in later {
