@@ -153,6 +153,11 @@ impl Lock {
 
     /// One attempt.
     ///
+    /// # Errors
+    ///
+    /// As the face's `try_acquire`: `Conflict` when the name is in use by
+    /// another kind of lock or a semaphore of another size.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe, as every face's `try_acquire`.
@@ -162,6 +167,11 @@ impl Lock {
 
     /// Waits as long as it takes.
     ///
+    /// # Errors
+    ///
+    /// As the face's `acquire`: `Conflict` when the name is in use by
+    /// another kind of lock or a semaphore of another size.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe, as every face's `acquire`.
@@ -170,6 +180,11 @@ impl Lock {
     }
 
     /// Waits at most `wait`.
+    ///
+    /// # Errors
+    ///
+    /// As the face's `acquire_timeout`: `Conflict` when the name is in use by
+    /// another kind of lock or a semaphore of another size.
     ///
     /// # Cancel safety
     ///
