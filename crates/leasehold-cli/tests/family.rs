@@ -445,6 +445,13 @@ fn shared_leases_taken_by_acquire_are_extended_and_released_by_token() {
             format!("leasehold acquire {name} {}", flags.join(" "))
         );
         assert!(holder["remaining_ms"].as_u64().unwrap() <= 60_000);
+        let out = leasehold(&url, &["inspect", name]);
+        let text = stdout(&out);
+        assert!(text.contains(&format!("pid {pid} on ")), "{text}");
+        assert!(
+            text.contains(&format!("(leasehold acquire {name} ")),
+            "{text}"
+        );
 
         let out = leasehold(&url, &["extend", name, &token, "--lease", "1h"]);
         assert!(out.status.success(), "{name}: {}", stderr(&out));
