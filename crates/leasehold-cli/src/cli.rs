@@ -5,6 +5,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::duration;
+use crate::kind::KindArgs;
 
 /// Distributed locks on Redis: run a command under a lock, or take and give
 /// back locks from shell scripts.
@@ -18,7 +19,8 @@ pub(crate) struct Cli {
 }
 
 const EXIT_CODES: &str = "Exit codes: the command's own for `run` when the lease held; \
-0 done; 1 unexpected error, or `demo` lost an update; 2 usage; 69 Redis unreachable (or, \
+0 done; 1 unexpected error, or `demo` lost an update; 2 usage; 65 the name is in use by \
+another kind of lock, or by a semaphore of another size; 69 Redis unreachable (or, \
 for `demo`, redis-server not installed); 75 lock busy (wait ran out or \
 --no-wait); 76 lease lost or its release unanswered (unless --on-lost ignore), lease ran out \
 before the command could start, or token no longer holds the lock; 77 Redis refused the \
@@ -48,6 +50,16 @@ impl Connection {
         watchdog: bool,
         restart_grace: Option<Duration>,
     ) -> leasehold::Result<leasehold::Client> {
+        self.builder(lease, watchdog, restart_grace).build()
+    }
+
+    /// The client's settings, for a caller that adds its own.
+    pub(crate) fn builder(
+        &self,
+        lease: Duration,
+        watchdog: bool,
+        restart_grace: Option<Duration>,
+    ) -> leasehold::ClientBuilder {
         let builder = match &self.url {
             Some(url) => leasehold::Client::builder(url.clone()),
             None => leasehold::ClientBuilder::from_env(),
@@ -59,7 +71,7 @@ impl Connection {
         if let Some(grace) = restart_grace {
             builder = builder.restart_grace(grace);
         }
-        builder.build()
+        builder
     }
 }
 
@@ -98,10 +110,9 @@ pub(crate) struct WaitArgs {
 /// How the lock is taken, for the commands that take one.
 #[derive(Debug, Args)]
 pub(crate) struct TakeArgs {
-    /// Take the lock in turn: waiters are served in the order they arrived,
-    /// across every process (a fair lock; `release` and `extend` need no flag)
-    #[arg(long)]
-    pub(crate) fair: bool,
+    /// Which kind of lock: a mutex unless a kind flag says otherwise
+    #[command(flatten)]
+    pub(crate) kind: KindArgs,
     /// For Redis without persistence, where a restart forgets every lock:
     /// take no lock from a server that has been up for less than DUR, so
     /// that holders from before the restart have passed their deadline. Set

@@ -19,9 +19,9 @@ use tokio::task::JoinSet;
 
 use crate::cli::{Connection, DemoArgs};
 use crate::exit::{self, Fail};
+use crate::kind::{Kind, Lock};
 use crate::private_redis::PrivateRedis;
 use crate::screen::{self, LiveView};
-use crate::scripting::Lock;
 use crate::signals::Stop;
 
 const LOCK_NAME: &str = "demo";
@@ -73,7 +73,8 @@ async fn run_on(
             .prefix(conn.prefix.clone())
             .lease(LEASE)
             .build()?;
-        let lock = Lock::new(&client, LOCK_NAME, args.fair)?;
+        let kind = if args.fair { Kind::Fair } else { Kind::Mutex };
+        let lock = Lock::new(&client, LOCK_NAME, kind)?;
         clients.push(client);
         running.spawn(worker(index, lock, Arc::clone(&board), stopped.clone()));
     }

@@ -2,6 +2,9 @@
 
 pub(crate) const FAILURE: u8 = 1;
 pub(crate) const USAGE: u8 = 2;
+/// EX_DATAERR: the name is in use by another kind of lock (or by a
+/// semaphore of another size). Waiting would never end, so it is not busy.
+pub(crate) const CONFLICT: u8 = 65;
 /// EX_UNAVAILABLE: Redis cannot be reached.
 pub(crate) const UNAVAILABLE: u8 = 69;
 /// EX_TEMPFAIL: the lock is busy; try again later.
@@ -42,6 +45,7 @@ pub(crate) fn code_for(err: &anyhow::Error) -> u8 {
         leasehold::ErrorKind::Timeout => BUSY,
         leasehold::ErrorKind::NotHeld => LOST,
         leasehold::ErrorKind::InvalidInput => USAGE,
+        leasehold::ErrorKind::Conflict => CONFLICT,
         leasehold::ErrorKind::Connection => UNAVAILABLE,
         leasehold::ErrorKind::Auth => AUTH,
         leasehold::ErrorKind::Config => CONFIG,

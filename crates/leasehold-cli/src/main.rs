@@ -9,6 +9,7 @@
 //! | 0 | the other commands: done (`demo`: no update was lost; `watch`: stopped with Ctrl-C) |
 //! | 1 | an unexpected error (an odd reply from Redis); `demo`: an update was lost |
 //! | 2 | usage: a bad flag, duration, lease or lock name |
+//! | 65 | the name is in use by another kind of lock (a mutex asked for `--read`, say), or by a semaphore of another size |
 //! | 69 | Redis cannot be reached (`demo`: `redis-server` is not installed) |
 //! | 75 | the lock is held by someone else and the wait ran out (or `--no-wait`) |
 //! | 76 | `run`: the lease was lost while the command ran, or the release after it got no answer (both unless `--on-lost ignore`), or the lease ran out before the command could start (nothing was run); `release` / `extend`: the token no longer holds the lock |
@@ -26,11 +27,13 @@ mod cli;
 mod demo;
 mod duration;
 mod exit;
+mod kind;
 mod private_redis;
 mod runner;
 mod screen;
 mod scripting;
 mod signals;
+mod state;
 mod terminal;
 mod warden;
 mod watch;

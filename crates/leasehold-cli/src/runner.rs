@@ -15,22 +15,31 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::cli::{Connection, OnLost, RunArgs};
 use crate::exit::{self, Fail};
-use crate::scripting::{take, Lock};
+use crate::kind::{self, Kind, Lock};
+use crate::scripting::take;
 use crate::{terminal, warden};
 
 /// How long a child has between SIGTERM and SIGKILL after its lease is lost.
 const TERM_GRACE: Duration = Duration::from_secs(10);
 
 pub(crate) async fn run(conn: &Connection, args: RunArgs) -> anyhow::Result<ExitCode> {
-    let client = conn.client(args.lease, true, args.take.restart_grace)?;
-    let result = run_locked(&client, &args).await;
+    let kind = Kind::from(&args.take.kind);
+    let client = conn
+        .builder(args.lease, true, args.take.restart_grace)
+        .name(kind::client_name("run", &args.name, kind, &args.command))
+        .build()?;
+    let result = run_locked(&client, &args, kind).await;
     // Releases from cancelled acquisitions must finish before the runtime stops.
     client.flush().await;
     result
 }
 
-async fn run_locked(client: &leasehold::Client, args: &RunArgs) -> anyhow::Result<ExitCode> {
-    let mut lock = Lock::new(client, &args.name, args.take.fair)?;
+async fn run_locked(
+    client: &leasehold::Client,
+    args: &RunArgs,
+    kind: Kind,
+) -> anyhow::Result<ExitCode> {
+    let mut lock = Lock::new(client, &args.name, kind)?;
     if let Some(hold) = args.hold_at_least {
         lock = lock.with_hold_at_least(hold)?;
     }

@@ -9,73 +9,8 @@ use crate::cli::{
     AcquireArgs, Connection, ExtendArgs, InspectArgs, NameArgs, TakeArgs, TokenArgs, WaitArgs,
 };
 use crate::exit::{self, Fail};
-
-/// The lock `run` and `acquire` take: a plain or a fair mutex, whose guards
-/// are alike.
-#[derive(Debug)]
-pub(crate) enum Lock {
-    Plain(leasehold::Mutex),
-    Fair(leasehold::FairMutex),
-}
-
-impl Lock {
-    pub(crate) fn new(
-        client: &leasehold::Client,
-        name: &str,
-        fair: bool,
-    ) -> leasehold::Result<Self> {
-        Ok(if fair {
-            Lock::Fair(client.fair_mutex(name)?)
-        } else {
-            Lock::Plain(client.mutex(name)?)
-        })
-    }
-
-    /// The same lock, kept until `hold` has passed since it was taken
-    /// when released sooner.
-    pub(crate) fn with_hold_at_least(self, hold: Duration) -> leasehold::Result<Self> {
-        Ok(match self {
-            Lock::Plain(mutex) => Lock::Plain(mutex.with_hold_at_least(hold)?),
-            Lock::Fair(mutex) => Lock::Fair(mutex.with_hold_at_least(hold)?),
-        })
-    }
-
-    /// The same lock, renewed no further than `max` after it was taken.
-    pub(crate) fn with_max_hold(self, max: Duration) -> leasehold::Result<Self> {
-        Ok(match self {
-            Lock::Plain(mutex) => Lock::Plain(mutex.with_max_hold(max)?),
-            Lock::Fair(mutex) => Lock::Fair(mutex.with_max_hold(max)?),
-        })
-    }
-
-    fn name(&self) -> &str {
-        match self {
-            Lock::Plain(mutex) => mutex.name(),
-            Lock::Fair(mutex) => mutex.name(),
-        }
-    }
-
-    async fn try_acquire(&self) -> leasehold::Result<Option<leasehold::MutexGuard>> {
-        match self {
-            Lock::Plain(mutex) => mutex.try_acquire().await,
-            Lock::Fair(mutex) => mutex.try_acquire().await,
-        }
-    }
-
-    pub(crate) async fn acquire(&self) -> leasehold::Result<leasehold::MutexGuard> {
-        match self {
-            Lock::Plain(mutex) => mutex.acquire().await,
-            Lock::Fair(mutex) => mutex.acquire().await,
-        }
-    }
-
-    async fn acquire_timeout(&self, wait: Duration) -> leasehold::Result<leasehold::MutexGuard> {
-        match self {
-            Lock::Plain(mutex) => mutex.acquire_timeout(wait).await,
-            Lock::Fair(mutex) => mutex.acquire_timeout(wait).await,
-        }
-    }
-}
+use crate::kind::{self, Kind, Lock};
+use crate::state;
 
 /// Takes the lock as `wait` says; a busy lock is an error that exits 75.
 pub(crate) async fn take(
@@ -112,8 +47,12 @@ pub(crate) async fn take(
 }
 
 pub(crate) async fn acquire(conn: &Connection, args: AcquireArgs) -> anyhow::Result<ExitCode> {
-    let client = conn.client(args.lease, false, args.take.restart_grace)?;
-    let lock = Lock::new(&client, &args.name, args.take.fair)?;
+    let kind = Kind::from(&args.take.kind);
+    let client = conn
+        .builder(args.lease, false, args.take.restart_grace)
+        .name(kind::client_name("acquire", &args.name, kind, &[]))
+        .build()?;
+    let lock = Lock::new(&client, &args.name, kind)?;
     let taken = take(&lock, &args.wait, &args.take).await;
     // A failed attempt may have left a release running in the background.
     client.flush().await;
@@ -162,7 +101,9 @@ pub(crate) async fn inspect(conn: &Connection, args: InspectArgs) -> anyhow::Res
         (true, None) => "held, with no expiry (set by hand?)".to_owned(),
     };
     println!("lock:            {}", info.name);
-    println!("state:           {state}");
+    for line in state::lines(&info, state) {
+        println!("{line}");
+    }
     match info.last_fence {
         Some(fence) => println!("last fence:      {fence}"),
         None => println!("last fence:      none yet"),
@@ -184,16 +125,19 @@ pub(crate) async fn force_release(conn: &Connection, args: NameArgs) -> anyhow::
 
 /// A lock's state as `inspect --json` and `watch --once --json` print it.
 pub(crate) fn info_json(info: &leasehold::LockInfo) -> serde_json::Value {
-    let remaining_ms = info
-        .remaining
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    json!({
+    let remaining_ms =
+        state::lease_left(info).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let mut value = json!({
         "name": info.name,
         "held": info.held,
         "remaining_ms": remaining_ms,
         "last_fence": info.last_fence,
         "waiting_clients": info.waiting_clients,
-    })
+    });
+    if let Some(object) = value.as_object_mut() {
+        object.extend(state::json_fields(info).map(|(k, v)| (k.to_owned(), v)));
+    }
+    value
 }
 
 pub(crate) fn seconds(d: Duration) -> String {

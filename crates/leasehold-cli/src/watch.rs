@@ -12,6 +12,7 @@ use crate::cli::{Connection, WatchArgs};
 use crate::screen::{self, LiveView};
 use crate::scripting::{info_json, seconds};
 use crate::signals::Stop;
+use crate::state;
 
 const REFRESH: Duration = Duration::from_millis(250);
 
@@ -109,7 +110,7 @@ fn table(infos: &[leasehold::LockInfo]) -> Vec<String> {
         let fence = info
             .last_fence
             .map_or_else(|| "none yet".to_owned(), |f| f.to_string());
-        let left = match (info.held, info.remaining) {
+        let left = match (info.held, state::lease_left(info)) {
             (false, _) => "-".to_owned(),
             (true, Some(left)) => seconds(left),
             (true, None) => "no expiry".to_owned(),
@@ -128,7 +129,7 @@ fn describe(info: &leasehold::LockInfo) -> String {
     let fence = info
         .last_fence
         .map_or_else(|| "no fence yet".to_owned(), |f| format!("last fence {f}"));
-    let state = match (info.held, info.remaining) {
+    let state = match (info.held, state::lease_left(info)) {
         (false, _) => "free".to_owned(),
         (true, Some(left)) => format!("held, {} of lease left", seconds(left)),
         (true, None) => "held, with no expiry".to_owned(),

@@ -1,0 +1,554 @@
+//! `--read`, `--write` and `--semaphore N` across real processes: many
+//! `leasehold run` commands at once against a real redis-server, each
+//! appending what it does to one log.
+//!
+//! Every command appends "S <who> <fence>" once it holds the lock and
+//! "E <who>" before it lets go. Appends to one file are atomic and ordered,
+//! so the log's order is the order in which the commands held the lock,
+//! with no clock involved.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use leasehold_testkit::RedisServer;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
+
+/// Exit codes of the `leasehold` binary.
+const CONFLICT: i32 = 65;
+const LOST: i32 = 76;
+const USAGE: i32 = 2;
+
+fn command(url: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .arg("--url")
+        .arg(url)
+        .args(args)
+        .env_remove("LEASEHOLD_URL")
+        .env_remove("REDIS_URL")
+        // Never the harness's terminal: a runner at a terminal hands it over.
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+fn leasehold(url: &str, args: &[&str]) -> Output {
+    command(url, args).output().unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Waits (bounded) for a condition that no signal announces.
+fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    for _ in 0..1500 {
+        if check() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("gave up waiting for {what}");
+}
+
+fn inspect(url: &str, name: &str) -> Value {
+    let out = leasehold(url, &["inspect", name, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn waiting(url: &str, name: &str) -> u64 {
+    inspect(url, name)["waiting_clients"].as_u64().unwrap()
+}
+
+/// Commands started by a test; any still running when it ends (a failed
+/// test) are killed.
+struct Runners {
+    started: Vec<(String, Child)>,
+}
+
+impl Runners {
+    fn new() -> Self {
+        Runners {
+            started: Vec::new(),
+        }
+    }
+
+    /// `leasehold run NAME <flags> -- sh -c SCRIPT sh WHO LOG DIR`: the
+    /// script reads who it is from $1, the log from $2 and the test's
+    /// directory from $3. Returns the runner's pid.
+    fn run(
+        &mut self,
+        url: &str,
+        name: &str,
+        flags: &[&str],
+        who: &str,
+        dir: &Dir,
+        script: &str,
+    ) -> u32 {
+        let mut args = vec!["run", name, "--wait", "5m"];
+        args.extend_from_slice(flags);
+        let (log, root) = (dir.log.to_str().unwrap(), dir.root().to_str().unwrap());
+        args.extend_from_slice(&["--", "sh", "-c", script, "sh", who, log, root]);
+        let child = command(url, &args).spawn().unwrap();
+        let pid = child.id();
+        self.started.push((who.to_owned(), child));
+        pid
+    }
+
+    /// Waits for every command; each must have exited 0.
+    fn all_succeed(&mut self) {
+        for (who, child) in self.started.drain(..) {
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{who}: {:?} {}",
+                out.status,
+                stderr(&out)
+            );
+        }
+    }
+}
+
+impl Drop for Runners {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.started {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A test's directory: the log, and the `go` file that lets held commands end.
+struct Dir {
+    dir: tempfile::TempDir,
+    log: PathBuf,
+}
+
+impl Dir {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        std::fs::write(&log, "").unwrap();
+        Dir { dir, log }
+    }
+
+    fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn go(&self) {
+        std::fs::write(self.root().join("go"), "").unwrap();
+    }
+
+    fn events(&self) -> Vec<Event> {
+        read_log(&std::fs::read_to_string(&self.log).unwrap())
+    }
+
+    fn starts(&self, prefix: &str) -> usize {
+        self.events()
+            .iter()
+            .filter(|e| e.start && e.who.starts_with(prefix))
+            .count()
+    }
+}
+
+/// Holds the lock until the test creates `go` (a minute at most, so that a
+/// failed test leaves nothing behind for long).
+const HOLD_UNTIL_GO: &str = r#"echo "S $1 $LEASEHOLD_FENCE" >> "$2"
+n=0; while [ ! -e "$3/go" ] && [ $n -lt 3000 ]; do sleep 0.02; n=$((n + 1)); done
+echo "E $1" >> "$2""#;
+
+/// Holds the lock for a moment.
+const BRIEFLY: &str = r#"echo "S $1 $LEASEHOLD_FENCE" >> "$2"; sleep 0.05; echo "E $1" >> "$2""#;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Event {
+    start: bool,
+    who: String,
+    fence: Option<u64>,
+}
+
+fn read_log(text: &str) -> Vec<Event> {
+    text.lines()
+        .map(|line| {
+            let mut words = line.split_whitespace();
+            let start = match words.next() {
+                Some("S") => true,
+                Some("E") => false,
+                _ => panic!("odd log line {line:?}"),
+            };
+            let who = words
+                .next()
+                .expect("a log line without its writer")
+                .to_owned();
+            let fence = words.next().map(|f| f.parse().expect("a fence"));
+            Event { start, who, fence }
+        })
+        .collect()
+}
+
+/// What the log shows of a read-write lock's holders.
+#[derive(Debug, Default)]
+struct RwHistory {
+    /// The most readers that held the lock at once.
+    most_readers: usize,
+    /// Writer fences, in the order the writers held the lock.
+    write_fences: Vec<u64>,
+}
+
+/// Checks that no writer ("w…") held the lock together with anyone, and
+/// that every reader ("r…") saw the fence of the last write before it.
+fn check_rw(events: &[Event]) -> RwHistory {
+    let mut open: Vec<&str> = Vec::new();
+    let mut history = RwHistory::default();
+    for (i, event) in events.iter().enumerate() {
+        let who = event.who.as_str();
+        if !event.start {
+            let at = open.iter().position(|o| *o == who);
+            open.remove(at.unwrap_or_else(|| panic!("{who} ended without starting: {events:?}")));
+            continue;
+        }
+        let writer = who.starts_with('w');
+        assert!(
+            !open.iter().any(|o| o.starts_with('w')),
+            "event {i}: {who} started while a writer held the lock: {events:?}"
+        );
+        assert!(
+            !writer || open.is_empty(),
+            "event {i}: writer {who} started while {open:?} held the lock: {events:?}"
+        );
+        let fence = event.fence.expect("a fence");
+        if writer {
+            history.write_fences.push(fence);
+        } else if let Some(last) = history.write_fences.last() {
+            assert_eq!(
+                fence, *last,
+                "event {i}: reader {who} saw another fence than the last write's"
+            );
+        }
+        open.push(who);
+        history.most_readers = history.most_readers.max(open.len());
+    }
+    assert!(open.is_empty(), "{open:?} never ended: {events:?}");
+    history
+}
+
+fn assert_increasing(fences: &[u64]) {
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "write fences did not strictly increase: {fences:?}"
+    );
+}
+
+#[test]
+fn readers_share_the_lock_and_a_waiting_writer_goes_before_later_readers() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = Dir::new();
+    let mut runners = Runners::new();
+    let mut reader_pids = Vec::new();
+    for i in 1..=3 {
+        reader_pids.push(runners.run(
+            &url,
+            "catalog",
+            &["--read"],
+            &format!("r{i}"),
+            &dir,
+            HOLD_UNTIL_GO,
+        ));
+    }
+    // The three hold the lock at once: none of them can end before `go`.
+    eventually("three readers to hold the lock", || dir.starts("r") == 3);
+
+    let state = inspect(&url, "catalog");
+    assert_eq!(state["kind"], "rwlock");
+    let holders = state["holders"].as_array().unwrap();
+    assert_eq!(holders.len(), 3, "{state}");
+    let mut pids: Vec<u64> = holders.iter().map(|h| h["pid"].as_u64().unwrap()).collect();
+    pids.sort_unstable();
+    let mut expected: Vec<u64> = reader_pids.iter().map(|p| u64::from(*p)).collect();
+    expected.sort_unstable();
+    assert_eq!(pids, expected, "the holders are not the runners: {state}");
+    for holder in holders {
+        assert_eq!(holder["mode"], "read");
+        let name = holder["client_name"].as_str().unwrap();
+        assert!(
+            name.starts_with("leasehold run catalog --read -- sh -c "),
+            "{name}"
+        );
+        assert!(holder["remaining_ms"].as_u64().unwrap() > 0);
+    }
+
+    for i in 1..=2 {
+        runners.run(
+            &url,
+            "catalog",
+            &["--write"],
+            &format!("w{i}"),
+            &dir,
+            BRIEFLY,
+        );
+    }
+    eventually("both writers to queue", || waiting(&url, "catalog") == 2);
+    // Readers that come after a waiting writer wait behind it.
+    for i in 4..=5 {
+        runners.run(
+            &url,
+            "catalog",
+            &["--read"],
+            &format!("r{i}"),
+            &dir,
+            BRIEFLY,
+        );
+    }
+    eventually("the late readers to queue", || {
+        waiting(&url, "catalog") == 4
+    });
+    assert_eq!(
+        dir.starts(""),
+        3,
+        "someone joined the readers: {:?}",
+        dir.events()
+    );
+    dir.go();
+    runners.all_succeed();
+
+    let events = dir.events();
+    let history = check_rw(&events);
+    assert_eq!(history.most_readers, 3, "{events:?}");
+    assert_eq!(history.write_fences.len(), 2);
+    assert_increasing(&history.write_fences);
+    let position = |start: bool, who: &str| {
+        events
+            .iter()
+            .position(|e| e.start == start && e.who == who)
+            .unwrap()
+    };
+    for late in ["r4", "r5"] {
+        for writer in ["w1", "w2"] {
+            assert!(
+                position(true, late) > position(false, writer),
+                "{late} went before the waiting {writer}: {events:?}"
+            );
+        }
+    }
+    assert!(!inspect(&url, "catalog")["held"].as_bool().unwrap());
+}
+
+#[test]
+fn writers_mixed_with_readers_hold_alone_with_rising_fences() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = Dir::new();
+    let mut runners = Runners::new();
+    for i in 1..=5 {
+        runners.run(
+            &url,
+            "ledger",
+            &["--write"],
+            &format!("w{i}"),
+            &dir,
+            BRIEFLY,
+        );
+        runners.run(&url, "ledger", &["--read"], &format!("r{i}"), &dir, BRIEFLY);
+    }
+    runners.all_succeed();
+    let events = dir.events();
+    assert_eq!(events.len(), 20, "{events:?}");
+    let history = check_rw(&events);
+    assert_eq!(history.write_fences.len(), 5);
+    assert_increasing(&history.write_fences);
+    let last = inspect(&url, "ledger")["last_fence"].as_u64().unwrap();
+    assert_eq!(history.write_fences.last(), Some(&last));
+}
+
+#[test]
+fn a_semaphore_of_two_never_runs_a_third_command() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = Dir::new();
+    let mut runners = Runners::new();
+    for i in 1..=5 {
+        runners.run(
+            &url,
+            "exports",
+            &["--semaphore", "2"],
+            &format!("p{i}"),
+            &dir,
+            HOLD_UNTIL_GO,
+        );
+    }
+    // Two hold their permit until `go`; the other three must wait for one.
+    eventually("two commands to run and three to wait", || {
+        dir.starts("p") == 2 && waiting(&url, "exports") == 3
+    });
+    let state = inspect(&url, "exports");
+    assert_eq!(state["kind"], "semaphore");
+    assert_eq!(state["permits"]["total"], 2);
+    assert_eq!(state["permits"]["in_use"], 2);
+    assert_eq!(state["holders"].as_array().unwrap().len(), 2, "{state}");
+    dir.go();
+    runners.all_succeed();
+
+    let events = dir.events();
+    assert_eq!(events.len(), 10, "{events:?}");
+    let (mut running, mut most) = (0usize, 0usize);
+    for event in &events {
+        if event.start {
+            running += 1;
+            most = most.max(running);
+            assert!(running <= 2, "a third command ran: {events:?}");
+        } else {
+            running -= 1;
+        }
+    }
+    assert_eq!(most, 2, "{events:?}");
+}
+
+/// `acquire` with a kind flag, then `extend` and `release` with the token
+/// alone: the scripts serve every kind by token.
+#[test]
+fn shared_leases_taken_by_acquire_are_extended_and_released_by_token() {
+    let server = RedisServer::start();
+    let url = server.url();
+    for (name, flags, mode) in [
+        ("shared", &["--read"][..], "read"),
+        ("slots", &["--semaphore", "3"][..], "permits"),
+        ("exclusive", &["--write"][..], "write"),
+    ] {
+        let mut args = vec!["acquire", name, "--lease", "60s", "--no-wait"];
+        args.extend_from_slice(flags);
+        let child = command(&url, &args).spawn().unwrap();
+        let pid = u64::from(child.id());
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        let text = stdout(&out);
+        let token = text.split_whitespace().next().unwrap().to_owned();
+
+        let state = inspect(&url, name);
+        let holders = state["holders"].as_array().unwrap();
+        assert_eq!(holders.len(), 1, "{state}");
+        let holder = &holders[0];
+        assert_eq!(holder["mode"], mode);
+        assert_eq!(holder["pid"].as_u64(), Some(pid));
+        assert_eq!(
+            holder["client_name"],
+            format!("leasehold acquire {name} {}", flags.join(" "))
+        );
+        assert!(holder["remaining_ms"].as_u64().unwrap() <= 60_000);
+        let out = leasehold(&url, &["inspect", name]);
+        let text = stdout(&out);
+        assert!(text.contains(&format!("pid {pid} on ")), "{text}");
+        assert!(
+            text.contains(&format!("(leasehold acquire {name} ")),
+            "{text}"
+        );
+
+        let out = leasehold(&url, &["extend", name, &token, "--lease", "1h"]);
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        let state = inspect(&url, name);
+        let left = state["holders"][0]["remaining_ms"].as_u64().unwrap();
+        assert!(left > 60_000, "{name}: the extend did not take: {state}");
+
+        let out = leasehold(&url, &["release", name, &token]);
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        let state = inspect(&url, name);
+        assert_eq!(state["held"], false, "{state}");
+        assert!(state["holders"].as_array().unwrap().is_empty(), "{state}");
+        for again in [
+            &["release", name, &token][..],
+            &["extend", name, &token, "--lease", "1h"],
+        ] {
+            let out = leasehold(&url, again);
+            assert_eq!(out.status.code(), Some(LOST), "{again:?}: {}", stderr(&out));
+        }
+    }
+}
+
+#[test]
+fn a_name_in_use_by_another_kind_exits_65_and_runs_nothing() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let touch = format!("touch '{}'", ran.display());
+    for (name, first) in [
+        ("plain", &[][..]),
+        ("rw", &["--read"][..]),
+        ("sem", &["--semaphore", "2"][..]),
+    ] {
+        let mut args = vec!["acquire", name, "--lease", "60s"];
+        args.extend_from_slice(first);
+        let out = leasehold(&url, &args);
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+    }
+    for (name, flags) in [
+        ("plain", &["--read"][..]),
+        ("plain", &["--write"]),
+        ("plain", &["--semaphore", "2"]),
+        ("rw", &[]),
+        ("rw", &["--fair"]),
+        ("sem", &["--write"]),
+        // A semaphore of another size.
+        ("sem", &["--semaphore", "3"]),
+    ] {
+        for wait in ["--no-wait", "--wait=1m"] {
+            let mut args = vec!["run", name, wait];
+            args.extend_from_slice(flags);
+            args.extend_from_slice(&["--", "sh", "-c", &touch]);
+            let out = leasehold(&url, &args);
+            assert_eq!(
+                out.status.code(),
+                Some(CONFLICT),
+                "{args:?}: {}",
+                stderr(&out)
+            );
+            assert!(stderr(&out).contains(name), "{}", stderr(&out));
+            assert!(!ran.exists(), "{args:?}: the command ran");
+        }
+        let mut args = vec!["acquire", name, "--no-wait"];
+        args.extend_from_slice(flags);
+        let out = leasehold(&url, &args);
+        assert_eq!(
+            out.status.code(),
+            Some(CONFLICT),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
+fn kind_flags_are_exclusive_and_checked() {
+    let server = RedisServer::start();
+    let url = server.url();
+    for flags in [
+        &["--fair", "--read"][..],
+        &["--read", "--write"],
+        &["--write", "--semaphore", "2"],
+        &["--fair", "--semaphore", "2"],
+        &["--semaphore", "0"],
+        &["--semaphore", "10001"],
+        &["--semaphore", "many"],
+    ] {
+        let mut args = vec!["run", "job"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["--", "true"]);
+        let out = leasehold(&url, &args);
+        assert_eq!(out.status.code(), Some(USAGE), "{args:?}: {}", stderr(&out));
+        let mut args = vec!["acquire", "job"];
+        args.extend_from_slice(flags);
+        let out = leasehold(&url, &args);
+        assert_eq!(out.status.code(), Some(USAGE), "{args:?}: {}", stderr(&out));
+    }
+    assert_eq!(inspect(&url, "job")["kind"], Value::Null);
+}
