@@ -1,5 +1,6 @@
 //! Who holds a lock of any kind, as `inspect` prints it.
 
+use leasehold::HoldMode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
@@ -20,7 +21,7 @@ fn kind_label(kind: Option<&str>) -> String {
 /// "held by 2 readers", "2 of 3 permits in use", ...; `None` for a mutex,
 /// whose one holder says it all.
 fn hash_state(info: &leasehold::LockInfo) -> Option<String> {
-    let count = |mode: &str| info.holders.iter().filter(|h| h.mode == mode).count();
+    let count = |mode: HoldMode| info.holders.iter().filter(|h| h.mode == mode).count();
     let plural = |n: usize, one: &str, many: &str| {
         if n == 1 {
             format!("1 {one}")
@@ -30,10 +31,10 @@ fn hash_state(info: &leasehold::LockInfo) -> Option<String> {
     };
     match info.kind.as_deref()? {
         _ if info.holders.is_empty() => Some("free".to_owned()),
-        "rwlock" if count("write") > 0 => Some("held by a writer".to_owned()),
+        "rwlock" if count(HoldMode::Write) > 0 => Some("held by a writer".to_owned()),
         "rwlock" => Some(format!(
             "held by {}",
-            plural(count("read"), "reader", "readers")
+            plural(count(HoldMode::Read), "reader", "readers")
         )),
         "semaphore" => Some(format!(
             "{} of {} permits in use",
@@ -76,9 +77,9 @@ fn fence_of(info: &leasehold::LockInfo, holder: &leasehold::Holder) -> Option<u6
 
 fn role(holder: &leasehold::Holder) -> &'static str {
     match holder.mode {
-        "read" => "reader",
-        "write" => "writer",
-        "permits" => "permits",
+        HoldMode::Read => "reader",
+        HoldMode::Write => "writer",
+        HoldMode::Permits => "permits",
         _ => "holder",
     }
 }
@@ -96,7 +97,7 @@ pub(crate) fn lines(info: &leasehold::LockInfo, mutex_state: String) -> Vec<Stri
     ));
     for holder in &info.holders {
         let mut line = format!("  {:<15}{}", role(holder), holder.describe());
-        if holder.mode == "permits" {
+        if holder.mode == HoldMode::Permits {
             line.push_str(&format!(", {} permit(s)", holder.permits));
         }
         if let Some(at) = holder.acquired_at {
@@ -127,7 +128,7 @@ pub(crate) fn json_fields(info: &leasehold::LockInfo) -> [(&'static str, Value);
         .iter()
         .map(|holder| {
             json!({
-                "mode": holder.mode,
+                "mode": holder.mode.as_str(),
                 "pid": holder.pid,
                 "host": holder.host,
                 "client_name": holder.client_name,
