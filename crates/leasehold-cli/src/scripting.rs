@@ -1,14 +1,15 @@
 //! The commands for shell scripts: acquire, release, extend, inspect, force-release.
 
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 
 use crate::cli::{
-    AcquireArgs, Connection, ExtendArgs, InspectArgs, NameArgs, TakeArgs, TokenArgs, WaitArgs,
+    AcquireArgs, Connection, ExtendArgs, InspectArgs, NameArgs, ReleaseArgs, TakeArgs, WaitArgs,
 };
 use crate::exit::{self, Fail};
+use crate::status;
 
 /// The lock `run` and `acquire` take: a plain or a fair mutex, whose guards
 /// are alike.
@@ -48,10 +49,17 @@ impl Lock {
         })
     }
 
-    fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         match self {
             Lock::Plain(mutex) => mutex.name(),
             Lock::Fair(mutex) => mutex.name(),
+        }
+    }
+
+    pub(crate) async fn inspect(&self) -> leasehold::Result<leasehold::LockInfo> {
+        match self {
+            Lock::Plain(mutex) => mutex.inspect().await,
+            Lock::Fair(mutex) => mutex.inspect().await,
         }
     }
 
@@ -77,8 +85,23 @@ impl Lock {
     }
 }
 
-/// Takes the lock as `wait` says; a busy lock is an error that exits 75.
+/// Takes the lock as `wait` says, with the status line while it waits
+/// (unless `--quiet`); a busy lock is an error that exits 75.
 pub(crate) async fn take(
+    lock: &Lock,
+    wait: &WaitArgs,
+    how: &TakeArgs,
+) -> anyhow::Result<leasehold::MutexGuard> {
+    status::while_waiting(
+        lock,
+        wait.wait.as_ref(),
+        how.quiet,
+        take_quietly(lock, wait, how),
+    )
+    .await
+}
+
+async fn take_quietly(
     lock: &Lock,
     wait: &WaitArgs,
     how: &TakeArgs,
@@ -100,43 +123,87 @@ pub(crate) async fn take(
             .await?
             .ok_or_else(|| busy(format!("lock {:?} is held by someone else", lock.name())).into());
     }
-    let taken = match wait.wait {
-        Some(limit) => lock.acquire_timeout(limit).await,
+    let taken = match &wait.wait {
+        Some(limit) => lock.acquire_timeout(limit.get()).await,
         None => lock.acquire().await,
     };
-    match taken {
-        Ok(guard) => Ok(guard),
-        Err(err) if err.is_timeout() => Err(busy(err.to_string()).into()),
-        Err(err) => Err(err.into()),
+    match (taken, &wait.wait) {
+        (Ok(guard), _) => Ok(guard),
+        (Err(err), Some(limit)) if err.is_timeout() => Err(busy(format!(
+            "lock {:?} is still held after waiting {limit}: wait longer, or see who holds it \
+             with `leasehold inspect`",
+            lock.name()
+        ))
+        .into()),
+        (Err(err), _) if err.is_timeout() => Err(busy(err.to_string()).into()),
+        (Err(err), _) => Err(err.into()),
     }
 }
 
 pub(crate) async fn acquire(conn: &Connection, args: AcquireArgs) -> anyhow::Result<ExitCode> {
-    let client = conn.client(args.lease, false, args.take.restart_grace)?;
-    let lock = Lock::new(&client, &args.name, args.take.fair)?;
+    let grace = args.take.restart_grace.as_ref().map(|g| g.get());
+    let client = conn.client(args.lease.get(), false, grace)?;
+    let mut lock = Lock::new(&client, &args.name, args.take.fair)?;
+    if let Some(hold) = &args.hold_at_least {
+        lock = lock.with_hold_at_least(hold.get())?;
+    }
     let taken = take(&lock, &args.wait, &args.take).await;
     // A failed attempt may have left a release running in the background.
     client.flush().await;
     let lease = taken?.detach();
+    // Counted from when the grant arrived, which is after Redis made it: the
+    // hold can only come out longer than asked, never shorter.
+    let hold_until = args
+        .hold_at_least
+        .as_ref()
+        .map(|hold| unix_ms(SystemTime::now() + hold.get()));
     if args.json {
-        println!(
-            "{}",
-            json!({
-                "name": lease.name,
-                "token": lease.token,
-                "fence": lease.fence,
-                "lease_ms": u64::try_from(args.lease.as_millis()).unwrap_or(u64::MAX),
-            })
-        );
+        let mut out = json!({
+            "name": lease.name,
+            "token": lease.token,
+            "fence": lease.fence,
+            "lease_ms": millis(args.lease.get()),
+        });
+        if let Some(until) = hold_until {
+            out["hold_until_unix_ms"] = until.into();
+        }
+        println!("{out}");
+    } else if let Some(until) = hold_until {
+        println!("{} {} {until}", lease.token, lease.fence);
     } else {
         println!("{} {}", lease.token, lease.fence);
     }
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) async fn release(conn: &Connection, args: TokenArgs) -> anyhow::Result<ExitCode> {
+/// Releases the lock; before `--hold-until` the token's lease is set to end
+/// then instead, which keeps the lock held and wakes nobody, as a release
+/// within the library's hold-at-least does. Nothing new is stored in Redis:
+/// the moment travels with the token, in the script.
+pub(crate) async fn release(conn: &Connection, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
     let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
-    client.mutex(&args.name)?.release_token(&args.token).await?;
+    let mutex = client.mutex(&args.lock.name)?;
+    let now = unix_ms(SystemTime::now());
+    let keep = args
+        .hold_until
+        .filter(|&until| until > now)
+        // Never shorter than asked: the shortest lease Redis is given is
+        // longer than what is left.
+        .map(|until| Duration::from_millis(until - now).max(leasehold::MIN_LEASE));
+    match keep {
+        Some(keep) => mutex.extend_token(&args.lock.token, keep).await?,
+        None => mutex.release_token(&args.lock.token).await?,
+    }
+    if args.json {
+        println!(
+            "{}",
+            json!({
+                "name": args.lock.name,
+                "freed": keep.is_none(),
+                "kept_ms": keep.map(millis),
+            })
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -144,8 +211,14 @@ pub(crate) async fn extend(conn: &Connection, args: ExtendArgs) -> anyhow::Resul
     let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
     client
         .mutex(&args.lock.name)?
-        .extend_token(&args.lock.token, args.lease)
+        .extend_token(&args.lock.token, args.lease.get())
         .await?;
+    if args.json {
+        println!(
+            "{}",
+            json!({"name": args.lock.name, "lease_ms": millis(args.lease.get())})
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -174,7 +247,9 @@ pub(crate) async fn inspect(conn: &Connection, args: InspectArgs) -> anyhow::Res
 pub(crate) async fn force_release(conn: &Connection, args: NameArgs) -> anyhow::Result<ExitCode> {
     let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
     let removed = client.mutex(&args.name)?.force_release().await?;
-    if removed {
+    if args.json {
+        println!("{}", json!({"name": args.name, "removed": removed}));
+    } else if removed {
         println!("removed lock {:?}; its waiters were woken", args.name);
     } else {
         println!("lock {:?} was free", args.name);
@@ -184,9 +259,7 @@ pub(crate) async fn force_release(conn: &Connection, args: NameArgs) -> anyhow::
 
 /// A lock's state as `inspect --json` and `watch --once --json` print it.
 pub(crate) fn info_json(info: &leasehold::LockInfo) -> serde_json::Value {
-    let remaining_ms = info
-        .remaining
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let remaining_ms = info.remaining.map(millis);
     json!({
         "name": info.name,
         "held": info.held,
@@ -194,6 +267,15 @@ pub(crate) fn info_json(info: &leasehold::LockInfo) -> serde_json::Value {
         "last_fence": info.last_fence,
         "waiting_clients": info.waiting_clients,
     })
+}
+
+/// Milliseconds since the Unix epoch; 0 for a clock set before 1970.
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, millis)
+}
+
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 pub(crate) fn seconds(d: Duration) -> String {
