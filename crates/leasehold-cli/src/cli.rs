@@ -89,7 +89,7 @@ pub(crate) enum Command {
     /// Print a shell completion script: `leasehold completions bash > /etc/bash_completion.d/leasehold`
     Completions(CompletionsArgs),
     /// Print the manual page (roff): `leasehold man > leasehold.1`
-    Man,
+    Man(ManArgs),
 }
 
 /// How long to wait for a busy lock.
@@ -275,4 +275,12 @@ pub(crate) struct CompletionsArgs {
     /// The shell to complete for
     #[arg(value_enum)]
     pub(crate) shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ManArgs {
+    /// Write leasehold.1 and a page per subcommand (leasehold-run.1, ...)
+    /// into DIR instead of printing leasehold.1
+    #[arg(long, value_name = "DIR")]
+    pub(crate) out_dir: Option<std::path::PathBuf>,
 }

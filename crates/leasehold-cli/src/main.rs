@@ -41,7 +41,10 @@ mod terminal;
 mod warden;
 mod watch;
 
+use std::io::Write;
 use std::process::ExitCode;
+
+use anyhow::Context;
 
 use clap::{CommandFactory, Parser};
 
@@ -109,17 +112,25 @@ fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
     let json = cli.json;
     match &mut cli.command {
         Command::Completions(args) => {
-            let mut command = Cli::command();
-            clap_complete::generate(
-                args.shell,
-                &mut command,
-                "leasehold",
-                &mut std::io::stdout(),
-            );
+            // Written whole by us: the generator panics on a write error.
+            let mut script = Vec::new();
+            clap_complete::generate(args.shell, &mut Cli::command(), "leasehold", &mut script);
+            std::io::stdout().write_all(&script)?;
             return Ok(ExitCode::SUCCESS);
         }
-        Command::Man => {
-            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+        Command::Man(args) => {
+            match &args.out_dir {
+                Some(dir) => {
+                    clap_mangen::generate_to(Cli::command(), dir).with_context(|| {
+                        format!("cannot write the manual pages to {}", dir.display())
+                    })?;
+                }
+                None => {
+                    let mut page = Vec::new();
+                    clap_mangen::Man::new(Cli::command()).render(&mut page)?;
+                    std::io::stdout().write_all(&page)?;
+                }
+            }
             return Ok(ExitCode::SUCCESS);
         }
         Command::Watch(args) if json && !args.once => {
@@ -154,7 +165,7 @@ fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
             Command::Inspect(args) => scripting::inspect(&cli.connection, args).await,
             Command::ForceRelease(args) => scripting::force_release(&cli.connection, args).await,
             // Done above, without a runtime.
-            Command::Completions(_) | Command::Man => Ok(ExitCode::SUCCESS),
+            Command::Completions(_) | Command::Man(_) => Ok(ExitCode::SUCCESS),
         }
     })
 }
