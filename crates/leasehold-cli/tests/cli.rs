@@ -154,22 +154,42 @@ fn a_busy_lock_exits_75() {
 }
 
 #[test]
-fn usage_errors_exit_2_with_one_line() {
+fn usage_errors_exit_2() {
     let url = unreachable_url();
+    // Refused by the argument parser, whose whole message is kept.
     for args in [
         &["run", "job", "--lease", "30", "--", "true"][..],
         &["run", "job", "--lease", "0s", "--", "true"],
         &["run", "job", "--lease", "25h", "--", "true"],
         &["run", "job", "--wait", "25h", "--", "true"],
-        &["run", "a{b}", "--", "true"],
-        &["run", "", "--", "true"],
         &["run", "job"],
         &["run", "job", "--wait", "1s", "--no-wait", "--", "true"],
         &["run", "job", "--hold-at-least", "25h", "--", "true"],
         &["run", "job", "--max-hold", "0s", "--", "true"],
         &["acquire", "job", "--lease", "soon"],
-        &["release", "job", ""],
         &["frobnicate"],
+    ] {
+        let out = leasehold(&url, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.starts_with("error: "), "{args:?}: {err}");
+        assert!(err.contains("--help"), "{args:?}: {err}");
+    }
+    // Refused after parsing: one line.
+    for args in [
+        &["run", "a{b}", "--", "true"][..],
+        &["run", "", "--", "true"],
+        &[
+            "run",
+            "job",
+            "--hold-at-least",
+            "2h",
+            "--max-hold",
+            "1h",
+            "--",
+            "true",
+        ],
+        &["release", "job", ""],
     ] {
         let out = leasehold(&url, args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
