@@ -32,13 +32,14 @@ pub(crate) async fn while_waiting<F: Future>(
         return wait.await;
     }
     tokio::pin!(wait);
+    // Erased when dropped: when the wait ends, and when it is cancelled.
     let mut line = Line::new(std::io::stderr().is_terminal());
     let started = Instant::now();
     let shown = tokio::select! {
         out = &mut wait => Some(out),
         () = show(lock, limit, started, &mut line) => None,
     };
-    line.erase();
+    drop(line);
     match shown {
         Some(out) => out,
         // `show` ends only if stderr is gone; the wait goes on silently.
@@ -92,7 +93,7 @@ fn describe(info: &leasehold::LockInfo) -> String {
 }
 
 /// Where the status goes: a line redrawn in place at a terminal, plain
-/// lines elsewhere.
+/// lines elsewhere. The terminal's line is erased on drop.
 #[derive(Debug)]
 struct Line {
     terminal: bool,
@@ -126,13 +127,14 @@ impl Line {
         }
         err.flush()
     }
+}
 
-    fn erase(&mut self) {
+impl Drop for Line {
+    fn drop(&mut self) {
         if self.drawn {
             let mut err = std::io::stderr().lock();
             let _ = write!(err, "\r\x1b[2K");
             let _ = err.flush();
-            self.drawn = false;
         }
     }
 }

@@ -1045,6 +1045,25 @@ fn assert_terminal_restored(screen: &str) {
 }
 
 #[test]
+fn the_waiting_status_line_is_redrawn_in_place_on_a_terminal() {
+    let server = RedisServer::start();
+    let url = server.url();
+    acquire(&url, "job", "5m");
+    let args = ["--url", &url, "run", "job", "--", "true"].map(String::from);
+    let terminal = OnTerminal::start(&args);
+    let drawn = "\r\x1b[2Kleasehold: waiting for lock \"job\"";
+    eventually("the line to be drawn twice", || {
+        terminal.screen().matches(drawn).count() >= 2
+    });
+    let (code, screen) = terminal.ctrl_c();
+    assert_eq!(code, Some(128 + libc::SIGINT), "{screen:?}");
+    // Erased before the message that the wait was ended.
+    let last = screen.rfind(drawn).unwrap();
+    let erased = screen.rfind("\r\x1b[2Kleasehold: SIGINT ended the wait");
+    assert!(erased.is_some_and(|at| at > last), "{screen:?}");
+}
+
+#[test]
 fn demo_draws_live_on_a_terminal_and_stops_everything_on_ctrl_c() {
     let args = ["demo", "--seconds", "600", "--workers", "2"].map(String::from);
     let terminal = OnTerminal::start(&args);
