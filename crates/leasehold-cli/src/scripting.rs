@@ -108,20 +108,22 @@ async fn take_quietly(
 ) -> anyhow::Result<leasehold::MutexGuard> {
     // Under a restart grace a young server grants nothing, and says so
     // only as a busy lock.
-    let grace = if how.restart_grace.is_some() {
-        " (or Redis has been up for less than --restart-grace)"
-    } else {
-        ""
+    let grace = match &how.restart_grace {
+        Some(grace) => format!(
+            " (or Redis has been up for less than --restart-grace {grace}, and grants no lock \
+             until then)"
+        ),
+        None => String::new(),
     };
-    let busy = |message: String| Fail {
-        code: exit::BUSY,
-        message: format!("{message}{grace}"),
-    };
+    let name = lock.name();
     if wait.no_wait {
-        return lock
-            .try_acquire()
-            .await?
-            .ok_or_else(|| busy(format!("lock {:?} is held by someone else", lock.name())).into());
+        return lock.try_acquire().await?.ok_or_else(|| {
+            Fail {
+                code: exit::BUSY,
+                message: format!("lock {name:?} is held by someone else{grace}"),
+            }
+            .into()
+        });
     }
     let taken = match &wait.wait {
         Some(limit) => lock.acquire_timeout(limit.get()).await,
@@ -129,13 +131,15 @@ async fn take_quietly(
     };
     match (taken, &wait.wait) {
         (Ok(guard), _) => Ok(guard),
-        (Err(err), Some(limit)) if err.is_timeout() => Err(busy(format!(
-            "lock {:?} is still held after waiting {limit}: wait longer, or see who holds it \
-             with `leasehold inspect`",
-            lock.name()
-        ))
+        // The bound as it was typed, not as the library prints it.
+        (Err(err), Some(limit)) if err.is_timeout() => Err(Fail {
+            code: exit::BUSY,
+            message: format!(
+                "lock {name:?} could not be taken within {limit}: someone else holds it{grace}; \
+                 wait longer, or see who holds it with `leasehold inspect`"
+            ),
+        }
         .into()),
-        (Err(err), _) if err.is_timeout() => Err(busy(err.to_string()).into()),
         (Err(err), _) => Err(err.into()),
     }
 }

@@ -167,7 +167,7 @@ fn a_wait_that_runs_out_says_how_long_as_it_was_typed() {
     let out = leasehold(&url, &["acquire", "job", "--wait", "0.5s", "--quiet"]);
     assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("still held after waiting 0.5s"),
+        stderr(&out).contains("could not be taken within 0.5s"),
         "{}",
         stderr(&out)
     );
@@ -346,7 +346,7 @@ fn quiet_waits_in_silence() {
         let out = leasehold(&url, args);
         assert_eq!(out.status.code(), Some(75), "{args:?}: {}", stderr(&out));
         let err = stderr(&out);
-        assert!(err.contains("still held after waiting 3s"), "{err}");
+        assert!(err.contains("could not be taken within 3s"), "{err}");
         assert!(!err.contains("waiting for lock"), "{args:?}: {err}");
     }
 }
