@@ -118,8 +118,9 @@ pub(crate) struct TakeArgs {
     /// it to at least the lease [default: off]
     #[arg(long, value_name = "DUR", value_parser = duration::up_to_a_day)]
     pub(crate) restart_grace: Option<Dur>,
-    /// Print no status line while waiting for the lock (by default one
-    /// shows on stderr, after a second, who holds it and for how long)
+    /// Print no status line while waiting for the lock (by default, after
+    /// a second, one on stderr says how long the wait has lasted and what
+    /// Redis says of the lock: held, lease left, last fence, clients waiting)
     #[arg(long, short)]
     pub(crate) quiet: bool,
 }

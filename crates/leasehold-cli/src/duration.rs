@@ -72,10 +72,11 @@ pub(crate) fn human(d: Duration) -> String {
     if ms < 1_000 {
         return format!("{ms}ms");
     }
-    if !ms.is_multiple_of(1_000) {
+    if ms < 60_000 && !ms.is_multiple_of(1_000) {
         return format!("{:.1}s", d.as_secs_f64());
     }
-    let secs = d.as_secs();
+    // A minute or more: to the nearest second.
+    let secs = d.as_secs() + u64::from(d.subsec_millis() >= 500);
     let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
     let mut out = String::new();
     for (n, unit) in [(h, "h"), (m, "m"), (s, "s")] {
@@ -141,5 +142,6 @@ mod tests {
         assert_eq!(human(Duration::from_millis(10)), "10ms");
         assert_eq!(human(Duration::from_secs(3_600 + 5)), "1h5s");
         assert_eq!(human(Duration::ZERO), "0s");
+        assert_eq!(human(Duration::from_millis(90_600)), "1m31s");
     }
 }

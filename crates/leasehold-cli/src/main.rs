@@ -45,7 +45,6 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
-
 use clap::{CommandFactory, Parser};
 
 use crate::cli::{Cli, Command};

@@ -9,7 +9,7 @@ use crate::cli::{
     AcquireArgs, Connection, ExtendArgs, InspectArgs, NameArgs, ReleaseArgs, TakeArgs, WaitArgs,
 };
 use crate::exit::{self, Fail};
-use crate::status;
+use crate::{duration, status};
 
 /// The lock `run` and `acquire` take: a plain or a fair mutex, whose guards
 /// are alike.
@@ -155,12 +155,13 @@ pub(crate) async fn acquire(conn: &Connection, args: AcquireArgs) -> anyhow::Res
     // A failed attempt may have left a release running in the background.
     client.flush().await;
     let lease = taken?.detach();
-    // Counted from when the grant arrived, which is after Redis made it: the
-    // hold can only come out longer than asked, never shorter.
+    // Counted from when the grant arrived, which is after Redis made it, and
+    // rounded up to the next millisecond: the hold can only come out longer
+    // than asked, never shorter.
     let hold_until = args
         .hold_at_least
         .as_ref()
-        .map(|hold| unix_ms(SystemTime::now() + hold.get()));
+        .map(|hold| unix_ms(SystemTime::now() + hold.get() + Duration::from_millis(1)));
     if args.json {
         let mut out = json!({
             "name": lease.name,
@@ -194,6 +195,19 @@ pub(crate) async fn release(conn: &Connection, args: ReleaseArgs) -> anyhow::Res
         // Never shorter than asked: the shortest lease Redis is given is
         // longer than what is left.
         .map(|until| Duration::from_millis(until - now).max(leasehold::MIN_LEASE));
+    if let (Some(keep), Some(until)) = (keep, args.hold_until) {
+        if keep > leasehold::MAX_LEASE {
+            return Err(Fail {
+                code: exit::USAGE,
+                message: format!(
+                    "--hold-until {until} is {} from now by this host's clock, more than a \
+                     hold can last (24h): pass the third word `acquire --hold-at-least` printed",
+                    duration::human(keep)
+                ),
+            }
+            .into());
+        }
+    }
     match keep {
         Some(keep) => mutex.extend_token(&args.lock.token, keep).await?,
         None => mutex.release_token(&args.lock.token).await?,

@@ -436,6 +436,18 @@ fn acquire_hold_at_least_keeps_the_lock_after_release() {
     assert!(state["remaining_ms"].as_u64().unwrap() > 60_000, "{state}");
     let out = leasehold(&url, &["acquire", "job", "--no-wait"]);
     assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    // A moment no hold reaches is refused, and changes nothing.
+    let out = leasehold(
+        &url,
+        &["release", "job", token, "--hold-until", "99999999999999"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("more than a hold can last"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(inspect(&url, "job")["held"], true);
     // The token still holds it, and a second release keeps it too.
     let out = leasehold(&url, &["release", "job", token, "--hold-until", hold_until]);
     assert!(out.status.success(), "{}", stderr(&out));
