@@ -28,7 +28,8 @@ for `demo`, redis-server not installed); 75 lock busy (wait ran out or \
 --no-wait); 76 lease lost or its release unanswered (unless --on-lost ignore), lease ran out \
 before the command could start, or token no longer holds the lock; 77 Redis refused the \
 credentials; 78 Redis refused the connection settings (database number, TLS); 128+N a signal \
-ended `run`'s wait or stopped `demo`.";
+ended `run`'s wait or stopped `demo`. With --json a failure also prints {\"error\", \"message\", \
+\"exit\"} on stdout.";
 
 /// Where the locks live; shared by every subcommand.
 #[derive(Debug, Args)]
