@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::duration;
+use crate::duration::{self, Dur};
 use crate::kind::KindArgs;
 
 /// Distributed locks on Redis: run a command under a lock, or take and give
@@ -14,6 +14,11 @@ use crate::kind::KindArgs;
 pub(crate) struct Cli {
     #[command(flatten)]
     pub(crate) connection: Connection,
+    /// Print JSON on stdout: the result as one object (`watch --once`: one
+    /// per lock, a line each; `run`: one about the lock, after the command's
+    /// own output), or on failure {"error", "message", "exit"}
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -25,7 +30,8 @@ for `demo`, redis-server not installed); 75 lock busy (wait ran out or \
 --no-wait); 76 lease lost or its release unanswered (unless --on-lost ignore), lease ran out \
 before the command could start, or token no longer holds the lock; 77 Redis refused the \
 credentials; 78 Redis refused the connection settings (database number, TLS); 128+N a signal \
-ended `run`'s wait or stopped `demo`.";
+ended `run`'s wait or stopped `demo`. With --json a failure also prints {\"error\", \"message\", \
+\"exit\"} on stdout.";
 
 /// Where the locks live; shared by every subcommand.
 #[derive(Debug, Args)]
@@ -84,7 +90,7 @@ pub(crate) enum Command {
     /// Take a lock with a fixed lease and print its token and fence (for shell scripts)
     Acquire(AcquireArgs),
     /// Release a lock taken with `acquire`
-    Release(TokenArgs),
+    Release(ReleaseArgs),
     /// Set the remaining lease of a lock taken with `acquire`
     Extend(ExtendArgs),
     /// Show whether a lock is held, its remaining lease and its last fence
@@ -93,15 +99,20 @@ pub(crate) enum Command {
     ForceRelease(NameArgs),
     /// Show locks live: held or free, last fence, lease left, clients waiting
     Watch(WatchArgs),
+    /// Print a shell completion script: `leasehold completions bash > /etc/bash_completion.d/leasehold`
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff): `leasehold man > leasehold.1`
+    Man(ManArgs),
 }
 
 /// How long to wait for a busy lock.
 #[derive(Debug, Args)]
 #[group(multiple = false)]
 pub(crate) struct WaitArgs {
-    /// Wait at most this long for the lock (e.g. 500ms, 30s, 5m) [default: forever]
-    #[arg(long, value_name = "DUR", value_parser = duration::parse)]
-    pub(crate) wait: Option<Duration>,
+    /// Wait at most this long for the lock (e.g. 500ms, 1.5s, 1m30s, 2h; at
+    /// most 24h) [default: forever]
+    #[arg(long, value_name = "DUR", value_parser = duration::up_to_a_day)]
+    pub(crate) wait: Option<Dur>,
     /// Do not wait: exit 75 at once if the lock is held
     #[arg(long)]
     pub(crate) no_wait: bool,
@@ -117,8 +128,13 @@ pub(crate) struct TakeArgs {
     /// take no lock from a server that has been up for less than DUR, so
     /// that holders from before the restart have passed their deadline. Set
     /// it to at least the lease [default: off]
-    #[arg(long, value_name = "DUR", value_parser = duration::parse)]
-    pub(crate) restart_grace: Option<Duration>,
+    #[arg(long, value_name = "DUR", value_parser = duration::up_to_a_day)]
+    pub(crate) restart_grace: Option<Dur>,
+    /// Print no status line while waiting for the lock (by default, after
+    /// a second, one on stderr says how long the wait has lasted and what
+    /// Redis says of the lock: held, lease left, last fence, clients waiting)
+    #[arg(long, short)]
+    pub(crate) quiet: bool,
 }
 
 /// What to do to the command when its lease is lost.
@@ -140,39 +156,48 @@ pub(crate) struct RunArgs {
     pub(crate) wait: WaitArgs,
     #[command(flatten)]
     pub(crate) take: TakeArgs,
-    /// Lease length, renewed at a third of it while the command runs
-    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = duration::parse)]
-    pub(crate) lease: Duration,
+    /// Lease length (10ms to 24h), renewed at a third of it while the command runs
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = duration::lease)]
+    pub(crate) lease: Dur,
     /// For run-once jobs: if the command ends sooner, keep the lock until
     /// DUR has passed since it was taken, so that a run started elsewhere
     /// within DUR (cron on every host) finds it busy [default: off]
-    #[arg(long, value_name = "DUR", value_parser = duration::parse)]
-    pub(crate) hold_at_least: Option<Duration>,
+    #[arg(long, value_name = "DUR", value_parser = duration::up_to_a_day)]
+    pub(crate) hold_at_least: Option<Dur>,
     /// Renew the lease no further than DUR after it was taken: a command
     /// still running then loses the lease (see --on-lost; exit 76) [default: no cap]
-    #[arg(long, value_name = "DUR", value_parser = duration::parse)]
-    pub(crate) max_hold: Option<Duration>,
+    #[arg(long, value_name = "DUR", value_parser = duration::lease)]
+    pub(crate) max_hold: Option<Dur>,
     /// What to do to the command if the lease is lost
     #[arg(long, value_enum, default_value_t = OnLost::Term)]
     pub(crate) on_lost: OnLost,
     /// The command and its arguments; it gets LEASEHOLD_FENCE and LEASEHOLD_NAME
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<String>,
+    /// From the global --json: after the command, one JSON object about the
+    /// lock on stdout
+    #[arg(skip)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct AcquireArgs {
     /// The lock's name
     pub(crate) name: String,
-    /// Lease length; it is not renewed (use `extend`)
-    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = duration::parse)]
-    pub(crate) lease: Duration,
+    /// Lease length (10ms to 24h); it is not renewed (use `extend`)
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = duration::lease)]
+    pub(crate) lease: Dur,
     #[command(flatten)]
     pub(crate) wait: WaitArgs,
     #[command(flatten)]
     pub(crate) take: TakeArgs,
-    /// Print JSON instead of `TOKEN FENCE`
-    #[arg(long)]
+    /// For run-once jobs: a third word is printed, the moment (Unix time in
+    /// ms) DUR after the lock was taken; pass it to `release --hold-until`
+    /// and the lock stays held until then [default: off]
+    #[arg(long, value_name = "DUR", value_parser = duration::up_to_a_day)]
+    pub(crate) hold_at_least: Option<Dur>,
+    /// From the global --json: print JSON instead of `TOKEN FENCE`
+    #[arg(skip)]
     pub(crate) json: bool,
 }
 
@@ -185,20 +210,37 @@ pub(crate) struct TokenArgs {
 }
 
 #[derive(Debug, Args)]
+pub(crate) struct ReleaseArgs {
+    #[command(flatten)]
+    pub(crate) lock: TokenArgs,
+    /// The third word `acquire --hold-at-least` printed: until then (Unix
+    /// time in ms, by this host's clock) the lock is kept held, not freed,
+    /// and then expires
+    #[arg(long, value_name = "UNIX_MS")]
+    pub(crate) hold_until: Option<u64>,
+    /// From the global --json
+    #[arg(skip)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
 pub(crate) struct ExtendArgs {
     #[command(flatten)]
     pub(crate) lock: TokenArgs,
-    /// The new remaining lease, from now
-    #[arg(long, value_name = "DUR", value_parser = duration::parse)]
-    pub(crate) lease: Duration,
+    /// The new remaining lease, from now (10ms to 24h)
+    #[arg(long, value_name = "DUR", value_parser = duration::lease)]
+    pub(crate) lease: Dur,
+    /// From the global --json
+    #[arg(skip)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct InspectArgs {
     /// The lock's name
     pub(crate) name: String,
-    /// Print JSON
-    #[arg(long)]
+    /// From the global --json
+    #[arg(skip)]
     pub(crate) json: bool,
 }
 
@@ -206,6 +248,9 @@ pub(crate) struct InspectArgs {
 pub(crate) struct NameArgs {
     /// The lock's name
     pub(crate) name: String,
+    /// From the global --json
+    #[arg(skip)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -219,8 +264,8 @@ pub(crate) struct DemoArgs {
     /// Use the fair lock (FairMutex): the workers are served in the order they lined up
     #[arg(long)]
     pub(crate) fair: bool,
-    /// Print only the summary, as one JSON object
-    #[arg(long)]
+    /// From the global --json: print only the summary, as one JSON object
+    #[arg(skip)]
     pub(crate) json: bool,
 }
 
@@ -232,7 +277,23 @@ pub(crate) struct WatchArgs {
     /// Print one snapshot and exit
     #[arg(long)]
     pub(crate) once: bool,
-    /// With --once: print one JSON object per lock, one a line
-    #[arg(long, requires = "once")]
+    /// From the global --json, which needs --once: one JSON object per
+    /// lock, one a line
+    #[arg(skip)]
     pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CompletionsArgs {
+    /// The shell to complete for
+    #[arg(value_enum)]
+    pub(crate) shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ManArgs {
+    /// Write leasehold.1 and a page per subcommand (leasehold-run.1, ...)
+    /// into DIR instead of printing leasehold.1
+    #[arg(long, value_name = "DIR")]
+    pub(crate) out_dir: Option<std::path::PathBuf>,
 }

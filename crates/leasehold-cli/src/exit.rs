@@ -52,3 +52,27 @@ pub(crate) fn code_for(err: &anyhow::Error) -> u8 {
         _ => FAILURE,
     }
 }
+
+/// The name of an exit code, as the `"error"` of a JSON failure.
+pub(crate) fn kind(code: u8) -> &'static str {
+    match code {
+        USAGE => "usage",
+        UNAVAILABLE => "unavailable",
+        BUSY => "busy",
+        LOST => "lost",
+        AUTH => "auth",
+        CONFIG => "config",
+        CANNOT_EXECUTE => "cannot_execute",
+        NOT_FOUND => "not_found",
+        129.. => "signal",
+        _ => "failure",
+    }
+}
+
+/// A failure as one JSON object on stdout, for `--json`.
+pub(crate) fn print_json(code: u8, message: &str) {
+    println!(
+        "{}",
+        serde_json::json!({"error": kind(code), "message": message, "exit": code})
+    );
+}

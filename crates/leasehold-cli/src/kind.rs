@@ -151,6 +151,20 @@ impl Lock {
         }
     }
 
+    /// The lock's state as Redis sees it now.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub(crate) async fn inspect(&self) -> leasehold::Result<leasehold::LockInfo> {
+        match self {
+            Lock::Plain(mutex) => mutex.inspect().await,
+            Lock::Fair(mutex) => mutex.inspect().await,
+            Lock::Rw(rw, _) => rw.inspect().await,
+            Lock::Semaphore(sem) => sem.inspect().await,
+        }
+    }
+
     /// One attempt.
     ///
     /// # Errors

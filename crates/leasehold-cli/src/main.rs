@@ -17,6 +17,11 @@
 //! | 78 | Redis refused the connection settings: a database number it does not have, TLS on a port without it, an untrusted certificate |
 //! | 128+N | `run`: signal N ended the wait before the lock was taken; `demo`: signal N stopped it early |
 //! | 127 / 126 | `run`: the command was not found / could not be executed |
+//!
+//! With `--json`, a failure also prints one object on stdout:
+//! `{"error": KIND, "message": ..., "exit": N}`, KIND one of `usage` (2),
+//! `unavailable` (69), `busy` (75), `lost` (76), `auth` (77), `config` (78),
+//! `cannot_execute` (126), `not_found` (127), `signal` (128+N), `failure` (1).
 
 #![cfg_attr(
     not(test),
@@ -34,15 +39,19 @@ mod screen;
 mod scripting;
 mod signals;
 mod state;
+mod status;
 mod terminal;
 mod warden;
 mod watch;
 
+use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
+use anyhow::Context;
+use clap::{CommandFactory, Parser};
 
 use crate::cli::{Cli, Command};
+use crate::exit::Fail;
 
 fn main() -> ExitCode {
     if warden::is_warden() {
@@ -56,24 +65,92 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(err) => {
-            // One line, as for every other error; `--help` has the rest.
-            let rendered = err.render().to_string();
-            let first = rendered.lines().next().unwrap_or("invalid arguments");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("leasehold: {first} (see leasehold --help)");
+            // The parser's own message: which argument, what it expected,
+            // "a similar subcommand exists", and the usage line.
+            let _ = err.print();
+            if json_asked() {
+                exit::print_json(exit::USAGE, &usage_message(&err.render().to_string()));
+            }
             return ExitCode::from(exit::USAGE);
         }
     };
+    let json = cli.json;
     match run(cli) {
         Ok(code) => code,
         Err(err) => {
+            let code = exit::code_for(&err);
             eprintln!("leasehold: {err:#}");
-            ExitCode::from(exit::code_for(&err))
+            if json {
+                exit::print_json(code, &format!("{err:#}"));
+            }
+            ExitCode::from(code)
         }
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+/// `--json` is among the arguments that clap refused (before `--`, after
+/// which they belong to `run`'s command).
+fn json_asked() -> bool {
+    std::env::args_os()
+        .skip(1)
+        .take_while(|arg| arg != "--")
+        .any(|arg| arg == "--json")
+}
+
+/// The parser's message on one line, without the usage and help pointers.
+fn usage_message(rendered: &str) -> String {
+    rendered
+        .lines()
+        .map(str::trim)
+        .filter(|line| {
+            !line.is_empty() && !line.starts_with("Usage:") && !line.starts_with("For more")
+        })
+        .map(|line| line.strip_prefix("error: ").unwrap_or(line))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
+    let json = cli.json;
+    match &mut cli.command {
+        Command::Completions(args) => {
+            // Written whole by us: the generator panics on a write error.
+            let mut script = Vec::new();
+            clap_complete::generate(args.shell, &mut Cli::command(), "leasehold", &mut script);
+            std::io::stdout().write_all(&script)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Man(args) => {
+            match &args.out_dir {
+                Some(dir) => {
+                    clap_mangen::generate_to(Cli::command(), dir).with_context(|| {
+                        format!("cannot write the manual pages to {}", dir.display())
+                    })?;
+                }
+                None => {
+                    let mut page = Vec::new();
+                    clap_mangen::Man::new(Cli::command()).render(&mut page)?;
+                    std::io::stdout().write_all(&page)?;
+                }
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Watch(args) if json && !args.once => {
+            return Err(Fail {
+                code: exit::USAGE,
+                message: "watch --json needs --once: it prints one snapshot as JSON".to_owned(),
+            }
+            .into());
+        }
+        Command::Demo(args) => args.json = json,
+        Command::Watch(args) => args.json = json,
+        Command::Run(args) => args.json = json,
+        Command::Acquire(args) => args.json = json,
+        Command::Release(args) => args.json = json,
+        Command::Extend(args) => args.json = json,
+        Command::Inspect(args) => args.json = json,
+        Command::ForceRelease(args) => args.json = json,
+    }
     // One thread: PR_SET_PDEATHSIG follows the thread that spawned the child,
     // and the main thread lives as long as the runner.
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -89,6 +166,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Command::Extend(args) => scripting::extend(&cli.connection, args).await,
             Command::Inspect(args) => scripting::inspect(&cli.connection, args).await,
             Command::ForceRelease(args) => scripting::force_release(&cli.connection, args).await,
+            // Done above, without a runtime.
+            Command::Completions(_) | Command::Man(_) => Ok(ExitCode::SUCCESS),
         }
     })
 }

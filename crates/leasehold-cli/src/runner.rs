@@ -23,9 +23,22 @@ use crate::{terminal, warden};
 const TERM_GRACE: Duration = Duration::from_secs(10);
 
 pub(crate) async fn run(conn: &Connection, args: RunArgs) -> anyhow::Result<ExitCode> {
+    if let (Some(hold), Some(max)) = (&args.hold_at_least, &args.max_hold) {
+        if hold.get() > max.get() {
+            return Err(Fail {
+                code: exit::USAGE,
+                message: format!(
+                    "--hold-at-least {hold} is longer than --max-hold {max}: the lock would be \
+                     kept past its cap; make the hold shorter or the cap longer"
+                ),
+            }
+            .into());
+        }
+    }
+    let grace = args.take.restart_grace.as_ref().map(|g| g.get());
     let kind = Kind::from(&args.take.kind);
     let client = conn
-        .builder(args.lease, true, args.take.restart_grace)
+        .builder(args.lease.get(), true, grace)
         .name(kind::client_name("run", &args.name, kind, &args.command))
         .build()?;
     let result = run_locked(&client, &args, kind).await;
@@ -40,11 +53,11 @@ async fn run_locked(
     kind: Kind,
 ) -> anyhow::Result<ExitCode> {
     let mut lock = Lock::new(client, &args.name, kind)?;
-    if let Some(hold) = args.hold_at_least {
-        lock = lock.with_hold_at_least(hold)?;
+    if let Some(hold) = &args.hold_at_least {
+        lock = lock.with_hold_at_least(hold.get())?;
     }
-    if let Some(max) = args.max_hold {
-        lock = lock.with_max_hold(max)?;
+    if let Some(max) = &args.max_hold {
+        lock = lock.with_max_hold(max.get())?;
     }
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
@@ -53,9 +66,9 @@ async fn run_locked(
     // A signal while waiting ends the wait: the acquire is cancel safe.
     let guard = tokio::select! {
         guard = take(&lock, &args.wait, &args.take) => guard?,
-        _ = interrupt.recv() => return Ok(signal_exit(libc::SIGINT)),
-        _ = terminate.recv() => return Ok(signal_exit(libc::SIGTERM)),
-        _ = hangup.recv() => return Ok(signal_exit(libc::SIGHUP)),
+        _ = interrupt.recv() => return Err(wait_ended(&args.name, libc::SIGINT, "SIGINT").into()),
+        _ = terminate.recv() => return Err(wait_ended(&args.name, libc::SIGTERM, "SIGTERM").into()),
+        _ = hangup.recv() => return Err(wait_ended(&args.name, libc::SIGHUP, "SIGHUP").into()),
     };
 
     // Decided before the spawn: the child takes the terminal itself, before
@@ -153,13 +166,26 @@ async fn run_locked(
     let status = status?;
 
     let lost_after = guard.is_lost();
+    let fence = guard.fence();
     let released = Released::from(guard.release().await);
     match ending(&args.name, args.on_lost, lost, lost_after, released) {
         Ending::Code(warning) => {
+            let code = status_code(status);
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "name": args.name,
+                        "fence": fence,
+                        "exit": code,
+                        "lease_held": warning.is_none() && !lost,
+                    })
+                );
+            }
             if let Some(warning) = warning {
                 eprintln!("leasehold: warning: {warning}");
             }
-            Ok(ExitCode::from(status_code(status)))
+            Ok(ExitCode::from(code))
         }
         Ending::Fail(message) => Err(Fail {
             code: exit::LOST,
@@ -386,8 +412,12 @@ fn signal_group(group: Option<i32>, signal: libc::c_int) {
     }
 }
 
-fn signal_exit(signal: libc::c_int) -> ExitCode {
-    ExitCode::from(u8::try_from(128 + signal).unwrap_or(exit::FAILURE))
+/// A signal ended the wait for the lock: exit 128 + its number, as shells do.
+fn wait_ended(name: &str, signal: libc::c_int, signal_name: &str) -> Fail {
+    Fail {
+        code: u8::try_from(128 + signal).unwrap_or(exit::FAILURE),
+        message: format!("{signal_name} ended the wait for lock {name:?}: nothing was run"),
+    }
 }
 
 /// The child's exit code, or 128 + the signal that killed it (as shells report).

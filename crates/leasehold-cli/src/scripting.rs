@@ -1,81 +1,181 @@
 //! The commands for shell scripts: acquire, release, extend, inspect, force-release.
 
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 
 use crate::cli::{
-    AcquireArgs, Connection, ExtendArgs, InspectArgs, NameArgs, TakeArgs, TokenArgs, WaitArgs,
+    AcquireArgs, Connection, ExtendArgs, InspectArgs, NameArgs, ReleaseArgs, TakeArgs, WaitArgs,
 };
 use crate::exit::{self, Fail};
 use crate::kind::{self, Kind, Lock};
-use crate::state;
+use crate::{duration, state, status};
 
-/// Takes the lock as `wait` says; a busy lock is an error that exits 75.
+/// Takes the lock as `wait` says, with the status line while it waits
+/// (unless `--quiet`); a busy lock is an error that exits 75.
 pub(crate) async fn take(
+    lock: &Lock,
+    wait: &WaitArgs,
+    how: &TakeArgs,
+) -> anyhow::Result<leasehold::MutexGuard> {
+    status::while_waiting(
+        lock,
+        wait.wait.as_ref(),
+        how.quiet,
+        take_quietly(lock, wait, how),
+    )
+    .await
+}
+
+async fn take_quietly(
     lock: &Lock,
     wait: &WaitArgs,
     how: &TakeArgs,
 ) -> anyhow::Result<leasehold::MutexGuard> {
     // Under a restart grace a young server grants nothing, and says so
     // only as a busy lock.
-    let grace = if how.restart_grace.is_some() {
-        " (or Redis has been up for less than --restart-grace)"
-    } else {
-        ""
+    let grace = match &how.restart_grace {
+        Some(grace) => format!(
+            " (or Redis has been up for less than --restart-grace {grace}, and grants no lock \
+             until then)"
+        ),
+        None => String::new(),
     };
-    let busy = |message: String| Fail {
-        code: exit::BUSY,
-        message: format!("{message}{grace}"),
-    };
+    let name = lock.name();
     if wait.no_wait {
-        return lock
-            .try_acquire()
-            .await?
-            .ok_or_else(|| busy(format!("lock {:?} is held by someone else", lock.name())).into());
+        if let Some(guard) = lock.try_acquire().await? {
+            return Ok(guard);
+        }
+        let holder = holder_of(lock).await;
+        return Err(Fail {
+            code: exit::BUSY,
+            message: format!("lock {name:?} is held by {holder}{grace}"),
+        }
+        .into());
     }
-    let taken = match wait.wait {
-        Some(limit) => lock.acquire_timeout(limit).await,
+    let taken = match &wait.wait {
+        Some(limit) => lock.acquire_timeout(limit.get()).await,
         None => lock.acquire().await,
     };
-    match taken {
-        Ok(guard) => Ok(guard),
-        Err(err) if err.is_timeout() => Err(busy(err.to_string()).into()),
-        Err(err) => Err(err.into()),
+    match (taken, &wait.wait) {
+        (Ok(guard), _) => Ok(guard),
+        // The bound as it was typed, not as the library prints it.
+        (Err(err), Some(limit)) if err.is_timeout() => {
+            let holder = holder_of(lock).await;
+            Err(Fail {
+                code: exit::BUSY,
+                message: format!(
+                    "lock {name:?} could not be taken within {limit}: it is held by \
+                     {holder}{grace}; wait longer, or see `leasehold inspect {name}`"
+                ),
+            }
+            .into())
+        }
+        (Err(err), _) => Err(err.into()),
+    }
+}
+
+/// Who holds the lock and for how long, for a busy error: "pid 4242 on
+/// build-7 (leasehold run nightly -- ./job.sh), 27.0s of lease left", or
+/// "someone else" when that cannot be read.
+async fn holder_of(lock: &Lock) -> String {
+    let Ok(info) = lock.inspect().await else {
+        return "someone else".to_owned();
+    };
+    let who = match info.holders.as_slice() {
+        [] => return "someone else".to_owned(),
+        [one] => one.describe(),
+        [first, rest @ ..] => format!("{} and {} more", first.describe(), rest.len()),
+    };
+    match state::lease_left(&info) {
+        Some(left) => format!("{who}, {} of lease left", seconds(left)),
+        None => who,
     }
 }
 
 pub(crate) async fn acquire(conn: &Connection, args: AcquireArgs) -> anyhow::Result<ExitCode> {
+    let grace = args.take.restart_grace.as_ref().map(|g| g.get());
     let kind = Kind::from(&args.take.kind);
     let client = conn
-        .builder(args.lease, false, args.take.restart_grace)
+        .builder(args.lease.get(), false, grace)
         .name(kind::client_name("acquire", &args.name, kind, &[]))
         .build()?;
-    let lock = Lock::new(&client, &args.name, kind)?;
+    let mut lock = Lock::new(&client, &args.name, kind)?;
+    if let Some(hold) = &args.hold_at_least {
+        lock = lock.with_hold_at_least(hold.get())?;
+    }
     let taken = take(&lock, &args.wait, &args.take).await;
     // A failed attempt may have left a release running in the background.
     client.flush().await;
     let lease = taken?.detach();
+    // Counted from when the grant arrived, which is after Redis made it, and
+    // rounded up to the next millisecond: the hold can only come out longer
+    // than asked, never shorter.
+    let hold_until = args
+        .hold_at_least
+        .as_ref()
+        .map(|hold| unix_ms(SystemTime::now() + hold.get() + Duration::from_millis(1)));
     if args.json {
-        println!(
-            "{}",
-            json!({
-                "name": lease.name,
-                "token": lease.token,
-                "fence": lease.fence,
-                "lease_ms": u64::try_from(args.lease.as_millis()).unwrap_or(u64::MAX),
-            })
-        );
+        let mut out = json!({
+            "name": lease.name,
+            "token": lease.token,
+            "fence": lease.fence,
+            "lease_ms": millis(args.lease.get()),
+        });
+        if let Some(until) = hold_until {
+            out["hold_until_unix_ms"] = until.into();
+        }
+        println!("{out}");
+    } else if let Some(until) = hold_until {
+        println!("{} {} {until}", lease.token, lease.fence);
     } else {
         println!("{} {}", lease.token, lease.fence);
     }
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) async fn release(conn: &Connection, args: TokenArgs) -> anyhow::Result<ExitCode> {
+/// Releases the lock; before `--hold-until` the token's lease is set to end
+/// then instead, which keeps the lock held and wakes nobody, as a release
+/// within the library's hold-at-least does. Nothing new is stored in Redis:
+/// the moment travels with the token, in the script.
+pub(crate) async fn release(conn: &Connection, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
     let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
-    client.mutex(&args.name)?.release_token(&args.token).await?;
+    let mutex = client.mutex(&args.lock.name)?;
+    let now = unix_ms(SystemTime::now());
+    let keep = args
+        .hold_until
+        .filter(|&until| until > now)
+        // Never shorter than asked: the shortest lease Redis is given is
+        // longer than what is left.
+        .map(|until| Duration::from_millis(until - now).max(leasehold::MIN_LEASE));
+    if let (Some(keep), Some(until)) = (keep, args.hold_until) {
+        if keep > leasehold::MAX_LEASE {
+            return Err(Fail {
+                code: exit::USAGE,
+                message: format!(
+                    "--hold-until {until} is {} from now by this host's clock, more than a \
+                     hold can last (24h): pass the third word `acquire --hold-at-least` printed",
+                    duration::human(keep)
+                ),
+            }
+            .into());
+        }
+    }
+    match keep {
+        Some(keep) => mutex.extend_token(&args.lock.token, keep).await?,
+        None => mutex.release_token(&args.lock.token).await?,
+    }
+    if args.json {
+        println!(
+            "{}",
+            json!({
+                "name": args.lock.name,
+                "freed": keep.is_none(),
+                "kept_ms": keep.map(millis),
+            })
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -83,8 +183,14 @@ pub(crate) async fn extend(conn: &Connection, args: ExtendArgs) -> anyhow::Resul
     let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
     client
         .mutex(&args.lock.name)?
-        .extend_token(&args.lock.token, args.lease)
+        .extend_token(&args.lock.token, args.lease.get())
         .await?;
+    if args.json {
+        println!(
+            "{}",
+            json!({"name": args.lock.name, "lease_ms": millis(args.lease.get())})
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -115,7 +221,9 @@ pub(crate) async fn inspect(conn: &Connection, args: InspectArgs) -> anyhow::Res
 pub(crate) async fn force_release(conn: &Connection, args: NameArgs) -> anyhow::Result<ExitCode> {
     let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
     let removed = client.mutex(&args.name)?.force_release().await?;
-    if removed {
+    if args.json {
+        println!("{}", json!({"name": args.name, "removed": removed}));
+    } else if removed {
         println!("removed lock {:?}; its waiters were woken", args.name);
     } else {
         println!("lock {:?} was free", args.name);
@@ -125,8 +233,7 @@ pub(crate) async fn force_release(conn: &Connection, args: NameArgs) -> anyhow::
 
 /// A lock's state as `inspect --json` and `watch --once --json` print it.
 pub(crate) fn info_json(info: &leasehold::LockInfo) -> serde_json::Value {
-    let remaining_ms =
-        state::lease_left(info).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let remaining_ms = state::lease_left(info).map(millis);
     let mut value = json!({
         "name": info.name,
         "held": info.held,
@@ -138,6 +245,15 @@ pub(crate) fn info_json(info: &leasehold::LockInfo) -> serde_json::Value {
         object.extend(state::json_fields(info).map(|(k, v)| (k.to_owned(), v)));
     }
     value
+}
+
+/// Milliseconds since the Unix epoch; 0 for a clock set before 1970.
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, millis)
+}
+
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 pub(crate) fn seconds(d: Duration) -> String {

@@ -154,22 +154,42 @@ fn a_busy_lock_exits_75() {
 }
 
 #[test]
-fn usage_errors_exit_2_with_one_line() {
+fn usage_errors_exit_2() {
     let url = unreachable_url();
+    // Refused by the argument parser, whose whole message is kept.
     for args in [
         &["run", "job", "--lease", "30", "--", "true"][..],
         &["run", "job", "--lease", "0s", "--", "true"],
         &["run", "job", "--lease", "25h", "--", "true"],
         &["run", "job", "--wait", "25h", "--", "true"],
-        &["run", "a{b}", "--", "true"],
-        &["run", "", "--", "true"],
         &["run", "job"],
         &["run", "job", "--wait", "1s", "--no-wait", "--", "true"],
         &["run", "job", "--hold-at-least", "25h", "--", "true"],
         &["run", "job", "--max-hold", "0s", "--", "true"],
         &["acquire", "job", "--lease", "soon"],
-        &["release", "job", ""],
         &["frobnicate"],
+    ] {
+        let out = leasehold(&url, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.starts_with("error: "), "{args:?}: {err}");
+        assert!(err.contains("--help"), "{args:?}: {err}");
+    }
+    // Refused after parsing: one line.
+    for args in [
+        &["run", "a{b}", "--", "true"][..],
+        &["run", "", "--", "true"],
+        &[
+            "run",
+            "job",
+            "--hold-at-least",
+            "2h",
+            "--max-hold",
+            "1h",
+            "--",
+            "true",
+        ],
+        &["release", "job", ""],
     ] {
         let out = leasehold(&url, args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
@@ -1022,6 +1042,25 @@ fn assert_terminal_restored(screen: &str) {
     let hidden = screen.rfind("\x1b[?25l").expect("the view never drew");
     let shown = screen.rfind("\x1b[?25h").expect("cursor left hidden");
     assert!(shown > hidden, "cursor left hidden: {screen:?}");
+}
+
+#[test]
+fn the_waiting_status_line_is_redrawn_in_place_on_a_terminal() {
+    let server = RedisServer::start();
+    let url = server.url();
+    acquire(&url, "job", "5m");
+    let args = ["--url", &url, "run", "job", "--", "true"].map(String::from);
+    let terminal = OnTerminal::start(&args);
+    let drawn = "\r\x1b[2Kleasehold: waiting for lock \"job\"";
+    eventually("the line to be drawn twice", || {
+        terminal.screen().matches(drawn).count() >= 2
+    });
+    let (code, screen) = terminal.ctrl_c();
+    assert_eq!(code, Some(128 + libc::SIGINT), "{screen:?}");
+    // Erased before the message that the wait was ended.
+    let last = screen.rfind(drawn).unwrap();
+    let erased = screen.rfind("\r\x1b[2Kleasehold: SIGINT ended the wait");
+    assert!(erased.is_some_and(|at| at > last), "{screen:?}");
 }
 
 #[test]

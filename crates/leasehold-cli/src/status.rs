@@ -1,0 +1,176 @@
+//! The status line on stderr while `run` and `acquire` wait for a busy lock:
+//! how long this wait has lasted, and the lock's state as Redis sees it.
+//!
+//! At a terminal it is one line, redrawn in place and erased when the wait
+//! ends; otherwise (a log, a pipe) a plain line every few seconds.
+
+use std::future::Future;
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::duration::{human, Dur};
+use crate::kind::Lock;
+use crate::scripting::seconds;
+
+/// A wait shorter than this shows nothing.
+const FIRST_AFTER: Duration = Duration::from_secs(1);
+/// How often the line is redrawn at a terminal.
+const REDRAW_EVERY: Duration = Duration::from_secs(1);
+/// How often a plain line is printed elsewhere.
+const PRINT_EVERY: Duration = Duration::from_secs(5);
+
+/// Runs `wait` (the acquisition) and, unless `quiet`, shows the status line
+/// while it lasts more than a second.
+pub(crate) async fn while_waiting<F: Future>(
+    lock: &Lock,
+    limit: Option<&Dur>,
+    quiet: bool,
+    wait: F,
+) -> F::Output {
+    if quiet {
+        return wait.await;
+    }
+    tokio::pin!(wait);
+    // Erased when dropped: when the wait ends, and when it is cancelled.
+    let mut line = Line::new(std::io::stderr().is_terminal());
+    let started = Instant::now();
+    let shown = tokio::select! {
+        out = &mut wait => Some(out),
+        () = show(lock, limit, started, &mut line) => None,
+    };
+    drop(line);
+    match shown {
+        Some(out) => out,
+        // `show` ends only if stderr is gone; the wait goes on silently.
+        None => wait.await,
+    }
+}
+
+async fn show(lock: &Lock, limit: Option<&Dur>, started: Instant, line: &mut Line) {
+    tokio::time::sleep_until(started + FIRST_AFTER).await;
+    loop {
+        let state = match lock.inspect().await {
+            Ok(info) => describe(&info),
+            Err(err) => format!("its state is unknown: {err}"),
+        };
+        let waited = human(Duration::from_secs(started.elapsed().as_secs()));
+        let waited = match limit {
+            Some(limit) => format!("{waited} of {limit}"),
+            None => waited,
+        };
+        let text = format!("waiting for lock {:?} ({waited}): {state}", lock.name());
+        if line.show(&text).is_err() {
+            return;
+        }
+        tokio::time::sleep(line.every()).await;
+    }
+}
+
+/// The lock's state, in parts joined by commas.
+fn describe(info: &leasehold::LockInfo) -> String {
+    let mut parts = Vec::new();
+    if !info.held {
+        // Between a release and the next grant: the waiter is trying.
+        parts.push("free this moment".to_owned());
+    } else {
+        parts.push(match info.holders.as_slice() {
+            [] => "held".to_owned(),
+            [one] => format!("held by {}", one.describe()),
+            [first, rest @ ..] => format!("held by {} and {} more", first.describe(), rest.len()),
+        });
+        parts.push(match crate::state::lease_left(info) {
+            Some(left) => format!("{} of lease left", seconds(left)),
+            None => "with no expiry (set by hand?)".to_owned(),
+        });
+    }
+    if let Some(fence) = info.last_fence {
+        parts.push(format!("last fence {fence}"));
+    }
+    parts.push(match info.waiting_clients {
+        1 => "1 client waiting".to_owned(),
+        n => format!("{n} clients waiting"),
+    });
+    parts.join(", ")
+}
+
+/// Where the status goes: a line redrawn in place at a terminal, plain
+/// lines elsewhere. The terminal's line is erased on drop.
+#[derive(Debug)]
+struct Line {
+    terminal: bool,
+    drawn: bool,
+}
+
+impl Line {
+    fn new(terminal: bool) -> Self {
+        Line {
+            terminal,
+            drawn: false,
+        }
+    }
+
+    fn every(&self) -> Duration {
+        if self.terminal {
+            REDRAW_EVERY
+        } else {
+            PRINT_EVERY
+        }
+    }
+
+    fn show(&mut self, text: &str) -> std::io::Result<()> {
+        let mut err = std::io::stderr().lock();
+        if self.terminal {
+            // Carriage return and erase-line: the line is redrawn in place.
+            write!(err, "\r\x1b[2Kleasehold: {text}")?;
+            self.drawn = true;
+        } else {
+            writeln!(err, "leasehold: {text}")?;
+        }
+        err.flush()
+    }
+}
+
+impl Drop for Line {
+    fn drop(&mut self) {
+        if self.drawn {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2K");
+            let _ = err.flush();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn describes_a_held_lock() {
+        let server = leasehold_testkit::RedisServer::start();
+        let info = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let client = leasehold::Client::builder(server.url())
+                    .watchdog(false)
+                    .name("nightly")
+                    .build()
+                    .unwrap();
+                let mutex = client.mutex("job").unwrap();
+                let guard = mutex.try_acquire().await.unwrap().unwrap();
+                let info = mutex.inspect().await.unwrap();
+                let _ = guard.detach();
+                info
+            });
+        let text = describe(&info);
+        let by = format!("held by pid {} on ", std::process::id());
+        assert!(text.starts_with(&by), "{text}");
+        assert!(text.contains("(nightly), "), "{text}");
+        assert!(text.contains("of lease left"), "{text}");
+        assert!(text.contains("last fence "), "{text}");
+        assert!(text.ends_with("0 clients waiting"), "{text}");
+    }
+}
