@@ -8,6 +8,7 @@ use crate::engine::Kind;
 use crate::error::Result;
 use crate::keys::{validate_lease, validate_wait, LockKeys};
 use crate::mutex::{Core, LockInfo, MutexGuard};
+use crate::observe::{self, Op};
 
 /// A lock with one holder at a time that is granted in the order the
 /// waiters arrived at Redis, across every process. Made by
@@ -160,7 +161,11 @@ impl FairMutex {
     ///
     /// Dropping the future may or may not release the lock.
     pub async fn release_token(&self, token: &str) -> Result<()> {
-        self.core.release_token(token).await
+        observe::traced(
+            self.core.span(Op::ReleaseToken),
+            self.core.release_token(token),
+        )
+        .await
     }
 
     /// Sets the remaining lease of `token` to `lease` if it still holds the lock.
@@ -173,7 +178,11 @@ impl FairMutex {
     ///
     /// Dropping the future may or may not extend the lease.
     pub async fn extend_token(&self, token: &str, lease: Duration) -> Result<()> {
-        self.core.extend_token(token, lease).await
+        observe::traced(
+            self.core.span(Op::ExtendToken),
+            self.core.extend_token(token, lease),
+        )
+        .await
     }
 
     /// Removes the lock whoever holds it and hands it to the first live
@@ -187,7 +196,7 @@ impl FairMutex {
     ///
     /// Dropping the future may or may not remove the lock.
     pub async fn force_release(&self) -> Result<bool> {
-        self.core.force_release().await
+        observe::traced(self.core.span(Op::ForceRelease), self.core.force_release()).await
     }
 
     /// The lock's state as Redis sees it now, with the number of clients in line.
@@ -200,6 +209,6 @@ impl FairMutex {
     ///
     /// Cancel safe: it only reads.
     pub async fn inspect(&self) -> Result<LockInfo> {
-        self.core.inspect().await
+        observe::traced(self.core.span(Op::Inspect), self.core.inspect()).await
     }
 }

@@ -184,16 +184,20 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod client;
+mod election;
 mod engine;
 mod error;
 mod fair_mutex;
 mod keys;
 mod mutex;
+pub mod observe;
+mod with_lock;
 
 pub use client::{
     Client, ClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FENCE_RETENTION, DEFAULT_LEASE,
     DEFAULT_PREFIX, DEFAULT_URL, URL_ENV_VARS,
 };
+pub use election::{Election, Leader, Leadership, MAX_LEADER_VALUE_LEN};
 pub use error::{Error, ErrorKind, Result};
 pub use fair_mutex::FairMutex;
 pub use keys::{MAX_LEASE, MAX_NAME_LEN, MAX_PREFIX_LEN, MAX_TOKEN_LEN, MAX_WAIT, MIN_LEASE};
@@ -213,6 +217,8 @@ mod tests {
         is_send_sync::<Mutex>();
         is_send_sync::<FairMutex>();
         is_send_sync::<MutexGuard>();
+        is_send_sync::<Election>();
+        is_send_sync::<Leadership>();
         is_send_sync::<Error>();
     }
 }

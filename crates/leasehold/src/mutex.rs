@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::keys::{
     millis, validate_lease, validate_token, validate_wait, LockKeys, MAX_LEASE, MIN_LEASE,
 };
+use crate::observe::{self, Op};
 
 /// A lock with one holder at a time across every process that uses the same
 /// Redis and key prefix. Made by [`Client::mutex`]; cheap to clone.
@@ -212,7 +213,11 @@ impl Mutex {
     ///
     /// Dropping the future may or may not release the lock.
     pub async fn release_token(&self, token: &str) -> Result<()> {
-        self.core.release_token(token).await
+        observe::traced(
+            self.core.span(Op::ReleaseToken),
+            self.core.release_token(token),
+        )
+        .await
     }
 
     /// Sets the remaining lease of `token` to `lease` if it still holds the lock.
@@ -227,7 +232,11 @@ impl Mutex {
     ///
     /// Dropping the future may or may not extend the lease.
     pub async fn extend_token(&self, token: &str, lease: Duration) -> Result<()> {
-        self.core.extend_token(token, lease).await
+        observe::traced(
+            self.core.span(Op::ExtendToken),
+            self.core.extend_token(token, lease),
+        )
+        .await
     }
 
     /// Removes the lock whoever holds it, and wakes its first waiter: an
@@ -244,7 +253,7 @@ impl Mutex {
     ///
     /// Dropping the future may or may not remove the lock.
     pub async fn force_release(&self) -> Result<bool> {
-        self.core.force_release().await
+        observe::traced(self.core.span(Op::ForceRelease), self.core.force_release()).await
     }
 
     /// The lock's state as Redis sees it now.
@@ -258,7 +267,7 @@ impl Mutex {
     ///
     /// Cancel safe: it only reads.
     pub async fn inspect(&self) -> Result<LockInfo> {
-        self.core.inspect().await
+        observe::traced(self.core.span(Op::Inspect), self.core.inspect()).await
     }
 }
 
@@ -335,13 +344,24 @@ impl Core {
     }
 
     pub(crate) async fn try_acquire(&self) -> Result<Option<MutexGuard>> {
-        let held = wait::try_acquire(&self.client.node, &self.request()).await?;
+        let request = self.request();
+        let attempt = wait::try_acquire(&self.client.node, &request);
+        let fence = |held: &Option<Held>| held.as_ref().map(|held| held.lease().fence);
+        let held = observe::acquisition(self.kind, &self.keys.name, false, attempt, fence).await?;
         Ok(held.map(|held| MutexGuard { held }))
     }
 
     pub(crate) async fn acquire(&self, wait: Option<Duration>) -> Result<MutexGuard> {
-        let held = wait::acquire(&self.client.node, &self.request(), wait).await?;
+        let request = self.request();
+        let attempt = wait::acquire(&self.client.node, &request, wait);
+        let fence = |held: &Held| Some(held.lease().fence);
+        let held = observe::acquisition(self.kind, &self.keys.name, true, attempt, fence).await?;
         Ok(MutexGuard { held })
+    }
+
+    /// The span of `op` on this lock.
+    pub(crate) fn span(&self, op: Op) -> tracing::Span {
+        observe::span(op, self.kind, &self.keys.name, None)
     }
 
     pub(crate) async fn release_token(&self, token: &str) -> Result<()> {
@@ -528,7 +548,7 @@ impl MutexGuard {
     /// While an extend is in flight the watchdog leaves this lease to it, so
     /// do not keep the future alive without polling it.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
-        self.held.extend(lease).await
+        observe::traced(self.span(Op::Extend), self.held.extend(lease)).await
     }
 
     /// Releases the lock: checks the token, deletes, and wakes the first
@@ -554,7 +574,12 @@ impl MutexGuard {
     ///
     /// If the future is dropped, the release finishes in the background.
     pub async fn release(self) -> Result<()> {
-        self.held.release().await
+        observe::traced(self.span(Op::Release), self.held.release()).await
+    }
+
+    fn span(&self, op: Op) -> tracing::Span {
+        let kind = self.held.holding.kind();
+        observe::span(op, kind, self.name(), Some(self.fence()))
     }
 
     /// Gives up the guard without releasing: the lock stays held until its
