@@ -81,6 +81,8 @@ pub(crate) enum Command {
     ForceRelease(NameArgs),
     /// Show locks live: held or free, last fence, lease left, clients waiting
     Watch(WatchArgs),
+    /// Show who leads an election: `FENCE VALUE`, or nothing when nobody does
+    Leader(crate::leader::LeaderArgs),
 }
 
 /// How long to wait for a busy lock.

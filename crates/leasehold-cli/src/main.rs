@@ -26,6 +26,7 @@ mod cli;
 mod demo;
 mod duration;
 mod exit;
+mod leader;
 mod private_redis;
 mod runner;
 mod screen;
@@ -80,6 +81,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         match cli.command {
             Command::Demo(args) => demo::demo(&cli.connection, args).await,
             Command::Watch(args) => watch::watch(&cli.connection, args).await,
+            Command::Leader(args) => leader::leader(&cli.connection, args).await,
             Command::Run(args) => runner::run(&cli.connection, args).await,
             Command::Acquire(args) => scripting::acquire(&cli.connection, args).await,
             Command::Release(args) => scripting::release(&cli.connection, args).await,
