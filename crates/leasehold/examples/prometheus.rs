@@ -18,6 +18,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let handle = PrometheusBuilder::new().install_recorder()?;
+    leasehold::observe::describe_metrics();
     let url = std::env::var("LEASEHOLD_URL").unwrap_or_else(|_| leasehold::DEFAULT_URL.into());
     let client = leasehold::Client::builder(url.clone())
         .lease(Duration::from_millis(300))

@@ -117,12 +117,93 @@
 //! longer than the spread of the hosts' start times and shorter than the
 //! job's period.
 //!
+//! The `run_once` example starts the job in five processes, one of them
+//! after the others have finished, and the job runs once.
+//!
 //! # A cap on renewal
 //!
 //! The watchdog renews a lease for as long as its guard lives, which a holder
 //! stuck in an endless loop would do forever. [`Mutex::with_max_hold`] caps
 //! it: no renewal reaches past the cap after the acquisition, the lease ends
 //! there, and [`MutexGuard::lost`] resolves with a loss that names the cap.
+//!
+//! # Work under a lock in one call
+//!
+//! [`Mutex::with_lock`] (and [`FairMutex::with_lock`]) waits for the lock,
+//! runs the work with the guard, releases, and hands back the work's output
+//! only if the lease held from the acquisition to the release. The work is
+//! raced against [`MutexGuard::lost`]: a lost lease drops it at its next
+//! await point, and the call returns an error of kind
+//! [`ErrorKind::NotHeld`], the kind a release reports for a lost lease.
+//! [`Mutex::run_locked`] does the same for a future that needs no guard,
+//! and [`Mutex::with_lock_timeout`] bounds the wait.
+//!
+//! ```no_run
+//! # async fn demo(client: leasehold::Client) -> leasehold::Result<()> {
+//! let ledger = client.mutex("ledger:eu")?;
+//! let written = ledger
+//!     .with_lock(async |guard| write_entries(guard.fence()).await)
+//!     .await?; // Err(NotHeld) if the lease was lost: nothing is returned
+//! # let _ = written;
+//! # Ok(()) }
+//! # async fn write_entries(_fence: u64) -> usize { 0 }
+//! ```
+//!
+//! Dropping the call's future drops the work where it stands and releases
+//! the lock in the background, as dropping a guard does.
+//!
+//! # Leader election
+//!
+//! [`Client::election`] makes an [`Election`]: candidates
+//! [`campaign`](Election::campaign) with a value (an address, a host name)
+//! and wait in line; the winner gets a [`Leadership`], a lease with a fence
+//! and a [`lost`](Leadership::lost) signal like a guard's. Anyone can ask
+//! who leads ([`Election::leader`]: the value and fence, or `None`) or
+//! follow the changes ([`Election::observe`], a `tokio::sync::watch`
+//! receiver).
+//!
+//! ```no_run
+//! # async fn demo(client: leasehold::Client) -> leasehold::Result<()> {
+//! use std::time::Duration;
+//!
+//! let election = client
+//!     .election("scheduler")?
+//!     .with_lease(Duration::from_secs(5))?; // a dead leader is replaced within 5 s
+//! let leadership = election.campaign("10.0.0.7:8080").await?;
+//! tokio::select! {
+//!     () = leadership.lost() => eprintln!("no longer the leader"),
+//!     () = lead(leadership.fence()) => {}
+//! }
+//! leadership.resign().await?;
+//! # Ok(()) }
+//! # async fn lead(_fence: u64) {}
+//! ```
+//!
+//! An election is a [`FairMutex`], so leadership passes in the order the
+//! candidates lined up, and a leader that resigns and campaigns again goes
+//! to the back. The winner records its value beside the lock
+//! (`<prefix>:{name}:leader`, "fence token value", with a TTL) and
+//! announces it on `<prefix>:{name}:leader:ch`; a resignation is announced
+//! too. The record is trusted only while the lock is held by the token that
+//! wrote it, so a leader that died is never reported once its lease has run
+//! out. A leader that dies announces nothing: observers also read again
+//! when its lease can have run out, and at least every 5 s. The
+//! `leader_election` example kills a leader with SIGKILL and watches the
+//! standby take over; `leasehold leader NAME` prints the leader from a shell.
+//!
+//! # Observability
+//!
+//! Every lock operation runs in a [`tracing`](https://docs.rs/tracing) span
+//! named after it (`acquire`, `release`, …; target `leasehold`, level
+//! `DEBUG`) with the fields `name`, `primitive`, `outcome`, `waited` and
+//! `fence`, and a lost lease is logged at `WARN` with its reason. Counters
+//! (acquisitions, timeouts, losses by reason, renewals and renewal
+//! failures), histograms (wait and hold time) and gauges (held leases,
+//! waiting tasks) go through the [`metrics`](https://docs.rs/metrics)
+//! facade to whatever recorder the application installs; [`observe`] lists
+//! their names and labels. Lock names are span fields, never metric
+//! labels. The `prometheus` example exports them with
+//! `metrics-exporter-prometheus`.
 //!
 //! # Waiting
 //!

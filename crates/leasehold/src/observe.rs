@@ -37,6 +37,7 @@
 //!
 //! Lock names are not labels: a service that locks one name per user or per
 //! record would make one time series each. The names are in the spans.
+//! [`describe_metrics`] gives the recorder their units and help texts.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -69,6 +70,38 @@ pub const WAITING_TASKS: &str = "leasehold_waiting_tasks";
 pub const PRIMITIVE_LABEL: &str = "primitive";
 /// The label that names why a lease was lost.
 pub const REASON_LABEL: &str = "reason";
+
+/// Gives the installed recorder each metric's unit and help text (the
+/// `# HELP` lines of a Prometheus scrape). Call it once, after installing
+/// the recorder; without it the metrics are reported all the same.
+pub fn describe_metrics() {
+    use metrics::Unit;
+    metrics::describe_counter!(ACQUISITIONS, Unit::Count, "Leases taken");
+    metrics::describe_counter!(TIMEOUTS, Unit::Count, "Waits for a lock that ran out");
+    metrics::describe_counter!(LOSSES, Unit::Count, "Leases lost while held, by reason");
+    metrics::describe_counter!(RENEWALS, Unit::Count, "Lease renewals Redis confirmed");
+    metrics::describe_counter!(
+        RENEWAL_FAILURES,
+        Unit::Count,
+        "Lease renewals that got no usable answer"
+    );
+    metrics::describe_histogram!(
+        WAIT_SECONDS,
+        Unit::Seconds,
+        "Time from an acquire call to its lease"
+    );
+    metrics::describe_histogram!(
+        HOLD_SECONDS,
+        Unit::Seconds,
+        "Time a guard held its lease"
+    );
+    metrics::describe_gauge!(HELD_LEASES, Unit::Count, "Guards alive in this process");
+    metrics::describe_gauge!(
+        WAITING_TASKS,
+        Unit::Count,
+        "Tasks waiting in acquire or acquire_timeout"
+    );
+}
 
 pub(crate) fn primitive(kind: Kind) -> &'static str {
     match kind {
