@@ -90,11 +90,7 @@ pub fn describe_metrics() {
         Unit::Seconds,
         "Time from an acquire call to its lease"
     );
-    metrics::describe_histogram!(
-        HOLD_SECONDS,
-        Unit::Seconds,
-        "Time a guard held its lease"
-    );
+    metrics::describe_histogram!(HOLD_SECONDS, Unit::Seconds, "Time a guard held its lease");
     metrics::describe_gauge!(HELD_LEASES, Unit::Count, "Guards alive in this process");
     metrics::describe_gauge!(
         WAITING_TASKS,
