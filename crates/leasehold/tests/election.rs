@@ -167,3 +167,27 @@ async fn bad_input_is_refused_before_redis() {
     let err = election.with_lease(Duration::ZERO).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observers_notice_a_dead_leader_that_announced_nothing() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let watcher = client(&server).election("solo").unwrap();
+    let mut observer = watcher.observe().await.unwrap();
+    let leadership = impatient(&proxy.url())
+        .election("solo")
+        .unwrap()
+        .with_lease(Duration::from_millis(400))
+        .unwrap()
+        .campaign("only")
+        .await
+        .unwrap();
+    assert_eq!(value(&next(&mut observer).await), Some("only"));
+    // Nobody is left to announce anything: the observer finds out when the
+    // lease can have run out.
+    proxy.blackhole(true);
+    assert_eq!(next(&mut observer).await, None);
+    assert!(leadership.is_lost());
+    drop(leadership);
+    proxy.heal();
+}
