@@ -253,8 +253,11 @@
 //! `<prefix>:{name}:fence` (expires after the fence retention), its waiter
 //! queue at `<prefix>:{name}:q` with one heartbeat key per waiter under
 //! `<prefix>:{name}:w:`, and each client's notification channel under
-//! `<prefix>:{name}:ch:`. Every key expires on its own. Names are non-empty
-//! UTF-8 of at most 1024 bytes without `{` or `}`.
+//! `<prefix>:{name}:ch:`. An election called `name` adds its leader record
+//! at `<prefix>:{name}:leader` (expires after the fence retention; the
+//! leader rewrites it at a quarter of that) and announces on
+//! `<prefix>:{name}:leader:ch`. Every key expires on its own. Names are
+//! non-empty UTF-8 of at most 1024 bytes without `{` or `}`.
 //!
 //! An ACL user needs access to both the keys and the channels, for example
 //! `~leasehold:* &leasehold:*`. Redis 7 gives a new user no channels; without
