@@ -164,7 +164,10 @@ impl Election {
             )));
         }
         let guard = self.lock.acquire().await?;
-        if !self.record_leader(&guard, &value).await? {
+        if !self
+            .write_record(guard.token(), guard.fence(), &value)
+            .await?
+        {
             // Dropping the guard releases what is left of it.
             return Err(Error::not_held(format!(
                 "leadership of election {:?} (fence {}) was lost before it could be announced",
@@ -186,12 +189,8 @@ impl Election {
         })
     }
 
-    /// Writes the record for the leadership `guard` holds, with its TTL, and
-    /// announces it; false when the token no longer holds the lock.
-    async fn record_leader(&self, guard: &MutexGuard, value: &str) -> Result<bool> {
-        self.write_record(guard.token(), guard.fence(), value).await
-    }
-
+    /// Writes the record of the leadership that `token` holds, with its TTL,
+    /// and announces it; false when the token no longer holds the lock.
     async fn write_record(&self, token: &str, fence: u64, value: &str) -> Result<bool> {
         let fence = fence.to_string();
         let ttl = millis(self.record_ttl()).to_string();
