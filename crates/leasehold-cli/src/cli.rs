@@ -103,6 +103,8 @@ pub(crate) enum Command {
     Completions(CompletionsArgs),
     /// Print the manual page (roff): `leasehold man > leasehold.1`
     Man(ManArgs),
+    /// Show who leads an election: `FENCE VALUE`, or nothing when nobody does
+    Leader(crate::leader::LeaderArgs),
 }
 
 /// How long to wait for a busy lock.

@@ -33,6 +33,7 @@ mod demo;
 mod duration;
 mod exit;
 mod kind;
+mod leader;
 mod private_redis;
 mod runner;
 mod screen;
@@ -150,6 +151,7 @@ fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Extend(args) => args.json = json,
         Command::Inspect(args) => args.json = json,
         Command::ForceRelease(args) => args.json = json,
+        Command::Leader(args) => args.json = json,
     }
     // One thread: PR_SET_PDEATHSIG follows the thread that spawned the child,
     // and the main thread lives as long as the runner.
@@ -160,6 +162,7 @@ fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
         match cli.command {
             Command::Demo(args) => demo::demo(&cli.connection, args).await,
             Command::Watch(args) => watch::watch(&cli.connection, args).await,
+            Command::Leader(args) => leader::leader(&cli.connection, args).await,
             Command::Run(args) => runner::run(&cli.connection, args).await,
             Command::Acquire(args) => scripting::acquire(&cli.connection, args).await,
             Command::Release(args) => scripting::release(&cli.connection, args).await,

@@ -9,6 +9,7 @@ use crate::error::Result;
 use crate::guard::MutexGuard;
 use crate::keys::{validate_lease, validate_wait, LockKeys};
 use crate::mutex::{Core, LockInfo};
+use crate::observe::{self, Op};
 
 /// A lock with one holder at a time that is granted in the order the
 /// waiters arrived at Redis, across every process. Made by
@@ -161,7 +162,11 @@ impl FairMutex {
     ///
     /// Dropping the future may or may not release the lock.
     pub async fn release_token(&self, token: &str) -> Result<()> {
-        self.core.release_token(token).await
+        observe::traced(
+            self.core.span(Op::ReleaseToken),
+            self.core.release_token(token),
+        )
+        .await
     }
 
     /// Sets the remaining lease of `token` to `lease` if it still holds the lock.
@@ -174,7 +179,11 @@ impl FairMutex {
     ///
     /// Dropping the future may or may not extend the lease.
     pub async fn extend_token(&self, token: &str, lease: Duration) -> Result<()> {
-        self.core.extend_token(token, lease).await
+        observe::traced(
+            self.core.span(Op::ExtendToken),
+            self.core.extend_token(token, lease),
+        )
+        .await
     }
 
     /// Removes the lock whoever holds it and hands it to the first live
@@ -188,7 +197,7 @@ impl FairMutex {
     ///
     /// Dropping the future may or may not remove the lock.
     pub async fn force_release(&self) -> Result<bool> {
-        self.core.force_release().await
+        observe::traced(self.core.span(Op::ForceRelease), self.core.force_release()).await
     }
 
     /// The lock's state as Redis sees it now, with the number of clients in line.
@@ -201,6 +210,6 @@ impl FairMutex {
     ///
     /// Cancel safe: it only reads.
     pub async fn inspect(&self) -> Result<LockInfo> {
-        self.core.inspect().await
+        observe::traced(self.core.span(Op::Inspect), self.core.inspect()).await
     }
 }

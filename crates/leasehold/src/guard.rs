@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::engine::held::Held;
 use crate::error::Result;
+use crate::observe::{self, Op};
 
 /// A held lease on a [`Mutex`](crate::Mutex) or a [`FairMutex`](crate::FairMutex).
 pub type MutexGuard = LeaseGuard;
@@ -110,7 +111,7 @@ impl LeaseGuard {
     /// While an extend is in flight the watchdog leaves this lease to it, so
     /// do not keep the future alive without polling it.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
-        self.held.extend(lease).await
+        observe::traced(self.span(Op::Extend), self.held.extend(lease)).await
     }
 
     /// Releases this lease: checks the token, removes it, and wakes the
@@ -139,7 +140,12 @@ impl LeaseGuard {
     ///
     /// If the future is dropped, the release finishes in the background.
     pub async fn release(self) -> Result<()> {
-        self.held.release().await
+        observe::traced(self.span(Op::Release), self.held.release()).await
+    }
+
+    fn span(&self, op: Op) -> tracing::Span {
+        let kind = self.held.holding.kind();
+        observe::span(op, kind, self.name(), Some(self.fence()))
     }
 
     /// Gives up the guard without releasing: the lock stays held until its

@@ -163,12 +163,93 @@
 //! longer than the spread of the hosts' start times and shorter than the
 //! job's period.
 //!
+//! The `run_once` example starts the job in five processes, one of them
+//! after the others have finished, and the job runs once.
+//!
 //! # A cap on renewal
 //!
 //! The watchdog renews a lease for as long as its guard lives, which a holder
 //! stuck in an endless loop would do forever. [`Mutex::with_max_hold`] caps
 //! it: no renewal reaches past the cap after the acquisition, the lease ends
 //! there, and [`MutexGuard::lost`] resolves with a loss that names the cap.
+//!
+//! # Work under a lock in one call
+//!
+//! [`Mutex::with_lock`] (and [`FairMutex::with_lock`]) waits for the lock,
+//! runs the work with the guard, releases, and hands back the work's output
+//! only if the lease held from the acquisition to the release. The work is
+//! raced against [`MutexGuard::lost`]: a lost lease drops it at its next
+//! await point, and the call returns an error of kind
+//! [`ErrorKind::NotHeld`], the kind a release reports for a lost lease.
+//! [`Mutex::run_locked`] does the same for a future that needs no guard,
+//! and [`Mutex::with_lock_timeout`] bounds the wait.
+//!
+//! ```no_run
+//! # async fn demo(client: leasehold::Client) -> leasehold::Result<()> {
+//! let ledger = client.mutex("ledger:eu")?;
+//! let written = ledger
+//!     .with_lock(async |guard| write_entries(guard.fence()).await)
+//!     .await?; // Err(NotHeld) if the lease was lost: nothing is returned
+//! # let _ = written;
+//! # Ok(()) }
+//! # async fn write_entries(_fence: u64) -> usize { 0 }
+//! ```
+//!
+//! Dropping the call's future drops the work where it stands and releases
+//! the lock in the background, as dropping a guard does.
+//!
+//! # Leader election
+//!
+//! [`Client::election`] makes an [`Election`]: candidates
+//! [`campaign`](Election::campaign) with a value (an address, a host name)
+//! and wait in line; the winner gets a [`Leadership`], a lease with a fence
+//! and a [`lost`](Leadership::lost) signal like a guard's. Anyone can ask
+//! who leads ([`Election::leader`]: the value and fence, or `None`) or
+//! follow the changes ([`Election::observe`], a `tokio::sync::watch`
+//! receiver).
+//!
+//! ```no_run
+//! # async fn demo(client: leasehold::Client) -> leasehold::Result<()> {
+//! use std::time::Duration;
+//!
+//! let election = client
+//!     .election("scheduler")?
+//!     .with_lease(Duration::from_secs(5))?; // a dead leader is replaced within 5 s
+//! let leadership = election.campaign("10.0.0.7:8080").await?;
+//! tokio::select! {
+//!     () = leadership.lost() => eprintln!("no longer the leader"),
+//!     () = lead(leadership.fence()) => {}
+//! }
+//! leadership.resign().await?;
+//! # Ok(()) }
+//! # async fn lead(_fence: u64) {}
+//! ```
+//!
+//! An election is a [`FairMutex`], so leadership passes in the order the
+//! candidates lined up, and a leader that resigns and campaigns again goes
+//! to the back. The winner records its value beside the lock
+//! (`<prefix>:{name}:leader`, "fence token value", with a TTL) and
+//! announces it on `<prefix>:{name}:leader:ch`; a resignation is announced
+//! too. The record is trusted only while the lock is held by the token that
+//! wrote it, so a leader that died is never reported once its lease has run
+//! out. A leader that dies announces nothing: observers also read again
+//! when its lease can have run out, and at least every 5 s. The
+//! `leader_election` example kills a leader with SIGKILL and watches the
+//! standby take over; `leasehold leader NAME` prints the leader from a shell.
+//!
+//! # Observability
+//!
+//! Every lock operation runs in a [`tracing`](https://docs.rs/tracing) span
+//! named after it (`acquire`, `release`, …; target `leasehold`, level
+//! `DEBUG`) with the fields `name`, `primitive`, `outcome`, `waited` and
+//! `fence`, and a lost lease is logged at `WARN` with its reason. Counters
+//! (acquisitions, timeouts, losses by reason, renewals and renewal
+//! failures), histograms (wait and hold time) and gauges (held leases,
+//! waiting tasks) go through the [`metrics`](https://docs.rs/metrics)
+//! facade to whatever recorder the application installs; [`observe`] lists
+//! their names and labels. Lock names are span fields, never metric
+//! labels. The `prometheus` example exports them with
+//! `metrics-exporter-prometheus`.
 //!
 //! # Waiting
 //!
@@ -219,8 +300,11 @@
 //! `<prefix>:{name}:fence` (expires after the fence retention), its waiter
 //! queue at `<prefix>:{name}:q` with one heartbeat key per waiter under
 //! `<prefix>:{name}:w:`, and each client's notification channel under
-//! `<prefix>:{name}:ch:`. Every key expires on its own. Names are non-empty
-//! UTF-8 of at most 1024 bytes without `{` or `}`.
+//! `<prefix>:{name}:ch:`. An election called `name` adds its leader record
+//! at `<prefix>:{name}:leader` (expires after the fence retention; the
+//! leader rewrites it at a quarter of that) and announces on
+//! `<prefix>:{name}:leader:ch`. Every key expires on its own. Names are
+//! non-empty UTF-8 of at most 1024 bytes without `{` or `}`.
 //!
 //! An ACL user needs access to both the keys and the channels, for example
 //! `~leasehold:* &leasehold:*`. Redis 7 gives a new user no channels; without
@@ -231,6 +315,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod client;
+mod election;
 mod engine;
 mod error;
 mod fair_mutex;
@@ -238,15 +323,18 @@ mod guard;
 mod holder;
 mod keys;
 mod mutex;
+pub mod observe;
 mod owner;
 mod reentrant_mutex;
 mod rw_lock;
 mod semaphore;
+mod with_lock;
 
 pub use client::{
     Client, ClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FENCE_RETENTION, DEFAULT_LEASE,
     DEFAULT_PREFIX, DEFAULT_URL, MAX_CLIENT_NAME_LEN, URL_ENV_VARS,
 };
+pub use election::{Election, Leader, Leadership, MAX_LEADER_VALUE_LEN};
 pub use error::{Error, ErrorKind, Result};
 pub use fair_mutex::FairMutex;
 pub use guard::{DetachedLease, LeaseGuard, MutexGuard};
@@ -272,6 +360,8 @@ mod tests {
         is_send_sync::<Mutex>();
         is_send_sync::<FairMutex>();
         is_send_sync::<MutexGuard>();
+        is_send_sync::<Election>();
+        is_send_sync::<Leadership>();
         is_send_sync::<Error>();
     }
 }

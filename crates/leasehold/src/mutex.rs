@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::client::Client;
+use crate::engine::held::Held;
 use crate::engine::release::release;
 use crate::engine::{self, scripts, wait, Kind, Request};
 use crate::error::{Error, Result};
@@ -12,6 +13,7 @@ use crate::holder::Holder;
 use crate::keys::{
     millis, validate_lease, validate_token, validate_wait, LockKeys, MAX_LEASE, MIN_LEASE,
 };
+use crate::observe::{self, Op};
 use crate::owner::Owner;
 
 /// A lock with one holder at a time across every process that uses the same
@@ -214,7 +216,11 @@ impl Mutex {
     ///
     /// Dropping the future may or may not release the lock.
     pub async fn release_token(&self, token: &str) -> Result<()> {
-        self.core.release_token(token).await
+        observe::traced(
+            self.core.span(Op::ReleaseToken),
+            self.core.release_token(token),
+        )
+        .await
     }
 
     /// Sets the remaining lease of `token` to `lease` if it still holds the lock.
@@ -229,7 +235,11 @@ impl Mutex {
     ///
     /// Dropping the future may or may not extend the lease.
     pub async fn extend_token(&self, token: &str, lease: Duration) -> Result<()> {
-        self.core.extend_token(token, lease).await
+        observe::traced(
+            self.core.span(Op::ExtendToken),
+            self.core.extend_token(token, lease),
+        )
+        .await
     }
 
     /// Removes the lock whoever holds it, and wakes its first waiter: an
@@ -246,7 +256,7 @@ impl Mutex {
     ///
     /// Dropping the future may or may not remove the lock.
     pub async fn force_release(&self) -> Result<bool> {
-        self.core.force_release().await
+        observe::traced(self.core.span(Op::ForceRelease), self.core.force_release()).await
     }
 
     /// The lock's state as Redis sees it now.
@@ -260,7 +270,7 @@ impl Mutex {
     ///
     /// Cancel safe: it only reads.
     pub async fn inspect(&self) -> Result<LockInfo> {
-        self.core.inspect().await
+        observe::traced(self.core.span(Op::Inspect), self.core.inspect()).await
     }
 }
 
@@ -352,13 +362,24 @@ impl Core {
     }
 
     pub(crate) async fn try_acquire(&self) -> Result<Option<MutexGuard>> {
-        let held = wait::try_acquire(&self.client.node, &self.request()).await?;
+        let request = self.request();
+        let attempt = wait::try_acquire(&self.client.node, &request);
+        let fence = |held: &Option<Held>| held.as_ref().map(|held| held.lease().fence);
+        let held = observe::acquisition(self.kind, &self.keys.name, false, attempt, fence).await?;
         Ok(held.map(LeaseGuard::new))
     }
 
     pub(crate) async fn acquire(&self, wait: Option<Duration>) -> Result<MutexGuard> {
-        let held = wait::acquire(&self.client.node, &self.request(), wait).await?;
+        let request = self.request();
+        let attempt = wait::acquire(&self.client.node, &request, wait);
+        let fence = |held: &Held| Some(held.lease().fence);
+        let held = observe::acquisition(self.kind, &self.keys.name, true, attempt, fence).await?;
         Ok(LeaseGuard::new(held))
+    }
+
+    /// The span of `op` on this lock.
+    pub(crate) fn span(&self, op: Op) -> tracing::Span {
+        observe::span(op, self.kind, &self.keys.name, None)
     }
 
     pub(crate) async fn release_token(&self, token: &str) -> Result<()> {

@@ -45,3 +45,33 @@ fn fenced_writes_refuse_the_stale_holder() {
     assert!(out.contains("A's stale write accepted: false"), "{out}");
     assert!(out.contains("the record holds: \"written by B\""), "{out}");
 }
+
+#[test]
+fn run_once_draws_once_across_five_processes() {
+    let out = run("run_once");
+    assert!(out.contains("the draw was made 1 time(s)"), "{out}");
+    assert!(out.contains("host-5: already drawn tonight"), "{out}");
+    assert_eq!(out.matches("drew the numbers").count(), 1, "{out}");
+}
+
+#[test]
+fn leader_election_fails_over_to_the_standby() {
+    let out = run("leader_election");
+    assert!(out.contains("host-a leads"), "{out}");
+    assert!(out.contains("host-a was killed"), "{out}");
+    assert!(out.contains("host-b took over"), "{out}");
+}
+
+#[test]
+fn prometheus_exports_the_lock_metrics() {
+    let out = run("prometheus");
+    for line in [
+        "leasehold_acquisitions_total{primitive=\"mutex\"} 1",
+        "leasehold_acquisitions_total{primitive=\"fair_mutex\"} 1",
+        "leasehold_acquire_timeouts_total{primitive=\"fair_mutex\"} 1",
+        "leasehold_held_leases{primitive=\"mutex\"} 0",
+    ] {
+        assert!(out.contains(line), "{line} is not in:\n{out}");
+    }
+    assert!(out.contains("leasehold_renewals_total"), "{out}");
+}

@@ -20,6 +20,7 @@ const RELEASE_TRIES_FOR: u32 = 3;
 pub(crate) struct Held {
     node: Arc<Node>,
     lease: Arc<Lease>,
+    pub(crate) holding: crate::observe::Holding,
 }
 
 impl Held {
@@ -40,6 +41,7 @@ impl Held {
         Held {
             node: Arc::clone(node),
             lease,
+            holding: crate::observe::Holding::new(request.kind),
         }
     }
 

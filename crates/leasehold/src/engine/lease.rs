@@ -222,6 +222,7 @@ impl Lease {
             };
             timing.loss = Some(reason);
             drop(timing);
+            crate::observe::lease_lost(&self.keys.name, reason);
             self.signal();
             return Some(reason);
         }
@@ -233,6 +234,7 @@ impl Lease {
         if timing.loss.is_none() {
             timing.loss = Some(reason);
             drop(timing);
+            crate::observe::lease_lost(&self.keys.name, reason);
             self.signal();
         }
     }
@@ -302,6 +304,7 @@ impl Lease {
     /// at a tenth of the lease and doubles, at most a second, so several
     /// tries fit before the deadline.
     pub(crate) fn retry_renewal_later(&self) {
+        crate::observe::renewal_failed();
         let mut timing = self.timing();
         let doublings = timing.failures.min(4);
         timing.failures = timing.failures.saturating_add(1);

@@ -257,7 +257,10 @@ async fn renew(node: &Node, leases: Vec<Due>) {
                 continue;
             }
             match scripts::renewal(outcome) {
-                scripts::Renewal::Renewed => lease.renewed(sent_at, *length),
+                scripts::Renewal::Renewed => {
+                    crate::observe::renewed();
+                    lease.renewed(sent_at, *length);
+                }
                 scripts::Renewal::NotHeld => lease.mark_lost(LossReason::TokenGone),
                 scripts::Renewal::Refused(_) => lease.retry_renewal_later(),
             }

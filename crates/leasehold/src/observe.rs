@@ -1,0 +1,300 @@
+//! What leasehold reports about its locks: a [`tracing`] span around every
+//! lock operation, and metrics through the [`metrics`] facade.
+//!
+//! Nothing is reported anywhere until the application installs a
+//! `tracing` subscriber or a `metrics` recorder (for example
+//! `metrics-exporter-prometheus`, as the `prometheus` example does); without
+//! one, each report costs a check of a global.
+//!
+//! # Spans
+//!
+//! Every operation runs in a span named after it — `acquire`,
+//! `try_acquire`, `release`, `extend`, `release_token`, `extend_token`,
+//! `force_release`, `inspect` — at `DEBUG` level, with the target
+//! `leasehold`, and the fields `name` (the lock's name), `primitive`
+//! (`mutex` or `fair_mutex`), `outcome` (see below), `waited` (for
+//! acquisitions: from the call to the outcome) and `fence` (of the lease
+//! taken or released). A lease lost while held is logged as a `WARN` event
+//! with the lock's name and the reason.
+//!
+//! Outcomes: `acquired`, `busy` (a `try_acquire` that found the lock held),
+//! `timed_out`, `ok`, `not_held`, `invalid_input`, `connection`, `auth`,
+//! `config`, `server`, `system`.
+//!
+//! # Metrics
+//!
+//! | name | kind | labels | what |
+//! |---|---|---|---|
+//! | [`ACQUISITIONS`] | counter | `primitive` | leases taken |
+//! | [`TIMEOUTS`] | counter | `primitive` | waits that ran out |
+//! | [`LOSSES`] | counter | `reason` | leases lost while held: `token_gone`, `deadline_passed`, `max_hold_reached` |
+//! | [`RENEWALS`] | counter | | watchdog renewals that Redis confirmed |
+//! | [`RENEWAL_FAILURES`] | counter | | watchdog renewals that got no usable answer (tried again while the lease lasts) |
+//! | [`WAIT_SECONDS`] | histogram | `primitive` | from an acquire call to its lease |
+//! | [`HOLD_SECONDS`] | histogram | `primitive` | from a lease's acquisition until its guard is released, dropped or detached |
+//! | [`HELD_LEASES`] | gauge | `primitive` | guards alive in this process |
+//! | [`WAITING_TASKS`] | gauge | `primitive` | tasks inside `acquire` or `acquire_timeout` |
+//!
+//! Lock names are not labels: a service that locks one name per user or per
+//! record would make one time series each. The names are in the spans.
+//! [`describe_metrics`] gives the recorder their units and help texts.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
+
+use crate::engine::lease::LossReason;
+use crate::engine::Kind;
+use crate::error::{ErrorKind, Result};
+
+/// Counter: leases taken, labelled by `primitive`.
+pub const ACQUISITIONS: &str = "leasehold_acquisitions_total";
+/// Counter: waits for a lock that ran out, labelled by `primitive`.
+pub const TIMEOUTS: &str = "leasehold_acquire_timeouts_total";
+/// Counter: leases lost while held, labelled by `reason`.
+pub const LOSSES: &str = "leasehold_leases_lost_total";
+/// Counter: renewals by the watchdog that Redis confirmed.
+pub const RENEWALS: &str = "leasehold_renewals_total";
+/// Counter: renewals by the watchdog that got no usable answer.
+pub const RENEWAL_FAILURES: &str = "leasehold_renewal_failures_total";
+/// Histogram (seconds): from an acquire call to its lease, by `primitive`.
+pub const WAIT_SECONDS: &str = "leasehold_wait_seconds";
+/// Histogram (seconds): how long a guard held its lease, by `primitive`.
+pub const HOLD_SECONDS: &str = "leasehold_hold_seconds";
+/// Gauge: guards alive in this process, by `primitive`.
+pub const HELD_LEASES: &str = "leasehold_held_leases";
+/// Gauge: tasks waiting in `acquire` or `acquire_timeout`, by `primitive`.
+pub const WAITING_TASKS: &str = "leasehold_waiting_tasks";
+/// The label that names the kind of lock: `mutex` or `fair_mutex`.
+pub const PRIMITIVE_LABEL: &str = "primitive";
+/// The label that names why a lease was lost.
+pub const REASON_LABEL: &str = "reason";
+
+/// Gives the installed recorder each metric's unit and help text (the
+/// `# HELP` lines of a Prometheus scrape). Call it once, after installing
+/// the recorder; without it the metrics are reported all the same.
+pub fn describe_metrics() {
+    use metrics::Unit;
+    metrics::describe_counter!(ACQUISITIONS, Unit::Count, "Leases taken");
+    metrics::describe_counter!(TIMEOUTS, Unit::Count, "Waits for a lock that ran out");
+    metrics::describe_counter!(LOSSES, Unit::Count, "Leases lost while held, by reason");
+    metrics::describe_counter!(RENEWALS, Unit::Count, "Lease renewals Redis confirmed");
+    metrics::describe_counter!(
+        RENEWAL_FAILURES,
+        Unit::Count,
+        "Lease renewals that got no usable answer"
+    );
+    metrics::describe_histogram!(
+        WAIT_SECONDS,
+        Unit::Seconds,
+        "Time from an acquire call to its lease"
+    );
+    metrics::describe_histogram!(HOLD_SECONDS, Unit::Seconds, "Time a guard held its lease");
+    metrics::describe_gauge!(HELD_LEASES, Unit::Count, "Guards alive in this process");
+    metrics::describe_gauge!(
+        WAITING_TASKS,
+        Unit::Count,
+        "Tasks waiting in acquire or acquire_timeout"
+    );
+}
+
+pub(crate) fn primitive(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Mutex => "mutex",
+        Kind::Fair => "fair_mutex",
+        Kind::Reentrant => "reentrant_mutex",
+        Kind::Read => "rw_lock_read",
+        Kind::Write => "rw_lock_write",
+        Kind::Semaphore { .. } => "semaphore",
+    }
+}
+
+fn reason(reason: LossReason) -> &'static str {
+    match reason {
+        LossReason::TokenGone => "token_gone",
+        LossReason::DeadlinePassed => "deadline_passed",
+        LossReason::MaxHoldReached => "max_hold_reached",
+    }
+}
+
+/// The operations that get a span.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Op {
+    Acquire,
+    TryAcquire,
+    Release,
+    Extend,
+    ReleaseToken,
+    ExtendToken,
+    ForceRelease,
+    Inspect,
+}
+
+/// The span of one operation on the lock `name`.
+pub(crate) fn span(op: Op, kind: Kind, name: &str, fence: Option<u64>) -> tracing::Span {
+    // Span names must be literals.
+    macro_rules! op_span {
+        ($op:literal) => {
+            tracing::debug_span!(
+                target: "leasehold",
+                $op,
+                name,
+                primitive = primitive(kind),
+                outcome = tracing::field::Empty,
+                waited = tracing::field::Empty,
+                fence,
+            )
+        };
+    }
+    match op {
+        Op::Acquire => op_span!("acquire"),
+        Op::TryAcquire => op_span!("try_acquire"),
+        Op::Release => op_span!("release"),
+        Op::Extend => op_span!("extend"),
+        Op::ReleaseToken => op_span!("release_token"),
+        Op::ExtendToken => op_span!("extend_token"),
+        Op::ForceRelease => op_span!("force_release"),
+        Op::Inspect => op_span!("inspect"),
+    }
+}
+
+fn error_outcome(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::Timeout => "timed_out",
+        ErrorKind::NotHeld => "not_held",
+        ErrorKind::InvalidInput => "invalid_input",
+        ErrorKind::Connection => "connection",
+        ErrorKind::Auth => "auth",
+        ErrorKind::Config => "config",
+        ErrorKind::Server => "server",
+        ErrorKind::System => "system",
+        ErrorKind::Conflict => "conflict",
+    }
+}
+
+/// Runs `operation` inside `span` and records its outcome there.
+pub(crate) async fn traced<T>(
+    span: tracing::Span,
+    operation: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    let result = operation.instrument(span.clone()).await;
+    let outcome = match &result {
+        Ok(_) => "ok",
+        Err(error) => error_outcome(error.kind()),
+    };
+    span.record("outcome", outcome);
+    result
+}
+
+/// Runs one acquisition (`waits`: acquire or acquire_timeout, else a
+/// try) in its span, and counts it. `fence_of` reads the fence of what it
+/// returned, `None` for a try that found the lock busy.
+pub(crate) async fn acquisition<T>(
+    kind: Kind,
+    name: &str,
+    waits: bool,
+    attempt: impl Future<Output = Result<T>>,
+    fence_of: impl FnOnce(&T) -> Option<u64>,
+) -> Result<T> {
+    let op = if waits { Op::Acquire } else { Op::TryAcquire };
+    let span = span(op, kind, name, None);
+    let primitive = primitive(kind);
+    let started = Instant::now();
+    let waiting = waits.then(|| Waiting::new(primitive));
+    let result = attempt.instrument(span.clone()).await;
+    drop(waiting);
+    let waited = started.elapsed();
+    span.record("waited", tracing::field::debug(waited));
+    let outcome = match &result {
+        Ok(taken) => match fence_of(taken) {
+            Some(fence) => {
+                span.record("fence", fence);
+                metrics::counter!(ACQUISITIONS, PRIMITIVE_LABEL => primitive).increment(1);
+                metrics::histogram!(WAIT_SECONDS, PRIMITIVE_LABEL => primitive)
+                    .record(waited.as_secs_f64());
+                "acquired"
+            }
+            None => "busy",
+        },
+        Err(error) => {
+            if error.kind() == ErrorKind::Timeout {
+                metrics::counter!(TIMEOUTS, PRIMITIVE_LABEL => primitive).increment(1);
+            }
+            error_outcome(error.kind())
+        }
+    };
+    span.record("outcome", outcome);
+    result
+}
+
+/// Counts a task in [`WAITING_TASKS`] for as long as it lives, so that a
+/// cancelled wait stops counting too.
+struct Waiting(&'static str);
+
+impl Waiting {
+    fn new(primitive: &'static str) -> Self {
+        metrics::gauge!(WAITING_TASKS, PRIMITIVE_LABEL => primitive).increment(1.0);
+        Waiting(primitive)
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        metrics::gauge!(WAITING_TASKS, PRIMITIVE_LABEL => self.0).decrement(1.0);
+    }
+}
+
+/// A lease held by a guard, as the metrics see it: counted in
+/// [`HELD_LEASES`] from its acquisition until the guard is gone (released,
+/// dropped or detached), when its hold time is recorded.
+#[derive(Debug)]
+pub(crate) struct Holding {
+    kind: Kind,
+    since: Instant,
+}
+
+impl Holding {
+    pub(crate) fn new(kind: Kind) -> Self {
+        metrics::gauge!(HELD_LEASES, PRIMITIVE_LABEL => primitive(kind)).increment(1.0);
+        Holding {
+            kind,
+            since: Instant::now(),
+        }
+    }
+
+    pub(crate) fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// How long the lease has been held by this guard.
+    fn held_for(&self) -> Duration {
+        self.since.elapsed()
+    }
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        let primitive = primitive(self.kind);
+        metrics::gauge!(HELD_LEASES, PRIMITIVE_LABEL => primitive).decrement(1.0);
+        metrics::histogram!(HOLD_SECONDS, PRIMITIVE_LABEL => primitive)
+            .record(self.held_for().as_secs_f64());
+    }
+}
+
+/// A lease was lost while held, for `why`.
+pub(crate) fn lease_lost(name: &str, why: LossReason) {
+    let reason = reason(why);
+    tracing::warn!(target: "leasehold", name, reason, "lease lost");
+    metrics::counter!(LOSSES, REASON_LABEL => reason).increment(1);
+}
+
+/// The watchdog renewed a lease.
+pub(crate) fn renewed() {
+    metrics::counter!(RENEWALS).increment(1);
+}
+
+/// A renewal by the watchdog got no usable answer.
+pub(crate) fn renewal_failed() {
+    metrics::counter!(RENEWAL_FAILURES).increment(1);
+}

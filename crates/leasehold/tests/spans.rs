@@ -1,0 +1,130 @@
+//! The tracing spans of lock operations, seen by a small subscriber that
+//! keeps every span's name and fields.
+
+mod common;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold_testkit::RedisServer;
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Metadata, Subscriber};
+
+use common::client;
+
+type Fields = HashMap<String, String>;
+
+#[derive(Clone, Default)]
+struct Spans(Arc<Mutex<Vec<(String, Fields)>>>);
+
+struct Collect<'a>(&'a mut Fields);
+
+impl Visit for Collect<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+}
+
+impl Subscriber for Spans {
+    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+        metadata.target() == "leasehold"
+    }
+    fn new_span(&self, span: &Attributes<'_>) -> Id {
+        let mut fields = Fields::new();
+        span.record(&mut Collect(&mut fields));
+        let mut spans = self.0.lock().unwrap();
+        spans.push((span.metadata().name().to_owned(), fields));
+        Id::from_u64(spans.len() as u64)
+    }
+    fn record(&self, span: &Id, values: &Record<'_>) {
+        let mut spans = self.0.lock().unwrap();
+        let index = usize::try_from(span.into_u64()).unwrap() - 1;
+        values.record(&mut Collect(&mut spans[index].1));
+    }
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+    fn event(&self, _: &Event<'_>) {}
+    fn enter(&self, _: &Id) {}
+    fn exit(&self, _: &Id) {}
+}
+
+impl Spans {
+    /// The fields of the spans called `name`, in the order they began.
+    fn named(&self, name: &str) -> Vec<Fields> {
+        let spans = self.0.lock().unwrap();
+        spans
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, f)| f.clone())
+            .collect()
+    }
+}
+
+fn field<'a>(fields: &'a Fields, name: &str) -> &'a str {
+    fields.get(name).map_or("", String::as_str)
+}
+
+#[test]
+fn every_operation_has_a_span_with_its_outcome() {
+    let spans = Spans::default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = RedisServer::start();
+    let (fence, busy_fence) = tracing::subscriber::with_default(spans.clone(), || {
+        runtime.block_on(async {
+            let mutex = client(&server).mutex("job").unwrap();
+            let other = client(&server).fair_mutex("job").unwrap();
+            let guard = mutex.acquire().await.unwrap();
+            assert!(other.try_acquire().await.unwrap().is_none());
+            let timeout = other.acquire_timeout(Duration::from_millis(30)).await;
+            assert!(timeout.unwrap_err().is_timeout());
+            guard.extend(Duration::from_secs(10)).await.unwrap();
+            let fence = guard.fence();
+            guard.release().await.unwrap();
+            let err = mutex.release_token("no-such-token").await.unwrap_err();
+            assert!(err.is_not_held());
+            mutex.inspect().await.unwrap();
+            (fence, other.inspect().await.unwrap().last_fence)
+        })
+    });
+    assert_eq!(busy_fence, Some(fence));
+
+    let acquire = &spans.named("acquire");
+    let [acquired, timed_out] = acquire.as_slice() else {
+        panic!("two acquire spans expected: {acquire:?}");
+    };
+    assert_eq!(field(acquired, "name"), "job");
+    assert_eq!(field(acquired, "primitive"), "mutex");
+    assert_eq!(field(acquired, "outcome"), "acquired");
+    assert_eq!(field(acquired, "fence"), fence.to_string());
+    assert!(!field(acquired, "waited").is_empty());
+    assert_eq!(field(timed_out, "primitive"), "fair_mutex");
+    assert_eq!(field(timed_out, "outcome"), "timed_out");
+
+    let tries = spans.named("try_acquire");
+    assert_eq!(tries.len(), 1);
+    assert_eq!(field(&tries[0], "outcome"), "busy");
+
+    for (op, outcome) in [
+        ("extend", "ok"),
+        ("release", "ok"),
+        ("release_token", "not_held"),
+    ] {
+        let found = spans.named(op);
+        assert_eq!(found.len(), 1, "{op}: {found:?}");
+        assert_eq!(field(&found[0], "outcome"), outcome, "{op}");
+        assert_eq!(field(&found[0], "name"), "job", "{op}");
+    }
+    assert_eq!(
+        field(&spans.named("release")[0], "fence"),
+        fence.to_string()
+    );
+    assert_eq!(spans.named("inspect").len(), 2);
+}

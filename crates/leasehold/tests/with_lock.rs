@@ -1,0 +1,102 @@
+//! `with_lock` and `run_locked`: work under a lock, cut short when the lease
+//! is lost.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::ErrorKind;
+use leasehold_testkit::RedisServer;
+
+use common::{client, client_with, take_and_release};
+
+#[tokio::test]
+async fn with_lock_returns_the_output_and_releases() {
+    let server = RedisServer::start();
+    let mutex = client(&server).mutex("job").unwrap();
+    let other = client(&server).mutex("job").unwrap();
+    let (fence, busy) = mutex
+        .with_lock(async |guard| {
+            let busy = other.try_acquire().await.unwrap().is_none();
+            (guard.fence(), busy)
+        })
+        .await
+        .unwrap();
+    assert!(fence > 0);
+    assert!(busy, "the lock was free while the work ran");
+    take_and_release(other.try_acquire().await).await;
+
+    let fair = client(&server).fair_mutex("fair").unwrap();
+    let out = fair.run_locked(async { 41 + 1 }).await.unwrap();
+    assert_eq!(out, 42);
+    let out = fair
+        .with_lock_timeout(Duration::from_secs(5), async |guard| {
+            guard.name().to_owned()
+        })
+        .await
+        .unwrap();
+    assert_eq!(out, "fair");
+    take_and_release(fair.try_acquire().await).await;
+}
+
+#[tokio::test]
+async fn a_lost_lease_stops_the_work_and_is_reported() {
+    let server = RedisServer::start();
+    let mutex = client_with(&server, Duration::from_millis(300), true)
+        .mutex("job")
+        .unwrap();
+    let admin = client(&server).mutex("job").unwrap();
+    let finished = Arc::new(AtomicBool::new(false));
+    let err = mutex
+        .with_lock(async |_guard| {
+            // The lock is removed under the work; the watchdog finds out.
+            assert!(admin.force_release().await.unwrap());
+            std::future::pending::<()>().await;
+            finished.store(true, Ordering::SeqCst);
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotHeld, "{err}");
+    assert!(!finished.load(Ordering::SeqCst));
+    take_and_release(admin.try_acquire().await).await;
+}
+
+#[tokio::test]
+async fn a_wait_that_runs_out_never_runs_the_work() {
+    let server = RedisServer::start();
+    let holder = client(&server).fair_mutex("job").unwrap();
+    let guard = holder.acquire().await.unwrap();
+    let ran = AtomicBool::new(false);
+    let err = client(&server)
+        .fair_mutex("job")
+        .unwrap()
+        .with_lock_timeout(Duration::from_millis(50), async |_| {
+            ran.store(true, Ordering::SeqCst);
+        })
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout());
+    assert!(!ran.load(Ordering::SeqCst));
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_work_can_run_on_a_spawned_task() {
+    let server = RedisServer::start();
+    let mutex = client(&server).mutex("job").unwrap();
+    let task = tokio::spawn({
+        let mutex = mutex.clone();
+        async move {
+            mutex
+                .with_lock(async |guard| {
+                    tokio::task::yield_now().await;
+                    guard.fence()
+                })
+                .await
+        }
+    });
+    assert!(task.await.unwrap().unwrap() > 0);
+    take_and_release(mutex.try_acquire().await).await;
+}
