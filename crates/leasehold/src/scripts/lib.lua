@@ -258,3 +258,15 @@ local function wake_hash(kind, lock, queue, waiters, channels, live)
     wake(channels, waiting[1])
   end
 end
+
+-- Wakes the waiters of a lock whose key is gone: the readers at the front
+-- of an rw-lock's queue together (or its first writer), else the first
+-- waiter as `wake_first` does.
+local function wake_free(lock, fence_key, queue, waiters, retention, channels)
+  local head = first_live(queue, waiters)
+  if head and (head.mode == 'r' or head.mode == 'w') then
+    wake_hash('rwlock', lock, queue, waiters, channels, {})
+  else
+    wake_first(lock, fence_key, queue, waiters, retention, channels)
+  end
+end
