@@ -668,3 +668,27 @@ async fn dropping_a_waiting_hash_acquire_at_any_point_leaves_nothing_behind() {
         let _: i64 = cmd(&server, &["DEL", "leasehold:{k}"]).await;
     }
 }
+
+/// What `inspect` says is left is the longest lease's time, for every hash
+/// kind: not the semaphore count's retention, nor a lease already over.
+#[tokio::test]
+async fn inspect_reports_the_time_left_on_the_leases() {
+    let server = RedisServer::start();
+    let c = client_with(&server, LONG, true);
+    let sem = c.semaphore("s", 2).unwrap();
+    let permit = sem.acquire().await.unwrap();
+    let info = sem.inspect().await.unwrap();
+    let left = info.remaining.expect("held");
+    assert!(left <= LONG && left > Duration::ZERO, "{left:?}");
+    permit.release().await.unwrap();
+    let info = sem.inspect().await.unwrap();
+    assert!(!info.held);
+    assert_eq!(info.remaining, None);
+    assert_eq!(info.permits, Some(2));
+
+    let rw = c.rw_lock("rw").unwrap();
+    let r = rw.read().acquire().await.unwrap();
+    let left = rw.inspect().await.unwrap().remaining.expect("held");
+    assert!(left <= LONG && left > Duration::ZERO, "{left:?}");
+    r.release().await.unwrap();
+}
