@@ -692,3 +692,55 @@ async fn inspect_reports_the_time_left_on_the_leases() {
     assert!(left <= LONG && left > Duration::ZERO, "{left:?}");
     r.release().await.unwrap();
 }
+
+/// Many clients at once: readers never overlap a writer, writers never
+/// overlap each other, and a semaphore never has more permits out than it
+/// has, whatever order wakes and attempts come in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_holders_keep_the_rules() {
+    use std::sync::atomic::{AtomicI64, Ordering::SeqCst};
+    use std::sync::Arc;
+
+    let server = RedisServer::start();
+    let readers = Arc::new(AtomicI64::new(0));
+    let writers = Arc::new(AtomicI64::new(0));
+    let out = Arc::new(AtomicI64::new(0));
+    let mut tasks = Vec::new();
+    for worker in 0..8usize {
+        let c = client(&server);
+        let (readers, writers, out) = (readers.clone(), writers.clone(), out.clone());
+        tasks.push(tokio::spawn(async move {
+            let lock = c.rw_lock("rw").unwrap();
+            let sem = c.semaphore("s", 3).unwrap();
+            for round in 0..15usize {
+                if worker < 2 {
+                    let w = lock.write().acquire_timeout(LONG).await.unwrap();
+                    assert_eq!(writers.fetch_add(1, SeqCst), 0, "two writers");
+                    assert_eq!(readers.load(SeqCst), 0, "a writer among readers");
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    writers.fetch_sub(1, SeqCst);
+                    w.release().await.unwrap();
+                } else {
+                    let r = lock.read().acquire_timeout(LONG).await.unwrap();
+                    readers.fetch_add(1, SeqCst);
+                    assert_eq!(writers.load(SeqCst), 0, "a reader beside a writer");
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    readers.fetch_sub(1, SeqCst);
+                    r.release().await.unwrap();
+                }
+                let n = 1 + u32::try_from((worker + round) % 3).unwrap();
+                let p = sem.acquire_many_timeout(n, LONG).await.unwrap();
+                let now = out.fetch_add(i64::from(n), SeqCst) + i64::from(n);
+                assert!(now <= 3, "{now} permits out of 3");
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                out.fetch_sub(i64::from(n), SeqCst);
+                p.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(cmd::<u64>(&server, &["ZCARD", "leasehold:{rw}:q"]).await, 0);
+    assert_eq!(cmd::<u64>(&server, &["ZCARD", "leasehold:{s}:q"]).await, 0);
+}
