@@ -538,25 +538,23 @@ async fn max_hold_caps_every_hash_kind() {
             .expect("lost at the cap");
     }
     let other = client(&server);
-    other
-        .semaphore("s", 1)
-        .unwrap()
-        .acquire_timeout(LONG)
-        .await
-        .unwrap();
-    other
-        .rw_lock("rw")
-        .unwrap()
-        .read()
-        .acquire_timeout(LONG)
-        .await
-        .unwrap();
-    other
-        .reentrant_mutex("re")
-        .unwrap()
-        .acquire_timeout(LONG)
-        .await
-        .unwrap();
+    let theirs = [
+        other.semaphore("s", 1).unwrap().acquire_timeout(LONG).await,
+        other
+            .rw_lock("rw")
+            .unwrap()
+            .read()
+            .acquire_timeout(LONG)
+            .await,
+        other
+            .reentrant_mutex("re")
+            .unwrap()
+            .acquire_timeout(LONG)
+            .await,
+    ];
+    for got in theirs {
+        got.unwrap().release().await.unwrap();
+    }
     for g in guards {
         assert!(g.release().await.unwrap_err().is_not_held());
     }
