@@ -236,6 +236,51 @@ async fn a_writer_leaving_the_head_of_a_free_rw_lock_wakes_all_readers_behind_it
     );
 }
 
+/// A forced release of a free rw-lock whose head writer died wakes every
+/// reader behind it.
+#[tokio::test]
+async fn force_release_of_a_free_rw_lock_wakes_all_readers_at_the_front() {
+    let server = RedisServer::start();
+    let lock = client(&server).rw_lock("c").unwrap();
+    let reading = lock.read().acquire().await.unwrap();
+    let mut conn = raw(&server).await;
+    let writer = Fake {
+        name: "c",
+        token: "w",
+        client: "cw",
+        kind: "rwlock",
+        mode: "w",
+        want: 1,
+        total: 0,
+    };
+    assert_eq!(writer.attempt(&mut conn, false).await, 0);
+    reading.release().await.unwrap();
+    // The writer was woken, and the lock is free; readers queue behind it.
+    let r1 = Fake {
+        token: "r1",
+        client: "c1",
+        mode: "r",
+        ..writer
+    };
+    let r2 = Fake {
+        token: "r2",
+        client: "c2",
+        mode: "r",
+        ..writer
+    };
+    assert_eq!(r1.attempt(&mut conn, false).await, 0);
+    assert_eq!(r2.attempt(&mut conn, false).await, 0);
+    let mut pubsub = listen(&server, "c", &["c1", "c2"]).await;
+    // The writer dies: its heartbeat key is gone.
+    let _: i64 = cmd(&server, &["DEL", "leasehold:{c}:w:w"]).await;
+    assert!(!lock.force_release().await.unwrap());
+    let seen = woken(&mut pubsub, &["r1", "r2"]).await;
+    assert!(
+        seen.contains(&"r1".to_owned()) && seen.contains(&"r2".to_owned()),
+        "woken: {seen:?}"
+    );
+}
+
 /// The same when the writer at the head leaves while readers hold the lock.
 #[tokio::test]
 async fn a_writer_leaving_the_head_of_a_read_rw_lock_wakes_all_readers_behind_it() {

@@ -26,9 +26,9 @@ const PERMITS: u32 = 3;
 /// Long enough that nothing expires during a case unless it is meant to.
 const LEASE: Duration = Duration::from_secs(120);
 /// The lease of the operations that let a lease run out.
-const SHORT: Duration = Duration::from_millis(150);
+const SHORT: Duration = Duration::from_millis(250);
 /// Waited after a short lease is granted: it has surely run out by then.
-const OUTLIVE: Duration = Duration::from_millis(200);
+const OUTLIVE: Duration = Duration::from_millis(300);
 /// The wait of a timed attempt that the model expects to find the lock busy.
 const TIMED: Duration = Duration::from_millis(30);
 /// The wait of the background waiter; it is granted well before.

@@ -136,10 +136,11 @@ local function wake(channels, record)
   redis.pcall('PUBLISH', channels .. record.client, record.token)
 end
 
--- Wakes the first live waiter of a free lock: a fair waiter ('f') is handed
--- the lock with its fence, any other is told to try.
-local function wake_first(lock, fence_key, queue, waiters, retention, channels)
-  local head = first_live(queue, waiters)
+-- Wakes the first live waiter of a free lock (`head`, when the caller has
+-- it already): a fair waiter ('f') is handed the lock with its fence, any
+-- other is told to try.
+local function wake_first(lock, fence_key, queue, waiters, retention, channels, head)
+  head = head or first_live(queue, waiters)
   if not head then
     return
   end
@@ -267,6 +268,6 @@ local function wake_free(lock, fence_key, queue, waiters, retention, channels)
   if head and (head.mode == 'r' or head.mode == 'w') then
     wake_hash('rwlock', lock, queue, waiters, channels, {})
   else
-    wake_first(lock, fence_key, queue, waiters, retention, channels)
+    wake_first(lock, fence_key, queue, waiters, retention, channels, head)
   end
 end
