@@ -787,3 +787,73 @@ async fn concurrent_holders_keep_the_rules() {
     assert_eq!(cmd::<u64>(&server, &["ZCARD", "leasehold:{rw}:q"]).await, 0);
     assert_eq!(cmd::<u64>(&server, &["ZCARD", "leasehold:{s}:q"]).await, 0);
 }
+
+/// Dropping an acquisition of a free lock of any hash kind at any point,
+/// or a try cut off by a timeout, leaves nothing held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_hash_acquire_of_a_free_lock_at_any_point_leaves_nothing_held() {
+    let server = RedisServer::start();
+    let c = client_with(&server, LONG, true);
+    let probe = client(&server);
+    for kind in ["reentrant", "read", "write", "semaphore"] {
+        let take = |polls: Option<usize>, micros: u64| {
+            let c = c.clone();
+            async move {
+                let fut = async {
+                    match (kind, polls.is_some()) {
+                        ("reentrant", true) => c.reentrant_mutex("k")?.acquire().await.map(Some),
+                        ("reentrant", false) => c.reentrant_mutex("k")?.try_acquire().await,
+                        ("read", true) => c.rw_lock("k")?.read().acquire().await.map(Some),
+                        ("read", false) => c.rw_lock("k")?.read().try_acquire().await,
+                        ("write", true) => c.rw_lock("k")?.write().acquire().await.map(Some),
+                        ("write", false) => c.rw_lock("k")?.write().try_acquire().await,
+                        (_, true) => c.semaphore("k", 1)?.acquire().await.map(Some),
+                        (_, false) => c.semaphore("k", 1)?.try_acquire().await,
+                    }
+                };
+                match polls {
+                    Some(polls) => poll_then_drop(fut, polls).await,
+                    None => tokio::time::timeout(Duration::from_micros(micros), fut)
+                        .await
+                        .ok(),
+                }
+            }
+        };
+        let attempts = (0..24)
+            .map(|p| (Some(p), 0))
+            .chain([0u64, 50, 100, 200, 400, 800, 1600, 3200].map(|m| (None, m)));
+        for (polls, micros) in attempts {
+            if let Some(result) = take(polls, micros).await {
+                drop(result.unwrap());
+            }
+            c.flush().await;
+            let got = match kind {
+                "reentrant" => {
+                    probe
+                        .reentrant_mutex("k")
+                        .unwrap()
+                        .acquire_timeout(LONG / 3)
+                        .await
+                }
+                "read" | "write" => {
+                    probe
+                        .rw_lock("k")
+                        .unwrap()
+                        .write()
+                        .acquire_timeout(LONG / 3)
+                        .await
+                }
+                _ => {
+                    probe
+                        .semaphore("k", 1)
+                        .unwrap()
+                        .acquire_timeout(LONG / 3)
+                        .await
+                }
+            }
+            .unwrap_or_else(|e| panic!("{kind} after {polls:?} polls / {micros} µs: {e}"));
+            got.release().await.unwrap();
+        }
+        let _: i64 = cmd(&server, &["DEL", "leasehold:{k}"]).await;
+    }
+}
