@@ -84,6 +84,7 @@ enum Op {
     /// A waiter in the background, if the model says the lock is busy for it.
     Wait(Ask),
     Release(usize),
+    Extend(usize),
     Drop(usize),
     ForceRelease,
     Inspect,
@@ -109,6 +110,7 @@ fn op(prim: Prim) -> impl Strategy<Value = Op> {
         1 => ask(prim).prop_map(Op::Expire),
         2 => ask(prim).prop_map(Op::Wait),
         4 => (0..8usize).prop_map(Op::Release),
+        1 => (0..8usize).prop_map(Op::Extend),
         1 => (0..8usize).prop_map(Op::Drop),
         1 => Just(Op::ForceRelease),
         2 => Just(Op::Inspect),
@@ -545,6 +547,23 @@ impl Case {
                 })
                 .await;
                 self.waiter = Some(Waiter { ask: *ask, task });
+            }
+            Op::Extend(i) => {
+                if self.slots.is_empty() {
+                    return Ok(());
+                }
+                let slot = &self.slots[i % self.slots.len()];
+                let result = slot.guard.extend(LEASE).await;
+                match (&result, slot.current) {
+                    (Ok(()), true) => {}
+                    (Err(e), false) if e.is_not_held() => prop_assert!(slot.guard.is_lost()),
+                    _ => {
+                        return Err(TestCaseError::fail(format!(
+                            "extend of a lease {} held: {result:?}",
+                            if slot.current { "still" } else { "no longer" }
+                        )))
+                    }
+                }
             }
             Op::Release(i) | Op::Drop(i) => {
                 if self.slots.is_empty() {
