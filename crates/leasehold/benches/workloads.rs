@@ -20,7 +20,10 @@
 //! Latencies are on the monotonic clock, percentiles by nearest rank.
 //!
 //! W2 runs for every leasehold primitive that can serve it (`Mutex`,
-//! `FairMutex`), each next to rslock.
+//! `FairMutex`), each next to rslock; then for the primitives with shared
+//! holders (`RwLock` with 6 readers and 2 writers, `Semaphore` of 2
+//! permits), printed next to the mutexes, each with the check that fits
+//! it (see `workloads/w2_shared.rs`).
 //!
 //! Prints a table per workload, each leasehold primitive's figures next to
 //! rslock's with their ratio (leasehold / rslock, and which way is better),
@@ -29,7 +32,8 @@
 //! targets. A missed target does not change the exit code.
 //!
 //! Exit codes: 0 the run is done; 1 it could not run; 2 a W2 run lost an
-//! update (its counter is not the number of acquisitions).
+//! update (its counter is not the number of acquisitions) or failed its
+//! shared-holder check.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::error::Error as StdError;
@@ -44,6 +48,9 @@ use leasehold::{Client, Mutex, MutexGuard};
 use leasehold_testkit::RedisServer;
 use rslock::{LockError, LockManager};
 use serde_json::{json, Map, Value};
+
+#[path = "workloads/w2_shared.rs"]
+mod w2_shared;
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 type Result<T, E = BoxError> = std::result::Result<T, E>;
@@ -112,6 +119,10 @@ fn run() -> Result<ExitCode> {
         w2_runs.push(run(&bench)?);
     }
     w2_runs.push(w2::<Rslock>(&bench)?);
+    let mut shared_runs = Vec::new();
+    for &shared in w2_shared::SHARED_W2 {
+        shared_runs.push(w2_shared::w2_shared(&bench, shared)?);
+    }
     let w3 = [w3::<LeaseholdMutex>(&bench)?, w3::<Rslock>(&bench)?];
     let w5 = w5(&bench)?;
 
@@ -123,6 +134,7 @@ fn run() -> Result<ExitCode> {
     print_floor(plan, &ping, &bare);
     print_w1(plan, &w1);
     print_w2(plan, &w2_runs);
+    w2_shared::print_w2_shared(plan, &w2_runs, &shared_runs);
     print_w3(plan, &w3);
     print_w5(plan, &w5);
     let targets = targets(plan, &bare, &w1, &w2_runs, &w3, &w5)?;
@@ -132,6 +144,7 @@ fn run() -> Result<ExitCode> {
         floor_json(plan, &ping, &bare),
         w1_json(plan, &w1),
         w2_json(plan, &w2_runs),
+        w2_shared::w2_shared_json(plan, &shared_runs),
         w3_json(plan, &w3),
         w5_json(plan, &w5),
         targets_json(plan, &targets),
@@ -148,6 +161,12 @@ fn run() -> Result<ExitCode> {
                 run.counter,
                 run.acquisitions.len()
             );
+            lost = true;
+        }
+    }
+    for run in &shared_runs {
+        if let Some(failure) = run.failure() {
+            eprintln!("workloads: W2 {failure}");
             lost = true;
         }
     }

@@ -1,7 +1,8 @@
 -- Take a ReentrantMutex, a read or write share of an RwLock, or semaphore
 -- permits (see lib.lua for the hash). A newcomer never passes a waiter that
 -- the lock would serve first: a writer queued before a reader, or any
--- semaphore waiter before another. Reentry by the same owner never waits.
+-- semaphore waiter; a queued semaphore waiter passes none whose permits
+-- would no longer fit. Reentry by the same owner never waits.
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[3] fence retention ms,
 -- ARGV[4] '1' to queue when busy, ARGV[5] heartbeat ms, ARGV[6] client id,
@@ -11,7 +12,8 @@
 -- ARGV[12] the semaphore's permits (0 for the others), ARGV[13] identity
 -- Returns {1, fence, lease ms} when held; {0, pttl of what blocks it (-1
 -- when only waiters ahead do), last fence, a holder's record} when busy;
--- {-1, kind} when the key holds another kind of lock; {-2} for a read to
+-- {-1, kind} when the key holds another kind of lock ('hash' for a
+-- semaphore count leasehold did not write); {-2} for a read to
 -- write upgrade; {-3, permits} when the semaphore has another permit count.
 local lock, token, mode, owner = KEYS[1], ARGV[1], ARGV[9], ARGV[10]
 local kind = kind_of(lock)
@@ -21,7 +23,12 @@ end
 if ARGV[8] == 'semaphore' then
   local stored = redis.call('HGET', lock, 'permits')
   if stored and stored ~= ARGV[12] then
-    return {-3, tonumber(stored)}
+    local count = tonumber(stored)
+    if not count or count < 1 or count ~= math.floor(count) then
+      -- Not a count leasehold wrote.
+      return {-1, 'hash'}
+    end
+    return {-3, count}
   end
 end
 local now_us = server_us()
@@ -85,18 +92,24 @@ elseif mode == 'r' then
     end
   end
 else
+  -- A newcomer waits behind any waiter. A queued waiter may go before
+  -- those ahead of it only while their permits still fit after its own:
+  -- a release wakes every waiter that fits at once, and they come back in
+  -- any order.
   local free = tonumber(ARGV[12])
   for _, e in ipairs(others) do
     free = free - e.permits
   end
+  local queued = redis.call('ZSCORE', KEYS[3], token)
+  for _, w in ipairs(live_waiters(KEYS[3], KEYS[4], token)) do
+    if not queued or w.want > free then
+      free = -1
+      break
+    end
+    free = free - w.want
+  end
   if tonumber(ARGV[11]) <= free then
     fence = 'new'
-    for _, w in ipairs(live_waiters(KEYS[3], KEYS[4], token)) do
-      if w.token ~= token then
-        fence = nil
-        break
-      end
-    end
   end
 end
 

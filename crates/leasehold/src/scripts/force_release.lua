@@ -7,7 +7,7 @@
 local kind = kind_of(KEYS[1])
 if kind ~= 'reentrant' and kind ~= 'rwlock' and kind ~= 'semaphore' then
   local removed = redis.call('DEL', KEYS[1])
-  wake_first(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
+  wake_free(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
   return removed
 end
 local now = math.floor(server_us() / 1000)

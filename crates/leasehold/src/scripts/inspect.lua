@@ -3,7 +3,8 @@
 -- Returns {kind, pttl, last fence or -1, clients queued, permits or -1,
 -- then the holders: for a string lock "<acquired µs> <identity>", for a hash one
 -- "<ms left> <mode> <owner> <permits> <fence> <acquired µs> <identity>"
--- per live lease}.
+-- per live lease}. The pttl of a hash is its longest live lease's (-2 when
+-- none is live), not the key's: a semaphore's count outlives its leases.
 local kind = kind_of(KEYS[1])
 local fence = tonumber(redis.call('GET', KEYS[2])) or -1
 local reply = {kind, redis.call('PTTL', KEYS[1]), fence, redis.call('ZCARD', KEYS[3]), -1}
@@ -15,11 +16,13 @@ elseif kind == 'reentrant' or kind == 'rwlock' or kind == 'semaphore' then
   reply[5] = tonumber(redis.call('HGET', KEYS[1], 'permits')) or -1
   local now = math.floor(server_us() / 1000)
   local all = redis.call('HGETALL', KEYS[1])
+  reply[2] = -2
   for i = 1, #all, 2 do
     if string.sub(all[i], 1, 2) == 'h:' then
       local e = entry(string.sub(all[i], 3), all[i + 1])
       if e and e.expiry > now then
         e.expiry = e.expiry - now
+        reply[2] = math.max(reply[2], e.expiry)
         reply[#reply + 1] = entry_value(e)
       end
     end

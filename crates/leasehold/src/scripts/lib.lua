@@ -136,10 +136,11 @@ local function wake(channels, record)
   redis.pcall('PUBLISH', channels .. record.client, record.token)
 end
 
--- Wakes the first live waiter of a free lock: a fair waiter ('f') is handed
--- the lock with its fence, any other is told to try.
-local function wake_first(lock, fence_key, queue, waiters, retention, channels)
-  local head = first_live(queue, waiters)
+-- Wakes the first live waiter of a free lock (`head`, when the caller has
+-- it already): a fair waiter ('f') is handed the lock with its fence, any
+-- other is told to try.
+local function wake_first(lock, fence_key, queue, waiters, retention, channels, head)
+  head = head or first_live(queue, waiters)
   if not head then
     return
   end
@@ -256,5 +257,17 @@ local function wake_hash(kind, lock, queue, waiters, channels, live)
   end
   if #live == 0 then
     wake(channels, waiting[1])
+  end
+end
+
+-- Wakes the waiters of a lock whose key is gone: the readers at the front
+-- of an rw-lock's queue together (or its first writer), else the first
+-- waiter as `wake_first` does.
+local function wake_free(lock, fence_key, queue, waiters, retention, channels)
+  local head = first_live(queue, waiters)
+  if head and (head.mode == 'r' or head.mode == 'w') then
+    wake_hash('rwlock', lock, queue, waiters, channels, {})
+  else
+    wake_first(lock, fence_key, queue, waiters, retention, channels, head)
   end
 end

@@ -56,5 +56,5 @@ elseif ARGV[2] == '1' then
 else
   return 0
 end
-wake_first(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4])
+wake_free(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4])
 return released
