@@ -19,7 +19,10 @@ use leasehold_testkit::RedisServer;
 
 const LONG: Duration = Duration::from_secs(30);
 
-const LIB: &str = include_str!("../src/scripts/lib.lua");
+const LIB: &str = concat!(
+    include_str!("../src/scripts/lib.lua"),
+    include_str!("../src/scripts/family.lua")
+);
 const FAMILY_ACQUIRE: &str = include_str!("../src/scripts/family_acquire.lua");
 const RELEASE: &str = include_str!("../src/scripts/release.lua");
 

@@ -221,7 +221,14 @@ impl Model {
         let mut seen: Vec<(String, Option<String>, u32, Option<u64>)> = info
             .holders
             .iter()
-            .map(|h| (h.mode.as_str().to_owned(), h.owner.clone(), h.permits, h.fence))
+            .map(|h| {
+                (
+                    h.mode.as_str().to_owned(),
+                    h.owner.clone(),
+                    h.permits,
+                    h.fence,
+                )
+            })
             .collect();
         let mut expected: Vec<(String, Option<String>, u32, Option<u64>)> = self
             .leases

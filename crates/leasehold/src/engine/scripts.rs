@@ -21,14 +21,29 @@ macro_rules! with_lib {
     };
 }
 
+/// A script that may meet a hash primitive's lock: `lib.lua`, then
+/// `family.lua`, then the operation.
+macro_rules! with_family {
+    ($file:literal) => {
+        LazyLock::new(|| {
+            redis::Script::new(concat!(
+                include_str!("../scripts/lib.lua"),
+                include_str!("../scripts/family.lua"),
+                include_str!(concat!("../scripts/", $file))
+            ))
+        })
+    };
+}
+
 pub(crate) static ACQUIRE: LazyLock<redis::Script> = with_lib!("acquire.lua");
-pub(crate) static RELEASE: LazyLock<redis::Script> = with_lib!("release.lua");
+pub(crate) static RELEASE: LazyLock<redis::Script> = with_family!("release.lua");
 pub(crate) static FAIR_ACQUIRE: LazyLock<redis::Script> = with_lib!("fair_acquire.lua");
-pub(crate) static FORCE_RELEASE: LazyLock<redis::Script> = with_lib!("force_release.lua");
-pub(crate) static FAMILY_ACQUIRE: LazyLock<redis::Script> = with_lib!("family_acquire.lua");
-pub(crate) static SEMAPHORE_PERMITS: LazyLock<redis::Script> = with_lib!("semaphore_permits.lua");
-pub(crate) static RENEW: LazyLock<redis::Script> = with_lib!("renew.lua");
-pub(crate) static INSPECT: LazyLock<redis::Script> = with_lib!("inspect.lua");
+pub(crate) static FORCE_RELEASE: LazyLock<redis::Script> = with_family!("force_release.lua");
+pub(crate) static FAMILY_ACQUIRE: LazyLock<redis::Script> = with_family!("family_acquire.lua");
+pub(crate) static SEMAPHORE_PERMITS: LazyLock<redis::Script> =
+    with_family!("semaphore_permits.lua");
+pub(crate) static RENEW: LazyLock<redis::Script> = with_family!("renew.lua");
+pub(crate) static INSPECT: LazyLock<redis::Script> = with_family!("inspect.lua");
 
 /// The EVALSHA command for `script`, for use in a pipeline.
 pub(crate) fn evalsha(script: &redis::Script, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {

@@ -15,6 +15,7 @@
 -- {-1, kind} when the key holds another kind of lock ('hash' for a
 -- semaphore count leasehold did not write); {-2} for a read to
 -- write upgrade; {-3, permits} when the semaphore has another permit count.
+local F = family()
 local lock, token, mode, owner = KEYS[1], ARGV[1], ARGV[9], ARGV[10]
 local kind = kind_of(lock)
 if kind ~= 'none' and kind ~= ARGV[8] then
@@ -33,7 +34,7 @@ if ARGV[8] == 'semaphore' then
 end
 local now_us = server_us()
 local now = math.floor(now_us / 1000)
-local live = live_holders(lock, now)
+local live = F.live_holders(lock, now)
 local last_fence = tonumber(redis.call('GET', KEYS[2])) or 0
 
 local mine, mine_w, mine_r, others = nil, nil, false, {}
@@ -84,7 +85,7 @@ elseif mode == 'r' then
     fence = last_fence
   elseif not writer then
     fence = last_fence
-    for _, w in ipairs(live_waiters(KEYS[3], KEYS[4], token)) do
+    for _, w in ipairs(F.live_waiters(KEYS[3], KEYS[4], token)) do
       if w.mode == 'w' and w.token ~= token then
         fence = nil
         break
@@ -101,7 +102,7 @@ else
     free = free - e.permits
   end
   local queued = redis.call('ZSCORE', KEYS[3], token)
-  for _, w in ipairs(live_waiters(KEYS[3], KEYS[4], token)) do
+  for _, w in ipairs(F.live_waiters(KEYS[3], KEYS[4], token)) do
     if not queued or w.want > free then
       free = -1
       break
@@ -120,12 +121,12 @@ if fence then
   local granted = {token = token, expiry = now + tonumber(ARGV[2]), mode = mode, owner = owner,
     permits = tonumber(ARGV[11]), fence = fence, acquired = string.format('%.0f', now_us),
     identity = ARGV[13]}
-  redis.call('HSET', lock, 'kind', ARGV[8], 'h:' .. token, entry_value(granted))
+  redis.call('HSET', lock, 'kind', ARGV[8], 'h:' .. token, F.entry_value(granted))
   if ARGV[8] == 'semaphore' then
     redis.call('HSET', lock, 'permits', ARGV[12])
   end
   live[#live + 1] = granted
-  settle(lock, live, now, ARGV[3])
+  F.settle(lock, live, now, ARGV[3])
   if ARGV[7] == '1' then
     leave_queue(KEYS[3], KEYS[4], token)
   end
@@ -140,7 +141,7 @@ local blocker, until_ms = '', nil
 for _, e in ipairs(others) do
   if not until_ms or e.expiry < until_ms then
     until_ms = e.expiry
-    blocker = entry_value(e)
+    blocker = F.entry_value(e)
   end
 end
 return {0, until_ms and (until_ms - now) or -1, last_fence, blocker}

@@ -4,17 +4,18 @@
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix
 -- ARGV[1] fence retention ms, ARGV[2] channel prefix
 -- Returns 1 when a lock was removed, 0 when it was free.
+local F = family()
 local kind = kind_of(KEYS[1])
 if kind ~= 'reentrant' and kind ~= 'rwlock' and kind ~= 'semaphore' then
   local removed = redis.call('DEL', KEYS[1])
-  wake_free(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
+  F.wake_free(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
   return removed
 end
 local now = math.floor(server_us() / 1000)
-local live = live_holders(KEYS[1], now)
+local live = F.live_holders(KEYS[1], now)
 for _, e in ipairs(live) do
   redis.call('HDEL', KEYS[1], 'h:' .. e.token)
 end
-settle(KEYS[1], {}, now, ARGV[1])
-wake_hash(kind, KEYS[1], KEYS[3], KEYS[4], ARGV[2], {})
+F.settle(KEYS[1], {}, now, ARGV[1])
+F.wake_hash(kind, KEYS[1], KEYS[3], KEYS[4], ARGV[2], {})
 return #live > 0 and 1 or 0

@@ -14,16 +14,17 @@ if kind == 'mutex' then
   reply[6] = string.match(value, '^%S+ (.*)$') or ''
 elseif kind == 'reentrant' or kind == 'rwlock' or kind == 'semaphore' then
   reply[5] = tonumber(redis.call('HGET', KEYS[1], 'permits')) or -1
+  local F = family()
   local now = math.floor(server_us() / 1000)
   local all = redis.call('HGETALL', KEYS[1])
   reply[2] = -2
   for i = 1, #all, 2 do
     if string.sub(all[i], 1, 2) == 'h:' then
-      local e = entry(string.sub(all[i], 3), all[i + 1])
+      local e = F.entry(string.sub(all[i], 3), all[i + 1])
       if e and e.expiry > now then
         e.expiry = e.expiry - now
         reply[2] = math.max(reply[2], e.expiry)
-        reply[#reply + 1] = entry_value(e)
+        reply[#reply + 1] = F.entry_value(e)
       end
     end
   end

@@ -12,19 +12,20 @@ local token = ARGV[1]
 local holder = redis.pcall('GET', KEYS[1])
 if type(holder) == 'table' then
   -- A hash: a lease of a ReentrantMutex, an RwLock or a Semaphore.
+  local F = family()
   local kind = redis.call('HGET', KEYS[1], 'kind')
   if kind ~= 'reentrant' and kind ~= 'rwlock' and kind ~= 'semaphore' then
     return redis.error_reply('WRONGTYPE the lock key holds a hash leasehold did not write')
   end
   local now = math.floor(server_us() / 1000)
-  local live = live_holders(KEYS[1], now)
+  local live = F.live_holders(KEYS[1], now)
   local released = 0
   for i, e in ipairs(live) do
     if e.token == token then
       if tonumber(ARGV[5]) > 0 then
         e.expiry = now + tonumber(ARGV[5])
-        redis.call('HSET', KEYS[1], 'h:' .. token, entry_value(e))
-        settle(KEYS[1], live, now, ARGV[3])
+        redis.call('HSET', KEYS[1], 'h:' .. token, F.entry_value(e))
+        F.settle(KEYS[1], live, now, ARGV[3])
         return 2
       end
       redis.call('HDEL', KEYS[1], 'h:' .. token)
@@ -36,8 +37,8 @@ if type(holder) == 'table' then
   if ARGV[2] == '1' then
     leave_queue(KEYS[3], KEYS[4], token)
   end
-  settle(KEYS[1], live, now, ARGV[3])
-  wake_hash(kind, KEYS[1], KEYS[3], KEYS[4], ARGV[4], live)
+  F.settle(KEYS[1], live, now, ARGV[3])
+  F.wake_hash(kind, KEYS[1], KEYS[3], KEYS[4], ARGV[4], live)
   return released
 end
 local released = 0
@@ -56,5 +57,13 @@ elseif ARGV[2] == '1' then
 else
   return 0
 end
-wake_free(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4])
+-- The lock is free now. Readers and writers queue here once the last
+-- lease of an rw-lock is gone with its key: the readers at the front are
+-- woken together.
+local head = first_live(KEYS[3], KEYS[4])
+if head and (head.mode == 'r' or head.mode == 'w') then
+  family().wake_hash('rwlock', KEYS[1], KEYS[3], KEYS[4], ARGV[4], {})
+else
+  wake_first(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], head)
+end
 return released

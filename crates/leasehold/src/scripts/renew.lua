@@ -18,12 +18,13 @@ for i, key in ipairs(KEYS) do
     local set = redis.pcall('PEXPIRE', key, lease)
     renewed[i] = failed(set) or 1
   elseif failed(holder) and string.find(holder.err, 'WRONGTYPE', 1, true) then
+    local F = family()
     now = now or math.floor(server_us() / 1000)
     local value = redis.call('TYPE', key)['ok'] == 'hash' and redis.call('HGET', key, 'h:' .. token)
-    local e = value and entry(token, value)
+    local e = value and F.entry(token, value)
     if e and e.expiry > now then
       e.expiry = now + tonumber(lease)
-      local set = redis.pcall('HSET', key, 'h:' .. token, entry_value(e))
+      local set = redis.pcall('HSET', key, 'h:' .. token, F.entry_value(e))
       if not failed(set) and redis.call('PTTL', key) < tonumber(lease) then
         set = redis.pcall('PEXPIRE', key, lease)
       end

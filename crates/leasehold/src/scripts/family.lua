@@ -1,0 +1,151 @@
+-- The hash primitives' shared functions (ReentrantMutex, RwLock,
+-- Semaphore; see lib.lua for their hash), prepended after lib.lua to the
+-- scripts that may meet a hash lock. They are made on the first call to
+-- `family()`, so that a script that meets a mutex does not pay for them.
+
+local family_functions
+
+local function family()
+  if family_functions then
+    return family_functions
+  end
+  local F = {}
+
+  -- The live waiters in arrival order, after removing the dead ones; only
+  -- those that arrived before `token` when it is queued.
+  function F.live_waiters(queue, waiters, token)
+    local tokens
+    local rank = token and redis.call('ZRANK', queue, token)
+    if rank then
+      tokens = rank > 0 and redis.call('ZRANGE', queue, 0, rank - 1) or {}
+    else
+      tokens = redis.call('ZRANGE', queue, 0, -1)
+    end
+    local live = {}
+    for _, t in ipairs(tokens) do
+      local record = waiter(waiters, t)
+      if record then
+        live[#live + 1] = record
+      else
+        leave_queue(queue, waiters, t)
+      end
+    end
+    return live
+  end
+
+  function F.entry(token, value)
+    local expiry, mode, owner, permits, fence, acquired, identity =
+      string.match(value, '^(%d+) (%a) (%S+) (%d+) (%d+) (%d+) ?(.*)$')
+    if not expiry then
+      return nil
+    end
+    return {token = token, expiry = tonumber(expiry), mode = mode, owner = owner,
+      permits = tonumber(permits), fence = tonumber(fence), acquired = acquired,
+      identity = identity}
+  end
+
+  function F.entry_value(e)
+    return string.format('%.0f %s %s %d %.0f %s %s', e.expiry, e.mode, e.owner, e.permits,
+      e.fence, e.acquired, e.identity)
+  end
+
+  -- The leases that still run at `now_ms`; the others are removed.
+  function F.live_holders(lock, now_ms)
+    local all = redis.call('HGETALL', lock)
+    local live = {}
+    for i = 1, #all, 2 do
+      local field = all[i]
+      if string.sub(field, 1, 2) == 'h:' then
+        local e = F.entry(string.sub(field, 3), all[i + 1])
+        if e and e.expiry > now_ms then
+          live[#live + 1] = e
+        else
+          redis.call('HDEL', lock, field)
+        end
+      end
+    end
+    return live
+  end
+
+  -- Sets the key's expiry to the last lease's, or removes a lock nobody
+  -- holds; a semaphore keeps its permit count for `retention` ms.
+  function F.settle(lock, live, now_ms, retention)
+    local last = 0
+    for _, e in ipairs(live) do
+      if e.expiry > last then
+        last = e.expiry
+      end
+    end
+    if last > now_ms then
+      local keep = last - now_ms
+      if redis.call('HGET', lock, 'kind') == 'semaphore' and tonumber(retention) > keep then
+        keep = tonumber(retention)
+      end
+      redis.call('PEXPIRE', lock, string.format('%.0f', keep))
+    elseif redis.call('HGET', lock, 'kind') == 'semaphore' then
+      redis.call('PEXPIRE', lock, retention)
+    else
+      redis.call('DEL', lock)
+    end
+  end
+
+  -- Wakes every waiter at the front of the queue that can be admitted now:
+  -- the first of a free reentrant lock; the readers at the front of an
+  -- rw-lock no writer holds, or its first writer when nobody holds it; the
+  -- semaphore's waiters in order while their permits fit.
+  function F.wake_hash(kind, lock, queue, waiters, channels, live)
+    local waiting = F.live_waiters(queue, waiters, nil)
+    if #waiting == 0 then
+      return
+    end
+    if kind == 'semaphore' then
+      local free = (tonumber(redis.call('HGET', lock, 'permits')) or 0)
+      for _, e in ipairs(live) do
+        free = free - e.permits
+      end
+      for _, w in ipairs(waiting) do
+        if w.want > free then
+          return
+        end
+        free = free - w.want
+        wake(channels, w)
+      end
+      return
+    end
+    if kind == 'rwlock' then
+      for _, e in ipairs(live) do
+        if e.mode == 'w' then
+          return
+        end
+      end
+      for i, w in ipairs(waiting) do
+        if w.mode == 'w' then
+          if i == 1 and #live == 0 then
+            wake(channels, w)
+          end
+          return
+        end
+        wake(channels, w)
+      end
+      return
+    end
+    if #live == 0 then
+      wake(channels, waiting[1])
+    end
+  end
+
+  -- Wakes the waiters of a lock whose key is gone: the readers at the front
+  -- of an rw-lock's queue together (or its first writer), else the first
+  -- waiter as `wake_first` does.
+  function F.wake_free(lock, fence_key, queue, waiters, retention, channels)
+    local head = first_live(queue, waiters)
+    if head and (head.mode == 'r' or head.mode == 'w') then
+      F.wake_hash('rwlock', lock, queue, waiters, channels, {})
+    else
+      wake_first(lock, fence_key, queue, waiters, retention, channels, head)
+    end
+  end
+
+  family_functions = F
+  return F
+end
