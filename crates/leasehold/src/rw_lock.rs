@@ -31,7 +31,10 @@ use crate::owner::Owner;
 ///   upgrading would wait for each other forever.
 /// - **Fences.** A write acquisition gets a new fence; a read acquisition
 ///   reports the fence of the last write, the state its view is consistent
-///   with.
+///   with. When the lock's fence counter is gone (a restart without
+///   persistence, a failover, its retention run out) the last write's
+///   fence is unknown, and a reader takes a new fence, larger than every
+///   earlier one, rather than one a fenced resource would refuse.
 ///
 /// All of the lock's state lives in one hash under the lock's hash tag, so
 /// it works on Redis Cluster unchanged.

@@ -183,11 +183,11 @@ impl Model {
                         Verdict::Grant(Fence::New)
                     }
                 } else if !mine.is_empty() {
-                    Verdict::Grant(Fence::Same(self.last_fence))
+                    Verdict::Grant(self.read_fence())
                 } else if writer_others || queued.is_some_and(|w| w.ask.mode == Mode::Write) {
                     Verdict::Busy
                 } else {
-                    Verdict::Grant(Fence::Same(self.last_fence))
+                    Verdict::Grant(self.read_fence())
                 }
             }
             Prim::Semaphore => {
@@ -198,6 +198,16 @@ impl Model {
                     Verdict::Busy
                 }
             }
+        }
+    }
+
+    /// A reader reports the last write's fence; before any fence was handed
+    /// out it takes a new one (0 would be refused by a fenced resource).
+    fn read_fence(&self) -> Fence {
+        if self.last_fence == 0 {
+            Fence::New
+        } else {
+            Fence::Same(self.last_fence)
         }
     }
 

@@ -92,6 +92,13 @@ elseif mode == 'r' then
       end
     end
   end
+  -- A reader reports the last write's fence. With the counter gone (a
+  -- restart without persistence, a failover, its retention run out) that
+  -- is unknown, and 0 would be refused by every fenced resource: it takes
+  -- a new fence instead, larger than every fence before it.
+  if fence == 0 then
+    fence = 'new'
+  end
 else
   -- A newcomer waits behind any waiter. A queued waiter may go before
   -- those ahead of it only while their permits still fit after its own:
