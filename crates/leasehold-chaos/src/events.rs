@@ -1,0 +1,287 @@
+//! What workers log, one line per event, and the clock they log it on.
+//!
+//! Every time is CLOCK_MONOTONIC in nanoseconds: one clock for every
+//! process on the machine, so the critical sections of different workers can
+//! be put on one line.
+
+use std::fmt;
+use std::fs::File;
+use std::io::Write;
+use std::str::FromStr;
+
+/// CLOCK_MONOTONIC now, in nanoseconds.
+pub(crate) fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for clock_gettime to write; the
+    // monotonic clock always exists on Linux, so the call cannot fail.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+    }
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
+/// How an acquisition holds its lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Mode {
+    /// The only holder (mutex, fair mutex, reentrant mutex).
+    Exclusive,
+    /// A reader of a read-write lock.
+    Read,
+    /// The writer of a read-write lock.
+    Write,
+    /// One permit of a semaphore.
+    Permit,
+}
+
+impl Mode {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Mode::Exclusive => "x",
+            Mode::Read => "r",
+            Mode::Write => "w",
+            Mode::Permit => "p",
+        }
+    }
+
+    /// The acquisition got a fence of its own, larger than every earlier
+    /// one of its lock (a reader reports the last write's instead).
+    pub(crate) fn grants_fence(self) -> bool {
+        self != Mode::Read
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "x" => Ok(Mode::Exclusive),
+            "r" => Ok(Mode::Read),
+            "w" => Ok(Mode::Write),
+            "p" => Ok(Mode::Permit),
+            _ => Err(format!("unknown mode {s:?}")),
+        }
+    }
+}
+
+/// How a critical section ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The work was done (whether the resource accepted it or not).
+    Done,
+    /// The lease's lost signal fired first.
+    Lost,
+    /// The fenced resource could not be reached.
+    Error,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Done => "done",
+            Outcome::Lost => "lost",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+impl FromStr for Outcome {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "done" => Ok(Outcome::Done),
+            "lost" => Ok(Outcome::Lost),
+            "error" => Ok(Outcome::Error),
+            _ => Err(format!("unknown outcome {s:?}")),
+        }
+    }
+}
+
+/// One line of a worker's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Event {
+    /// A critical section starts: the acquire returned a guard.
+    Acquired {
+        lock: String,
+        mode: Mode,
+        fence: u64,
+        wait_start: u64,
+        at: u64,
+    },
+    /// The critical section that started last ends.
+    Ended { at: u64, outcome: Outcome },
+    /// A wait ended without the lock. `kind` is the error kind ("timeout",
+    /// "connection", …).
+    WaitFailed {
+        lock: String,
+        wait_start: u64,
+        at: u64,
+        kind: String,
+        message: String,
+    },
+    /// The release of the lease that ended last answered.
+    Released { at: u64, result: String },
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::Acquired {
+                lock,
+                mode,
+                fence,
+                wait_start,
+                at,
+            } => write!(
+                f,
+                "acq\t{lock}\t{}\t{fence}\t{wait_start}\t{at}",
+                mode.as_str()
+            ),
+            Event::Ended { at, outcome } => write!(f, "end\t{at}\t{}", outcome.as_str()),
+            Event::WaitFailed {
+                lock,
+                wait_start,
+                at,
+                kind,
+                message,
+            } => write!(
+                f,
+                "werr\t{lock}\t{wait_start}\t{at}\t{kind}\t{}",
+                one_line(message)
+            ),
+            Event::Released { at, result } => write!(f, "rel\t{at}\t{}", one_line(result)),
+        }
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.replace(['\t', '\n', '\r'], " ")
+}
+
+impl FromStr for Event {
+    type Err = String;
+    fn from_str(line: &str) -> Result<Self, String> {
+        let f: Vec<&str> = line.split('\t').collect();
+        let num = |i: usize| -> Result<u64, String> {
+            f.get(i)
+                .ok_or_else(|| format!("field {i} missing in {line:?}"))?
+                .parse()
+                .map_err(|e| format!("field {i} of {line:?}: {e}"))
+        };
+        let text = |i: usize| -> Result<String, String> {
+            f.get(i)
+                .map(|s| (*s).to_owned())
+                .ok_or_else(|| format!("field {i} missing in {line:?}"))
+        };
+        match f.first().copied() {
+            Some("acq") if f.len() == 6 => Ok(Event::Acquired {
+                lock: text(1)?,
+                mode: text(2)?.parse()?,
+                fence: num(3)?,
+                wait_start: num(4)?,
+                at: num(5)?,
+            }),
+            Some("end") if f.len() == 3 => Ok(Event::Ended {
+                at: num(1)?,
+                outcome: text(2)?.parse()?,
+            }),
+            Some("werr") if f.len() == 6 => Ok(Event::WaitFailed {
+                lock: text(1)?,
+                wait_start: num(2)?,
+                at: num(3)?,
+                kind: text(4)?,
+                message: text(5)?,
+            }),
+            Some("rel") if f.len() == 3 => Ok(Event::Released {
+                at: num(1)?,
+                result: text(2)?,
+            }),
+            _ => Err(format!("not an event: {line:?}")),
+        }
+    }
+}
+
+/// A worker's log file. Each event is one `write` of a whole line to a file
+/// opened for appending, so a worker killed at any moment leaves at most a
+/// cut last line, which the reader skips.
+#[derive(Debug)]
+pub(crate) struct Log {
+    file: File,
+}
+
+impl Log {
+    pub(crate) fn new(file: File) -> Log {
+        Log { file }
+    }
+
+    pub(crate) fn write(&mut self, event: &Event) -> std::io::Result<()> {
+        self.file.write_all(format!("{event}\n").as_bytes())
+    }
+}
+
+/// The events of a log's text; a last line without its newline (the
+/// worker was killed while writing it) is left out.
+pub(crate) fn parse_log(text: &str) -> Result<Vec<Event>, String> {
+    let complete = match text.rfind('\n') {
+        Some(end) => &text[..end],
+        None => "",
+    };
+    complete
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::parse)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_read_back_as_written_and_a_cut_line_is_skipped() {
+        let events = [
+            Event::Acquired {
+                lock: "mutex-0".into(),
+                mode: Mode::Exclusive,
+                fence: 1_700_000_000_000_001,
+                wait_start: 5,
+                at: 9,
+            },
+            Event::Ended {
+                at: 12,
+                outcome: Outcome::Lost,
+            },
+            Event::WaitFailed {
+                lock: "fair-0".into(),
+                wait_start: 13,
+                at: 20,
+                kind: "connection".into(),
+                message: "cannot reach\tredis\n".into(),
+            },
+            Event::Released {
+                at: 21,
+                result: "ok".into(),
+            },
+        ];
+        let mut text: String = events.iter().map(|e| format!("{e}\n")).collect();
+        text.push_str("acq\tmutex-0\tx\t17");
+        let read = parse_log(&text).unwrap();
+        assert_eq!(read.len(), 4);
+        assert_eq!(read[0], events[0]);
+        assert_eq!(read[1], events[1]);
+        assert_eq!(read[3], events[3]);
+        let Event::WaitFailed { message, .. } = &read[2] else {
+            panic!("{:?}", read[2]);
+        };
+        assert_eq!(message, "cannot reach redis ");
+    }
+
+    #[test]
+    fn the_clock_does_not_go_back() {
+        let a = mono_ns();
+        let b = mono_ns();
+        assert!(b >= a && a > 0);
+    }
+}

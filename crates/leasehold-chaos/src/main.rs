@@ -1,0 +1,286 @@
+//! `leasehold-chaos`: breaks leasehold's locks on purpose and checks what
+//! they promised.
+//!
+//! Worker processes, each with its own client, contend for a few locks of
+//! every primitive and do fenced read-modify-writes on a small resource
+//! server while faults strike on a seeded schedule: holders paused and
+//! killed, Redis restarted (with and without its AOF) and paused, and the
+//! network between a worker and Redis slowed, cut, reset or frozen. A checker
+//! then reads every log and counts double grants, stale writes accepted,
+//! lost updates, fence regressions and keys left without a TTL.
+//!
+//! ```text
+//! leasehold-chaos --schedule pause --seed 7 --seconds 30 --json run.jsonl
+//! leasehold-chaos --schedule all --seconds 60
+//! ```
+//!
+//! Exit codes: 0 every run's must-be-zero figures are 0; 1 some are not;
+//! 2 a run could not be made (bad arguments, no `redis-server`, …) or was
+//! interrupted.
+
+mod check;
+mod events;
+mod faults;
+mod orchestrator;
+mod resource;
+mod rng;
+mod worker;
+mod workload;
+
+use std::fs::File;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+
+use crate::faults::Schedule;
+use crate::orchestrator::{RunConfig, RunReport};
+use crate::workload::Workload;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "leasehold-chaos",
+    about = "Break leasehold's locks with faults on a seeded schedule and check what they promised",
+    after_help = "Exit codes: 0 every must-be-zero figure is 0; 1 one is not; 2 the run could not be made or was interrupted."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Sub>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// pause, kill, restart, client-pause, latency, blackhole, reset,
+    /// half-open, mixed, or all (each in turn).
+    #[arg(long, default_value = "mixed")]
+    schedule: String,
+    /// Seeds the faults, their targets and the workers' choices.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// How long each schedule runs.
+    #[arg(long, default_value_t = 20.0)]
+    seconds: f64,
+    /// Worker processes (a killed one is replaced).
+    #[arg(long, default_value_t = 6)]
+    workers: usize,
+    /// Every lease, in milliseconds; fault strengths scale with it.
+    #[arg(long, default_value_t = 1000)]
+    lease_ms: u64,
+    /// Primitives to run, comma-separated: mutex, fair, reentrant, rwlock,
+    /// semaphore, or all.
+    #[arg(long, default_value = "all")]
+    workloads: String,
+    /// Locks per primitive.
+    #[arg(long, default_value_t = 1)]
+    locks: usize,
+    /// The resource accepts every request, whatever its fence (to see what
+    /// the checker finds when nothing refuses a stale holder).
+    #[arg(long)]
+    unfenced: bool,
+    /// Appends one JSON object per run to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Keeps the workers' logs under DIR/<schedule>-<seed>/.
+    #[arg(long, value_name = "DIR")]
+    keep_logs: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Sub {
+    /// One worker process (started by the harness itself).
+    #[command(hide = true)]
+    Worker {
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        url: String,
+        #[arg(long)]
+        resource: SocketAddr,
+        #[arg(long)]
+        log: PathBuf,
+        #[arg(long)]
+        lease_ms: u64,
+        #[arg(long)]
+        command_timeout_ms: u64,
+        #[arg(long)]
+        restart_grace_ms: u64,
+        #[arg(long)]
+        workloads: String,
+        #[arg(long)]
+        locks: usize,
+        #[arg(long)]
+        seed: u64,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("leasehold-chaos: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    if let Some(Sub::Worker {
+        id,
+        url,
+        resource,
+        log,
+        lease_ms,
+        command_timeout_ms,
+        restart_grace_ms,
+        workloads,
+        locks,
+        seed,
+    }) = cli.command
+    {
+        worker::run(&worker::WorkerArgs {
+            id,
+            url,
+            resource,
+            log,
+            lease: Duration::from_millis(lease_ms),
+            command_timeout: Duration::from_millis(command_timeout_ms),
+            restart_grace: Duration::from_millis(restart_grace_ms),
+            workloads: Workload::parse_list(&workloads)?,
+            locks,
+            seed,
+        })?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let args = cli.run;
+    let schedules = Schedule::parse_list(&args.schedule)?;
+    let workloads = Workload::parse_list(&args.workloads)?;
+    anyhow::ensure!(
+        args.workers >= 2,
+        "--workers must be at least 2: a lock needs contenders"
+    );
+    anyhow::ensure!(args.locks >= 1, "--locks must be at least 1");
+    anyhow::ensure!(
+        (100..=60_000).contains(&args.lease_ms),
+        "--lease-ms must be between 100 and 60000"
+    );
+    anyhow::ensure!(
+        args.seconds.is_finite() && args.seconds > 0.0,
+        "--seconds must be a positive number"
+    );
+    orchestrator::install_signal_handlers();
+    let mut json = match &args.json {
+        Some(path) => Some(
+            File::options()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("cannot open {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let mut failed = false;
+    for schedule in schedules {
+        let config = RunConfig {
+            schedule,
+            seed: args.seed,
+            seconds: args.seconds,
+            workers: args.workers,
+            lease: Duration::from_millis(args.lease_ms),
+            workloads: workloads.clone(),
+            locks: args.locks,
+            fenced: !args.unfenced,
+            keep_logs: args.keep_logs.clone(),
+        };
+        let report =
+            orchestrator::run(&config).with_context(|| format!("schedule {}", schedule.name()))?;
+        print_report(&report);
+        if let Some(file) = &mut json {
+            writeln!(file, "{}", report.to_json())?;
+        }
+        failed |= !report.findings.failures().is_empty();
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn print_report(r: &RunReport) {
+    let f = &r.findings;
+    let must = |n: u64| if n == 0 { "ok" } else { "MUST BE 0" };
+    println!(
+        "schedule {} seed {}: {:.1} s, {} workers, lease {} ms, {} faults ({} at holders)",
+        r.config.schedule.name(),
+        r.config.seed,
+        r.seconds,
+        r.config.workers,
+        r.config.lease.as_millis(),
+        r.faults.len(),
+        r.faults.iter().filter(|x| x.at_holder).count()
+    );
+    let rows: [(&str, String, &str); 13] = [
+        ("acquisitions", f.acquisitions.to_string(), ""),
+        (
+            "unsafe overlaps",
+            f.unsafe_overlaps.to_string(),
+            must(f.unsafe_overlaps),
+        ),
+        (
+            "faulted overlaps",
+            f.faulted_overlaps.to_string(),
+            "expected: only fences cover them",
+        ),
+        (
+            "fenced requests accepted / refused",
+            format!("{} / {}", f.fenced_accepted, f.fenced_refused),
+            "",
+        ),
+        (
+            "stale writes accepted",
+            f.stale_writes_accepted.to_string(),
+            must(f.stale_writes_accepted),
+        ),
+        (
+            "lost updates",
+            f.lost_updates.to_string(),
+            must(f.lost_updates),
+        ),
+        (
+            "fence regressions",
+            f.fence_regressions.to_string(),
+            must(f.fence_regressions),
+        ),
+        ("leases lost", f.lost_leases.to_string(), ""),
+        (
+            "loss detection after a new holder, max",
+            format!("{:.1} ms", f.loss_detection_ms_max),
+            "",
+        ),
+        (
+            "wait errors (while reachable)",
+            format!("{} ({})", f.wait_errors, f.wait_errors_while_reachable),
+            "",
+        ),
+        ("wait timeouts", f.wait_timeouts.to_string(), ""),
+        ("release errors", f.release_errors.to_string(), ""),
+        (
+            "keys without a TTL",
+            f.keys_without_ttl.to_string(),
+            must(f.keys_without_ttl),
+        ),
+    ];
+    for (label, value, note) in rows {
+        println!("  {label:<40} {value:>14}  {note}");
+    }
+    for example in &f.examples {
+        println!("  ! {example}");
+    }
+}

@@ -1,0 +1,170 @@
+//! The workloads: one per primitive. A workload names its locks, says how
+//! its holders may overlap, and takes its lock for a worker. A new
+//! primitive is a new variant here; the harness, the faults and the checker
+//! stay as they are.
+
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use leasehold::{Client, FairMutex, LeaseGuard, Mutex, ReentrantMutex, RwLock, Semaphore};
+
+use crate::events::Mode;
+
+/// The permits of every semaphore the harness uses.
+pub(crate) const SEMAPHORE_PERMITS: u32 = 2;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Workload {
+    Mutex,
+    Fair,
+    Reentrant,
+    RwLock,
+    Semaphore,
+}
+
+impl Workload {
+    pub(crate) const ALL: [Workload; 5] = [
+        Workload::Mutex,
+        Workload::Fair,
+        Workload::Reentrant,
+        Workload::RwLock,
+        Workload::Semaphore,
+    ];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Workload::Mutex => "mutex",
+            Workload::Fair => "fair",
+            Workload::Reentrant => "reentrant",
+            Workload::RwLock => "rwlock",
+            Workload::Semaphore => "semaphore",
+        }
+    }
+
+    pub(crate) fn parse_list(list: &str) -> Result<Vec<Workload>> {
+        let mut out = Vec::new();
+        for word in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            if word == "all" {
+                out.extend(Workload::ALL);
+                continue;
+            }
+            match Workload::ALL.iter().find(|w| w.name() == word) {
+                Some(w) => out.push(*w),
+                None => bail!(
+                    "unknown workload {word:?}: use mutex, fair, reentrant, rwlock, semaphore or all"
+                ),
+            }
+        }
+        if out.is_empty() {
+            bail!("no workload given: use mutex, fair, reentrant, rwlock, semaphore or all");
+        }
+        out.dedup();
+        Ok(out)
+    }
+
+    /// The name of this workload's lock number `i`.
+    pub(crate) fn lock_name(self, i: usize) -> String {
+        format!("{}-{i}", self.name())
+    }
+
+    /// The workload a lock name belongs to.
+    pub(crate) fn of_lock(lock: &str) -> Option<Workload> {
+        let kind = lock.rsplit_once('-')?.0;
+        Workload::ALL.into_iter().find(|w| w.name() == kind)
+    }
+
+    /// How many holders of a lock of this workload may overlap: `None` for
+    /// the exclusion of writers (and exclusive holders) alone.
+    pub(crate) fn permits(self) -> Option<u32> {
+        match self {
+            Workload::Semaphore => Some(SEMAPHORE_PERMITS),
+            _ => None,
+        }
+    }
+
+    /// Whether its holders do a fenced read-modify-write on the resource (a
+    /// reader reads only; a semaphore's holders share no register).
+    pub(crate) fn uses_resource(self) -> bool {
+        self != Workload::Semaphore
+    }
+}
+
+/// One lock of a workload, as a worker holds its handle.
+#[derive(Debug)]
+pub(crate) enum Handle {
+    Mutex(Mutex),
+    Fair(FairMutex),
+    Reentrant(ReentrantMutex),
+    RwLock(RwLock),
+    Semaphore(Semaphore),
+}
+
+impl Handle {
+    pub(crate) fn new(
+        client: &Client,
+        workload: Workload,
+        name: &str,
+    ) -> leasehold::Result<Handle> {
+        Ok(match workload {
+            Workload::Mutex => Handle::Mutex(client.mutex(name)?),
+            Workload::Fair => Handle::Fair(client.fair_mutex(name)?),
+            Workload::Reentrant => Handle::Reentrant(client.reentrant_mutex(name)?),
+            Workload::RwLock => Handle::RwLock(client.rw_lock(name)?),
+            Workload::Semaphore => Handle::Semaphore(client.semaphore(name, SEMAPHORE_PERMITS)?),
+        })
+    }
+
+    /// The mode an acquisition takes: a read-write lock is read three times
+    /// in four.
+    pub(crate) fn mode(&self, draw: u64) -> Mode {
+        match self {
+            Handle::Mutex(_) | Handle::Fair(_) | Handle::Reentrant(_) => Mode::Exclusive,
+            Handle::RwLock(_) if draw.is_multiple_of(4) => Mode::Write,
+            Handle::RwLock(_) => Mode::Read,
+            Handle::Semaphore(_) => Mode::Permit,
+        }
+    }
+
+    pub(crate) async fn acquire(
+        &self,
+        mode: Mode,
+        wait: Duration,
+    ) -> leasehold::Result<LeaseGuard> {
+        match self {
+            Handle::Mutex(m) => m.acquire_timeout(wait).await,
+            Handle::Fair(m) => m.acquire_timeout(wait).await,
+            Handle::Reentrant(m) => m.acquire_timeout(wait).await,
+            Handle::RwLock(rw) if mode == Mode::Write => rw.write().acquire_timeout(wait).await,
+            Handle::RwLock(rw) => rw.read().acquire_timeout(wait).await,
+            Handle::Semaphore(s) => s.acquire_timeout(wait).await,
+        }
+    }
+
+    /// A second level of a reentrant lock its owner holds already.
+    pub(crate) async fn reenter(&self, wait: Duration) -> Option<leasehold::Result<LeaseGuard>> {
+        match self {
+            Handle::Reentrant(m) => Some(m.acquire_timeout(wait).await),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_names_lead_back_to_their_workload() {
+        for w in Workload::ALL {
+            assert_eq!(Workload::of_lock(&w.lock_name(3)), Some(w));
+        }
+        assert_eq!(Workload::of_lock("nothing"), None);
+        assert_eq!(
+            Workload::parse_list("fair, mutex").unwrap(),
+            [Workload::Fair, Workload::Mutex]
+        );
+        assert_eq!(Workload::parse_list("all").unwrap().len(), 5);
+        assert!(Workload::parse_list("spinlock").is_err());
+        assert!(Workload::parse_list("").is_err());
+    }
+}
