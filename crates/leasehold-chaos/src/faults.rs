@@ -138,6 +138,16 @@ impl Fault {
         matches!(self, Fault::Pause(_) | Fault::Kill)
     }
 
+    /// How many leases of calm follow it, on average. After a restart no
+    /// lock is granted for a restart grace (a lease and more), so the run
+    /// leaves the locks more time to be taken between restarts.
+    pub(crate) fn gap_factor(self) -> f64 {
+        match self {
+            Fault::Restart { .. } => 4.0,
+            _ => 1.0,
+        }
+    }
+
     pub(crate) fn kind(self) -> &'static str {
         match self {
             Fault::Pause(_) => "pause",

@@ -217,7 +217,7 @@ pub(crate) fn run(config: &RunConfig) -> Result<RunReport> {
         run.inject(fault)?;
         let gap = config
             .lease
-            .mul_f64(0.5 + run.rng.below(1000) as f64 / 1000.0);
+            .mul_f64(fault.gap_factor() * (0.5 + run.rng.below(1000) as f64 / 1000.0));
         run.nap(gap.min(until.saturating_duration_since(Instant::now())));
     }
     let run_end = run.stop()?;
