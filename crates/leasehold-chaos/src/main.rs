@@ -11,7 +11,7 @@
 //!
 //! ```text
 //! leasehold-chaos --schedule pause --seed 7 --seconds 30 --json run.jsonl
-//! leasehold-chaos --schedule all --seconds 60
+//! leasehold-chaos --schedule all --seconds 60 --acquisitions 22000 --workers 12 --locks 3
 //! ```
 //!
 //! Exit codes: 0 every run's must-be-zero figures are 0; 1 some are not;
@@ -63,9 +63,13 @@ struct RunArgs {
     /// Seeds the faults, their targets and the workers' choices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// How long each schedule runs.
+    /// How long each schedule runs, at least.
     #[arg(long, default_value_t = 20.0)]
     seconds: f64,
+    /// Runs each schedule on past --seconds until the workers have taken
+    /// locks this many times.
+    #[arg(long, default_value_t = 0)]
+    acquisitions: u64,
     /// Worker processes (a killed one is replaced).
     #[arg(long, default_value_t = 6)]
     workers: usize,
@@ -191,6 +195,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             schedule,
             seed: args.seed,
             seconds: args.seconds,
+            acquisitions: args.acquisitions,
             workers: args.workers,
             lease: Duration::from_millis(args.lease_ms),
             workloads: workloads.clone(),

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::io;
+use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -58,6 +58,9 @@ pub(crate) struct RunConfig {
     pub(crate) schedule: Schedule,
     pub(crate) seed: u64,
     pub(crate) seconds: f64,
+    /// Runs on past `seconds` until the workers have logged this many
+    /// acquisitions.
+    pub(crate) acquisitions: u64,
     pub(crate) workers: usize,
     pub(crate) lease: Duration,
     pub(crate) workloads: Vec<Workload>,
@@ -161,6 +164,9 @@ struct Run<'a> {
     rt: tokio::runtime::Runtime,
     client: leasehold::Client,
     last_scan: Instant,
+    /// Acquisitions counted so far, and how far each log was read.
+    counted: u64,
+    read_to: std::collections::HashMap<PathBuf, u64>,
 }
 
 pub(crate) fn run(config: &RunConfig) -> Result<RunReport> {
@@ -204,6 +210,8 @@ pub(crate) fn run(config: &RunConfig) -> Result<RunReport> {
         rt,
         client,
         last_scan: Instant::now(),
+        counted: 0,
+        read_to: std::collections::HashMap::new(),
     };
     for _ in 0..config.workers {
         let slot = run.spawn()?;
@@ -212,13 +220,15 @@ pub(crate) fn run(config: &RunConfig) -> Result<RunReport> {
     let started = mono_ns();
     let until = Instant::now() + Duration::from_secs_f64(config.seconds);
     run.nap(config.lease);
-    while Instant::now() < until && !interrupted() {
+    while (Instant::now() < until || run.count_acquisitions() < config.acquisitions)
+        && !interrupted()
+    {
         let fault = config.schedule.draw(&mut run.rng, config.lease);
         run.inject(fault)?;
         let gap = config
             .lease
             .mul_f64(fault.gap_factor() * (0.5 + run.rng.below(1000) as f64 / 1000.0));
-        run.nap(gap.min(until.saturating_duration_since(Instant::now())));
+        run.nap(gap);
     }
     let run_end = run.stop()?;
     if interrupted() {
@@ -291,6 +301,28 @@ impl Run<'_> {
             log,
             killed_at: None,
         })
+    }
+
+    /// The acquisitions the workers have logged so far (read on from where
+    /// the last count stopped).
+    fn count_acquisitions(&mut self) -> u64 {
+        for s in self.retired.iter().chain(&self.slots) {
+            let from = self.read_to.get(&s.log).copied().unwrap_or(0);
+            let Ok(mut file) = fs::File::open(&s.log) else {
+                continue;
+            };
+            let mut text = Vec::new();
+            if file.seek(SeekFrom::Start(from)).is_err() || file.read_to_end(&mut text).is_err() {
+                continue;
+            }
+            let whole = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            self.counted += text[..whole]
+                .split(|&b| b == b'\n')
+                .filter(|line| line.starts_with(b"acq\t"))
+                .count() as u64;
+            self.read_to.insert(s.log.clone(), from + whole as u64);
+        }
+        self.counted
     }
 
     /// Sleeps until `d` has passed or the run is interrupted, checking the

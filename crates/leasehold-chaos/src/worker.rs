@@ -151,14 +151,14 @@ async fn work(args: &WorkerArgs) -> Result<()> {
     Ok(())
 }
 
-/// Half 1 ms, most of the rest tens of ms (long enough for a fault aimed at
-/// a holder to strike while it holds), and now and then most of a lease or
-/// more, so that the watchdog renews while faults strike.
+/// Mostly 1 ms; a third a few ms; one in ten tens of ms (long enough for a
+/// fault aimed at a holder to strike while it holds); now and then most of
+/// a lease or more, so that the watchdog renews while faults strike.
 fn hold_time(rng: &mut Rng, lease: Duration) -> Duration {
     match rng.below(1000) {
         0..=4 => lease.mul_f64(0.4 + rng.below(800) as f64 / 1000.0),
-        5..=149 => Duration::from_millis(30 + rng.below(120)),
-        150..=499 => Duration::from_millis(5 + rng.below(20)),
+        5..=104 => Duration::from_millis(20 + rng.below(60)),
+        105..=399 => Duration::from_millis(2 + rng.below(8)),
         _ => Duration::from_millis(1),
     }
 }
