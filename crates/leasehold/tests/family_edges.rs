@@ -874,15 +874,31 @@ async fn a_reader_after_a_lost_fence_counter_gets_a_fence_past_every_write() {
     let written = write.fence();
     write.release().await.unwrap();
     let read = rw.read().acquire().await.unwrap();
-    assert_eq!(read.fence(), written, "a reader reports the last write's fence");
+    assert_eq!(
+        read.fence(),
+        written,
+        "a reader reports the last write's fence"
+    );
     read.release().await.unwrap();
 
-    assert_eq!(server.command(&["DEL", "leasehold:{catalog}:fence"]).unwrap(), "1");
+    assert_eq!(
+        server
+            .command(&["DEL", "leasehold:{catalog}:fence"])
+            .unwrap(),
+        "1"
+    );
     let read = rw.read().acquire().await.unwrap();
     let after_loss = read.fence();
-    assert!(after_loss > written, "reader fence {after_loss} after write fence {written}");
+    assert!(
+        after_loss > written,
+        "reader fence {after_loss} after write fence {written}"
+    );
     let second = rw.read().acquire().await.unwrap();
-    assert_eq!(second.fence(), after_loss, "readers together share one fence");
+    assert_eq!(
+        second.fence(),
+        after_loss,
+        "readers together share one fence"
+    );
     second.release().await.unwrap();
     read.release().await.unwrap();
     let write = rw.write().acquire().await.unwrap();
