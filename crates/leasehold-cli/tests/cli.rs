@@ -1175,6 +1175,12 @@ fn refused_credentials_exit_77_and_a_refused_database_78() {
             78,
             "database",
         ),
+        // TLS asked of a port that speaks plain RESP.
+        (
+            format!("rediss://:s3cret@127.0.0.1:{port}/#insecure"),
+            78,
+            "redis:// URL",
+        ),
     ];
     for (url, code, says) in cases {
         for args in [

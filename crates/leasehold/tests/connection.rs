@@ -167,10 +167,41 @@ async fn tls_with_rediss_urls() {
     assert!(err.is_config(), "{err:?}");
     assert!(err.to_string().contains("TLS handshake"), "{err}");
 
-    // A plain client on the TLS port fails cleanly too.
+    // A plain client on the TLS port is reset: a setting to fix, said so.
     let plain = impatient(&format!("redis://127.0.0.1:{tls_port}"));
     let err = plain.mutex("job").unwrap().try_acquire().await.unwrap_err();
-    assert!(err.is_connection(), "{err:?}");
+    assert!(err.is_config(), "{err:?}");
+    assert!(!err.is_retryable(), "{err:?}");
+    assert!(err.to_string().contains("rediss://"), "{err}");
+    // So does a wait: it ends at once instead of retrying.
+    let started = std::time::Instant::now();
+    let err = plain
+        .mutex("job")
+        .unwrap()
+        .acquire_timeout(Duration::from_secs(30))
+        .await
+        .unwrap_err();
+    assert!(err.is_config(), "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "the wait retried"
+    );
+}
+
+#[tokio::test]
+async fn a_tls_client_on_a_plain_port_is_told_to_use_redis_urls() {
+    let server = RedisServer::start();
+    let url = server.url().replacen("redis://", "rediss://", 1);
+    let client = impatient(&format!("{url}/#insecure"));
+    let err = client
+        .mutex("job")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_config(), "{err:?}");
+    assert!(!err.is_retryable(), "{err:?}");
+    assert!(err.to_string().contains("redis:// URL"), "{err}");
 }
 
 #[test]

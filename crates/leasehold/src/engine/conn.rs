@@ -13,11 +13,19 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
 use tokio::time::Instant;
 
+use crate::engine::probe;
 use crate::error::{Error, Result};
 
 /// A connection unused this long is checked with PING before it is trusted
 /// again: a peer that vanished without FIN or RST shows only when asked.
 const IDLE_CHECK: Duration = Duration::from_secs(15);
+
+/// How long a failed connect may look at what listens on the port: a plain
+/// Redis answers at once, and the probe only runs after a failure.
+const PROBE_AFTER_FAILURE: Duration = Duration::from_millis(500);
+/// The same after a connect that got no answer, which has already cost the
+/// whole command timeout.
+const PROBE_AFTER_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// What was learnt about the server when the connection was made.
 #[derive(Debug, Clone, Copy)]
@@ -187,8 +195,31 @@ impl Connection {
         };
         let (conn, server, cluster) = match tokio::time::timeout_at(deadline, connect).await {
             Ok(Ok(made)) => made,
-            Ok(Err(e)) => return Err(Error::redis(&self.address, "connect", e)),
-            Err(_) => return Err(Error::no_answer(&self.address, "connect", self.timeout)),
+            Ok(Err(e)) => {
+                let refused = e.is_connection_refusal();
+                let error = Error::redis(&self.address, "connect", e);
+                if refused || !error.is_connection() {
+                    return Err(error);
+                }
+                let within = deadline.saturating_duration_since(Instant::now());
+                return Err(self
+                    .mismatch(within.min(PROBE_AFTER_FAILURE))
+                    .await
+                    .unwrap_or(error));
+            }
+            Err(_) => {
+                let error = Error::no_answer(&self.address, "connect", self.timeout);
+                // Only a TLS client waits silently on the wrong port; a
+                // plain one is reset at once.
+                if !matches!(
+                    self.redis.get_connection_info().addr(),
+                    redis::ConnectionAddr::TcpTls { .. }
+                ) {
+                    return Err(error);
+                }
+                let within = (self.timeout / 4).min(PROBE_AFTER_TIMEOUT);
+                return Err(self.mismatch(within).await.unwrap_or(error));
+            }
         };
         let uptime = info_field(&server, "uptime_in_seconds")
             .and_then(|s| s.parse::<u64>().ok())
@@ -199,6 +230,13 @@ impl Connection {
             cluster: info_field(&cluster, "cluster_enabled") == Some("1"),
         };
         Ok((conn, info))
+    }
+
+    /// A settings error when the port speaks the other protocol than the URL.
+    async fn mismatch(&self, within: Duration) -> Option<Error> {
+        let addr = self.redis.get_connection_info().addr();
+        let found = probe::mismatch(addr, within).await?;
+        Some(found.error(&self.address))
     }
 
     /// Runs `f` on a healthy connection, bounded by the command timeout. A

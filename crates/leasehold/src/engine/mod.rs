@@ -7,6 +7,7 @@ pub(crate) mod held;
 pub(crate) mod lease;
 pub(crate) mod node;
 pub(crate) mod notify;
+pub(crate) mod probe;
 pub(crate) mod queue;
 pub(crate) mod release;
 pub(crate) mod scripts;
