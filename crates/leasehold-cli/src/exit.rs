@@ -57,6 +57,7 @@ pub(crate) fn code_for(err: &anyhow::Error) -> u8 {
 pub(crate) fn kind(code: u8) -> &'static str {
     match code {
         USAGE => "usage",
+        CONFLICT => "conflict",
         UNAVAILABLE => "unavailable",
         BUSY => "busy",
         LOST => "lost",

@@ -20,7 +20,7 @@
 //!
 //! With `--json`, a failure also prints one object on stdout:
 //! `{"error": KIND, "message": ..., "exit": N}`, KIND one of `usage` (2),
-//! `unavailable` (69), `busy` (75), `lost` (76), `auth` (77), `config` (78),
+//! `conflict` (65), `unavailable` (69), `busy` (75), `lost` (76), `auth` (77), `config` (78),
 //! `cannot_execute` (126), `not_found` (127), `signal` (128+N), `failure` (1).
 
 #![cfg_attr(

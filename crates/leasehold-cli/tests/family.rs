@@ -515,7 +515,7 @@ fn a_name_in_use_by_another_kind_exits_65_and_runs_nothing() {
             assert!(stderr(&out).contains(name), "{}", stderr(&out));
             assert!(!ran.exists(), "{args:?}: the command ran");
         }
-        let mut args = vec!["acquire", name, "--no-wait"];
+        let mut args = vec!["--json", "acquire", name, "--no-wait"];
         args.extend_from_slice(flags);
         let out = leasehold(&url, &args);
         assert_eq!(
@@ -524,6 +524,9 @@ fn a_name_in_use_by_another_kind_exits_65_and_runs_nothing() {
             "{args:?}: {}",
             stderr(&out)
         );
+        let failure: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(failure["error"], "conflict", "{failure}");
+        assert_eq!(failure["exit"], CONFLICT, "{failure}");
     }
 }
 
