@@ -159,4 +159,27 @@ async fn lock_operations_are_counted() {
     assert_eq!(m().value(LOSSES, &[("reason", "deadline_passed")]), 1.0);
     drop(guard);
     proxy.heal();
+
+    // A lease at its max hold is counted lost when it ends, though nobody
+    // looks at its guard.
+    let capped = short
+        .mutex("capped")
+        .unwrap()
+        .with_max_hold(Duration::from_millis(500))
+        .unwrap();
+    let unwatched = capped.acquire().await.unwrap();
+    eventually("the capped lease to be counted lost", || async {
+        m().value(LOSSES, &[("reason", "max_hold_reached")]) == 1.0
+    })
+    .await;
+    drop(unwatched);
+    assert_eq!(m().value(LOSSES, &[("reason", "max_hold_reached")]), 1.0);
+
+    // A fixed lease that ran out unwatched is counted when its guard goes.
+    let fixed = client_with(&server, Duration::from_millis(300), false);
+    let unwatched = fixed.mutex("fixed").unwrap().acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(m().value(LOSSES, &[("reason", "deadline_passed")]), 1.0);
+    drop(unwatched);
+    assert_eq!(m().value(LOSSES, &[("reason", "deadline_passed")]), 2.0);
 }

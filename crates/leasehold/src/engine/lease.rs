@@ -314,8 +314,25 @@ impl Lease {
         timing.next_renewal = Instant::now() + step;
     }
 
+    /// Marks the lease released or detached; true the first time only.
     pub(crate) fn finish(&self) -> bool {
-        !self.finished.swap(true, Ordering::AcqRel)
+        let first = !self.finished.swap(true, Ordering::AcqRel);
+        if first {
+            // A lease that ran out while nobody looked is reported now.
+            self.loss();
+        }
+        first
+    }
+
+    /// Reports the loss when a lease that nothing renews any more reaches
+    /// its deadline, even if nobody looks, unless it is finished first.
+    pub(crate) async fn report_loss_at_deadline(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep_until(self.deadline()).await;
+            if self.is_finished() || self.loss().is_some() {
+                return;
+            }
+        }
     }
 
     pub(crate) fn is_finished(&self) -> bool {

@@ -206,8 +206,9 @@ async fn renew(node: &Node, leases: Vec<Due>) {
     let mut groups: BTreeMap<u16, Vec<Renewal>> = BTreeMap::new();
     for (lease, turn) in leases {
         let Some(length) = lease.renewal_length(sent_at) else {
-            // At its max hold: left to run out, which `lost()` reports.
+            // At its max hold: left to run out, and reported lost then.
             node.watchdog.unregister(lease.id);
+            tokio::spawn(lease.report_loss_at_deadline());
             continue;
         };
         let due = (lease, length, turn);
