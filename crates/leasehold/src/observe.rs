@@ -12,14 +12,16 @@
 //! `try_acquire`, `release`, `extend`, `release_token`, `extend_token`,
 //! `force_release`, `inspect` — at `DEBUG` level, with the target
 //! `leasehold`, and the fields `name` (the lock's name), `primitive`
-//! (`mutex` or `fair_mutex`), `outcome` (see below), `waited` (for
+//! (`mutex`, `fair_mutex`, `reentrant_mutex`, `rw_lock_read`,
+//! `rw_lock_write` or `semaphore`), `outcome` (see below), `waited` (for
 //! acquisitions: from the call to the outcome) and `fence` (of the lease
 //! taken or released). A lease lost while held is logged as a `WARN` event
 //! with the lock's name and the reason.
 //!
 //! Outcomes: `acquired`, `busy` (a `try_acquire` that found the lock held),
-//! `timed_out`, `ok`, `not_held`, `invalid_input`, `connection`, `auth`,
-//! `config`, `server`, `system`.
+//! `timed_out`, `ok`, `not_held`, `invalid_input`, `conflict` (the name
+//! holds another kind of lock), `connection`, `auth`, `config`, `server`,
+//! `system`.
 //!
 //! # Metrics
 //!
@@ -66,7 +68,8 @@ pub const HOLD_SECONDS: &str = "leasehold_hold_seconds";
 pub const HELD_LEASES: &str = "leasehold_held_leases";
 /// Gauge: tasks waiting in `acquire` or `acquire_timeout`, by `primitive`.
 pub const WAITING_TASKS: &str = "leasehold_waiting_tasks";
-/// The label that names the kind of lock: `mutex` or `fair_mutex`.
+/// The label that names the kind of lock: `mutex`, `fair_mutex`,
+/// `reentrant_mutex`, `rw_lock_read`, `rw_lock_write` or `semaphore`.
 pub const PRIMITIVE_LABEL: &str = "primitive";
 /// The label that names why a lease was lost.
 pub const REASON_LABEL: &str = "reason";

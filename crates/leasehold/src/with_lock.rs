@@ -1,13 +1,17 @@
-//! Work done under a lock in one call: acquire, race the work against the
-//! loss of the lease, release, and say whether the lease held to the end.
+//! Work done under a lock in one call, for every primitive: acquire, race
+//! the work against the loss of the lease, release, and say whether the
+//! lease held to the end.
 
 use std::future::Future;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::fair_mutex::FairMutex;
-use crate::guard::MutexGuard;
+use crate::guard::{LeaseGuard, MutexGuard};
 use crate::mutex::Mutex;
+use crate::reentrant_mutex::ReentrantMutex;
+use crate::rw_lock::{ReadLock, WriteLock};
+use crate::semaphore::Semaphore;
 
 impl Mutex {
     /// Waits for the lock, runs `work` with the guard, releases, and returns
@@ -95,57 +99,80 @@ impl Mutex {
     }
 }
 
-impl FairMutex {
-    /// Waits in line for the lock, runs `work` with the guard, releases
-    /// (handing the lock to the next in line), and returns what `work`
-    /// returned if the lease held to the end, as
-    /// [`Mutex::with_lock`](crate::Mutex::with_lock).
-    ///
-    /// # Errors
-    ///
-    /// As [`Mutex::with_lock`](crate::Mutex::with_lock).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`Mutex::with_lock`](crate::Mutex::with_lock).
-    pub async fn with_lock<T>(&self, work: impl AsyncFnOnce(&MutexGuard) -> T) -> Result<T> {
-        locked(self.acquire().await?, work).await
-    }
+/// `with_lock`, `with_lock_timeout` and `run_locked` for a face whose
+/// `acquire` and `acquire_timeout` hand out a [`LeaseGuard`], with docs that
+/// say what it waits for.
+macro_rules! with_lock_on {
+    ($face:ty, $waits:literal, $releases:literal) => {
+        impl $face {
+            #[doc = concat!("Waits ", $waits, ", runs `work` with the guard, releases ", $releases, ", and returns what `work` returned if the lease held to the end, as [`Mutex::with_lock`](crate::Mutex::with_lock): a loss stops `work` at its next await point and is returned as the error.")]
+            ///
+            /// # Errors
+            ///
+            /// As [`Mutex::with_lock`](crate::Mutex::with_lock), and as this
+            /// face's `acquire`.
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel safe, as [`Mutex::with_lock`](crate::Mutex::with_lock).
+            pub async fn with_lock<T>(&self, work: impl AsyncFnOnce(&LeaseGuard) -> T) -> Result<T> {
+                locked(self.acquire().await?, work).await
+            }
 
-    /// As [`with_lock`](FairMutex::with_lock), waiting in line at most `wait`.
-    ///
-    /// # Errors
-    ///
-    /// As [`Mutex::with_lock_timeout`](crate::Mutex::with_lock_timeout).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`Mutex::with_lock`](crate::Mutex::with_lock).
-    pub async fn with_lock_timeout<T>(
-        &self,
-        wait: Duration,
-        work: impl AsyncFnOnce(&MutexGuard) -> T,
-    ) -> Result<T> {
-        locked(self.acquire_timeout(wait).await?, work).await
-    }
+            #[doc = concat!("As `with_lock`, waiting ", $waits, " at most `wait`.")]
+            ///
+            /// # Errors
+            ///
+            /// As [`Mutex::with_lock_timeout`](crate::Mutex::with_lock_timeout),
+            /// and as this face's `acquire_timeout`.
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel safe, as [`Mutex::with_lock`](crate::Mutex::with_lock).
+            pub async fn with_lock_timeout<T>(
+                &self,
+                wait: Duration,
+                work: impl AsyncFnOnce(&LeaseGuard) -> T,
+            ) -> Result<T> {
+                locked(self.acquire_timeout(wait).await?, work).await
+            }
 
-    /// Waits in line for the lock and runs `work` under it, as
-    /// [`Mutex::run_locked`](crate::Mutex::run_locked).
-    ///
-    /// # Errors
-    ///
-    /// As [`Mutex::with_lock`](crate::Mutex::with_lock).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`Mutex::with_lock`](crate::Mutex::with_lock).
-    pub async fn run_locked<T>(&self, work: impl Future<Output = T>) -> Result<T> {
-        locked(self.acquire().await?, async |_: &MutexGuard| work.await).await
-    }
+            #[doc = concat!("Waits ", $waits, " and runs `work` under it, as [`Mutex::run_locked`](crate::Mutex::run_locked), for work that needs no guard.")]
+            ///
+            /// # Errors
+            ///
+            /// As [`Mutex::with_lock`](crate::Mutex::with_lock).
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel safe, as [`Mutex::with_lock`](crate::Mutex::with_lock).
+            pub async fn run_locked<T>(&self, work: impl Future<Output = T>) -> Result<T> {
+                locked(self.acquire().await?, async |_: &LeaseGuard| work.await).await
+            }
+        }
+    };
 }
 
+with_lock_on!(
+    FairMutex,
+    "in line for the lock",
+    "(handing the lock to the next in line)"
+);
+with_lock_on!(
+    ReentrantMutex,
+    "for the lock (at once if this owner holds it)",
+    "one level"
+);
+with_lock_on!(ReadLock, "for a read share of the lock", "the share");
+with_lock_on!(
+    WriteLock,
+    "for the write lock (behind readers and writers that came first)",
+    "it"
+);
+with_lock_on!(Semaphore, "in line for one permit", "the permit");
+
 /// Runs `work` while `guard` holds its lease, then releases it.
-async fn locked<T>(guard: MutexGuard, work: impl AsyncFnOnce(&MutexGuard) -> T) -> Result<T> {
+async fn locked<T>(guard: LeaseGuard, work: impl AsyncFnOnce(&LeaseGuard) -> T) -> Result<T> {
     let output = {
         let work = work(&guard);
         tokio::select! {

@@ -53,13 +53,16 @@ async fn a_lost_lease_stops_the_work_and_is_reported() {
         .with_lock(async |_guard| {
             // The lock is removed under the work; the watchdog finds out.
             assert!(admin.force_release().await.unwrap());
-            std::future::pending::<()>().await;
+            // Far past the watchdog's next renewal, which finds the loss:
+            // only a cut stops the work before this.
+            tokio::time::sleep(Duration::from_secs(10)).await;
             finished.store(true, Ordering::SeqCst);
         })
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotHeld, "{err}");
-    assert!(!finished.load(Ordering::SeqCst));
+    assert!(err.to_string().contains("lost"), "{err}");
+    assert!(!finished.load(Ordering::SeqCst), "the work ran to its end");
     take_and_release(admin.try_acquire().await).await;
 }
 
@@ -99,4 +102,52 @@ async fn the_work_can_run_on_a_spawned_task() {
     });
     assert!(task.await.unwrap().unwrap() > 0);
     take_and_release(mutex.try_acquire().await).await;
+}
+
+#[tokio::test]
+async fn every_primitive_runs_work_under_its_lock() {
+    let server = RedisServer::start();
+    let c = client(&server);
+
+    // Reentrant: the owner's nested call does not wait for itself.
+    let config = c.reentrant_mutex("config").unwrap();
+    let (outer, inner) = config
+        .with_lock(async |outer| {
+            let inner = config
+                .with_lock(async |inner| inner.fence())
+                .await
+                .unwrap();
+            (outer.fence(), inner)
+        })
+        .await
+        .unwrap();
+    assert_eq!(outer, inner, "a nested level reports the hold's fence");
+    assert_eq!(config.hold_count().await.unwrap(), 0);
+
+    // Read shares together, a writer alone.
+    let catalog = c.rw_lock("catalog").unwrap();
+    let other = client(&server).rw_lock("catalog").unwrap();
+    let readers_together = catalog
+        .read()
+        .run_locked(async { other.read().try_acquire().await.unwrap() })
+        .await
+        .unwrap();
+    take_and_release(Ok(readers_together)).await;
+    let writer_alone = catalog
+        .write()
+        .with_lock_timeout(Duration::from_secs(5), async |_| {
+            other.read().try_acquire().await.unwrap().is_none()
+        })
+        .await
+        .unwrap();
+    assert!(writer_alone, "a reader got in beside the writer");
+
+    // A semaphore's permit is given back when the work is done.
+    let slots = c.semaphore("slots", 2).unwrap();
+    let in_use = slots
+        .with_lock(async |permit| (permit.permits(), slots.available().await.unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(in_use, (1, 1));
+    assert_eq!(slots.available().await.unwrap(), 2);
 }
