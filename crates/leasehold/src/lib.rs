@@ -67,6 +67,11 @@
 //! let exports = client.semaphore("exports", 4)?;
 //! let permit = exports.acquire().await?;
 //! permit.release().await?;
+//!
+//! // Fair: served in the order the waiters lined up, across processes.
+//! let turns = client.fair_mutex("turns")?;
+//! let turn = turns.acquire().await?;
+//! turn.release().await?;
 //! # Ok(()) }
 //! ```
 //!
@@ -136,9 +141,12 @@
 //! A job that cron starts on every host should run once, but a lock that is
 //! released when the job ends lets a host whose cron fires a little later
 //! (0.5 s, say) find it free and run the job again. With
-//! [`Mutex::with_hold_at_least`] (or [`FairMutex::with_hold_at_least`]) a
-//! release before the hold has passed since the acquisition keeps the lock
-//! until then instead, and reports success; the late host finds it busy.
+//! `with_hold_at_least` ([`Mutex::with_hold_at_least`], and the same on
+//! [`FairMutex`], [`ReentrantMutex`], both faces of an [`RwLock`] and
+//! [`Semaphore`]) a release before the hold has passed since the
+//! acquisition keeps the lock until then instead, and reports success; the
+//! late host finds it busy. On the command line: `leasehold run NAME
+//! --no-wait --hold-at-least 10m -- CMD`.
 //!
 //! ```no_run
 //! # async fn demo(client: leasehold::Client) -> leasehold::Result<()> {
@@ -169,13 +177,16 @@
 //! # A cap on renewal
 //!
 //! The watchdog renews a lease for as long as its guard lives, which a holder
-//! stuck in an endless loop would do forever. [`Mutex::with_max_hold`] caps
+//! stuck in an endless loop would do forever. `with_max_hold`
+//! ([`Mutex::with_max_hold`], and the same on every other primitive) caps
 //! it: no renewal reaches past the cap after the acquisition, the lease ends
-//! there, and [`MutexGuard::lost`] resolves with a loss that names the cap.
+//! there, and [`MutexGuard::lost`] resolves with a loss that names the cap
+//! (`leasehold run --max-hold DUR` on the command line).
 //!
 //! # Work under a lock in one call
 //!
-//! [`Mutex::with_lock`] (and [`FairMutex::with_lock`]) waits for the lock,
+//! [`Mutex::with_lock`] (and `with_lock` on every other primitive: the
+//! reentrant mutex, the read and write faces, the semaphore) waits for the lock,
 //! runs the work with the guard, releases, and hands back the work's output
 //! only if the lease held from the acquisition to the release. The work is
 //! raced against [`MutexGuard::lost`]: a lost lease drops it at its next
@@ -281,8 +292,9 @@
 //! "did not answer within …" for a slow or paused Redis, "cannot reach" for
 //! a refused connection. Refused credentials ([`ErrorKind::Auth`]) and
 //! settings the server refuses ([`ErrorKind::Config`]: a database number it
-//! does not have, a TLS handshake that fails) are not faults that pass: they
-//! are not retryable, and they end a wait at once.
+//! does not have, a TLS handshake that fails, a `rediss://` URL for a port
+//! that speaks plain RESP or a `redis://` URL for a TLS port) are not
+//! faults that pass: they are not retryable, and they end a wait at once.
 //!
 //! # Cancellation
 //!
@@ -292,6 +304,32 @@
 //! background. A runtime that shuts down cancels its tasks, background
 //! releases included: call [`Client::flush`] before it does (at the end of
 //! `main`), or those locks stay held until their leases run out.
+//!
+//! # The command line
+//!
+//! The `leasehold` binary (`cargo install --path crates/leasehold-cli`)
+//! puts the same locks in shell scripts and cron jobs:
+//!
+//! ```text
+//! leasehold run nightly-report --no-wait --hold-at-least 10m -- ./report.sh
+//! leasehold run catalog --read -- ./export.sh      # --write, --fair, --semaphore N
+//! out=$(leasehold acquire deploy --lease 5m --wait 1m) || exit   # "TOKEN FENCE"
+//! leasehold release deploy "$token"                # extend NAME TOKEN --lease DUR
+//! leasehold inspect catalog --json                 # who holds it, readers, permits, queue
+//! leasehold watch catalog deploy                   # live view
+//! leasehold leader scheduler                       # who leads an election
+//! leasehold demo                                   # contention on a private redis-server
+//! ```
+//!
+//! `run` renews the lease while the command runs, passes the fence as
+//! `LEASEHOLD_FENCE`, kills the command (and what it started) if the runner
+//! dies, and exits 76 if the lease was lost. Exit codes say what happened:
+//! 75 busy, 76 lost, 69 Redis out of reach, 77 credentials refused, 78
+//! settings refused, 65 the name holds another kind of lock, 2 usage;
+//! `--json` prints every result, and every failure, as one JSON object.
+//! `leasehold completions bash|zsh|fish` and `leasehold man` come from the
+//! same definitions. The repository's README has the full reference and a
+//! shell recipe that fails closed.
 //!
 //! # Keys
 //!
