@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::fair_mutex::FairMutex;
 use crate::guard::MutexGuard;
 use crate::keys::{millis, LockKeys};
+use crate::observe::{self, Op};
 
 /// The longest value a candidate may campaign with, in bytes.
 pub const MAX_LEADER_VALUE_LEN: usize = 64 * 1024;
@@ -155,7 +156,17 @@ impl Election {
     /// won meanwhile is given up in the background, as
     /// [`FairMutex::acquire`].
     pub async fn campaign(&self, value: impl Into<String>) -> Result<Leadership> {
-        let value = value.into();
+        let span = observe::election_span(Op::Campaign, &self.keys.name, None);
+        let started = std::time::Instant::now();
+        let won = observe::traced(span.clone(), self.run_for(value.into())).await;
+        span.record("waited", tracing::field::debug(started.elapsed()));
+        if let Ok(leadership) = &won {
+            span.record("fence", leadership.fence());
+        }
+        won
+    }
+
+    async fn run_for(&self, value: String) -> Result<Leadership> {
         if value.len() > MAX_LEADER_VALUE_LEN {
             return Err(Error::invalid(format!(
                 "leader value is {} bytes long: the limit is {MAX_LEADER_VALUE_LEN} bytes; \
@@ -236,7 +247,12 @@ impl Election {
     ///
     /// Cancel safe: it only reads.
     pub async fn leader(&self) -> Result<Option<Leader>> {
-        Ok(self.read().await?.0)
+        let span = observe::election_span(Op::Leader, &self.keys.name, None);
+        let leader = observe::traced(span.clone(), async { Ok(self.read().await?.0) }).await;
+        if let Ok(Some(leader)) = &leader {
+            span.record("fence", leader.fence);
+        }
+        leader
     }
 
     /// The leader, and how long until it must be looked at again: when the
@@ -486,9 +502,15 @@ impl Leadership {
         let Some(guard) = self.guard.take() else {
             return Ok(());
         };
-        let released = guard.release().await;
-        let _ = self.election.announce().await;
-        released
+        let span =
+            observe::election_span(Op::Resign, &self.election.keys.name, Some(guard.fence()));
+        let election = self.election.clone();
+        observe::traced(span, async move {
+            let released = guard.release().await;
+            let _ = election.announce().await;
+            released
+        })
+        .await
     }
 }
 

@@ -10,10 +10,12 @@
 //!
 //! Every operation runs in a span named after it — `acquire`,
 //! `try_acquire`, `release`, `extend`, `release_token`, `extend_token`,
-//! `force_release`, `inspect` — at `DEBUG` level, with the target
+//! `force_release`, `inspect`, and for an election `campaign`, `leader`
+//! and `resign` — at `DEBUG` level, with the target
 //! `leasehold`, and the fields `name` (the lock's name), `primitive`
 //! (`mutex`, `fair_mutex`, `reentrant_mutex`, `rw_lock_read`,
-//! `rw_lock_write` or `semaphore`), `outcome` (see below), `waited` (for
+//! `rw_lock_write`, `semaphore`, or `election` for the election's own
+//! operations; the lock taken by a campaign is a `fair_mutex`), `outcome` (see below), `waited` (for
 //! acquisitions: from the call to the outcome) and `fence` (of the lease
 //! taken or released). A lease lost while held is logged as a `WARN` event
 //! with the lock's name and the reason.
@@ -132,10 +134,22 @@ pub(crate) enum Op {
     ExtendToken,
     ForceRelease,
     Inspect,
+    Campaign,
+    Leader,
+    Resign,
 }
 
 /// The span of one operation on the lock `name`.
 pub(crate) fn span(op: Op, kind: Kind, name: &str, fence: Option<u64>) -> tracing::Span {
+    span_of(op, primitive(kind), name, fence)
+}
+
+/// The span of one operation on the election `name`.
+pub(crate) fn election_span(op: Op, name: &str, fence: Option<u64>) -> tracing::Span {
+    span_of(op, "election", name, fence)
+}
+
+fn span_of(op: Op, primitive: &'static str, name: &str, fence: Option<u64>) -> tracing::Span {
     // Span names must be literals.
     macro_rules! op_span {
         ($op:literal) => {
@@ -143,7 +157,7 @@ pub(crate) fn span(op: Op, kind: Kind, name: &str, fence: Option<u64>) -> tracin
                 target: "leasehold",
                 $op,
                 name,
-                primitive = primitive(kind),
+                primitive,
                 outcome = tracing::field::Empty,
                 waited = tracing::field::Empty,
                 fence,
@@ -159,6 +173,9 @@ pub(crate) fn span(op: Op, kind: Kind, name: &str, fence: Option<u64>) -> tracin
         Op::ExtendToken => op_span!("extend_token"),
         Op::ForceRelease => op_span!("force_release"),
         Op::Inspect => op_span!("inspect"),
+        Op::Campaign => op_span!("campaign"),
+        Op::Leader => op_span!("leader"),
+        Op::Resign => op_span!("resign"),
     }
 }
 

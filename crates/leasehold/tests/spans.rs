@@ -128,3 +128,39 @@ fn every_operation_has_a_span_with_its_outcome() {
     );
     assert_eq!(spans.named("inspect").len(), 2);
 }
+
+#[test]
+fn an_election_has_spans_for_its_own_operations() {
+    let spans = Spans::default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = RedisServer::start();
+    let fence = tracing::subscriber::with_default(spans.clone(), || {
+        runtime.block_on(async {
+            let election = client(&server).election("scheduler").unwrap();
+            assert!(election.leader().await.unwrap().is_none());
+            let leadership = election.campaign("10.0.0.7:8080").await.unwrap();
+            let fence = leadership.fence();
+            assert_eq!(election.leader().await.unwrap().unwrap().fence, fence);
+            leadership.resign().await.unwrap();
+            fence
+        })
+    });
+    let campaign = spans.named("campaign");
+    assert_eq!(campaign.len(), 1, "{campaign:?}");
+    assert_eq!(field(&campaign[0], "primitive"), "election");
+    assert_eq!(field(&campaign[0], "name"), "scheduler");
+    assert_eq!(field(&campaign[0], "outcome"), "ok");
+    assert_eq!(field(&campaign[0], "fence"), fence.to_string());
+    assert!(!field(&campaign[0], "waited").is_empty());
+    let leader = spans.named("leader");
+    assert_eq!(leader.len(), 2, "{leader:?}");
+    assert_eq!(field(&leader[0], "fence"), "");
+    assert_eq!(field(&leader[1], "fence"), fence.to_string());
+    let resign = spans.named("resign");
+    assert_eq!(resign.len(), 1, "{resign:?}");
+    assert_eq!(field(&resign[0], "outcome"), "ok");
+    assert_eq!(field(&resign[0], "fence"), fence.to_string());
+}
