@@ -380,6 +380,9 @@ fn completions_and_the_man_page_cover_every_subcommand() {
         "force-release",
         "watch",
         "demo",
+        "leader",
+        "completions",
+        "man",
     ];
     for shell in ["bash", "zsh", "fish"] {
         let out = leasehold(&url, &["completions", shell]);
@@ -389,7 +392,15 @@ fn completions_and_the_man_page_cover_every_subcommand() {
         for sub in subcommands {
             assert!(script.contains(sub), "{shell}: no {sub}");
         }
-        assert!(script.contains("hold-at-least"), "{shell}");
+        for flag in ["hold-at-least", "semaphore", "read", "write"] {
+            // fish writes a long flag as `-l NAME`.
+            let written = if shell == "fish" {
+                format!("-l {flag}")
+            } else {
+                format!("--{flag}")
+            };
+            assert!(script.contains(&written), "{shell}: no {written}");
+        }
     }
     let out = leasehold(&url, &["completions", "tcsh"]);
     assert_eq!(out.status.code(), Some(2));
