@@ -43,7 +43,11 @@ fn hash_state(info: &leasehold::LockInfo) -> Option<String> {
         )),
         "reentrant" => Some(format!(
             "held, {} deep",
-            plural(info.holders.len(), "level", "levels")
+            plural(
+                info.holders.iter().map(|h| h.levels as usize).sum(),
+                "level",
+                "levels"
+            )
         )),
         _ => None,
     }
@@ -136,6 +140,7 @@ pub(crate) fn json_fields(info: &leasehold::LockInfo) -> [(&'static str, Value);
                 "acquired_at_unix_ms": holder.acquired_at.map(unix_ms),
                 "remaining_ms": holder.remaining.map(millis),
                 "permits": holder.permits,
+                "levels": holder.levels,
                 "owner": holder.owner,
                 "fence": fence_of(info, holder),
             })

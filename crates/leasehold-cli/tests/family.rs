@@ -555,3 +555,74 @@ fn kind_flags_are_exclusive_and_checked() {
     }
     assert_eq!(inspect(&url, "job")["kind"], Value::Null);
 }
+
+/// `release --hold-until` sets a shared lease to end soon; once it has, the
+/// name is free for every kind: the lock's key goes with its last lease.
+#[test]
+fn a_shared_lease_kept_until_a_moment_frees_the_name_after_it() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let out = leasehold(&url, &["acquire", "cfg", "--read", "--lease", "30s"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let token = stdout(&out).split_whitespace().next().unwrap().to_owned();
+    let soon = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 50;
+    let out = leasehold(
+        &url,
+        &["release", "cfg", &token, "--hold-until", &soon.to_string()],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    eventually("the kept lease to run out", || {
+        inspect(&url, "cfg")["held"] == false
+    });
+    let out = leasehold(&url, &["acquire", "cfg", "--no-wait"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// `force-release` removes locks only: a key leasehold did not write is
+/// refused with exit 65 and left as it is.
+#[test]
+fn force_release_of_a_key_that_is_no_lock_exits_65() {
+    let server = RedisServer::start();
+    let url = server.url();
+    assert_eq!(
+        server.command(&["RPUSH", "leasehold:{jobs}", "a"]).unwrap(),
+        "1"
+    );
+    let out = leasehold(&url, &["force-release", "jobs"]);
+    assert_eq!(out.status.code(), Some(CONFLICT), "{}", stderr(&out));
+    assert!(stderr(&out).contains("list"), "{}", stderr(&out));
+    assert_eq!(server.command(&["LLEN", "leasehold:{jobs}"]).unwrap(), "1");
+}
+
+/// `inspect` shows a reentrant mutex's hold once, with its depth.
+#[test]
+fn inspect_shows_the_depth_of_a_reentrant_hold() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = leasehold::Client::open(&url).unwrap();
+    let lock = client.reentrant_mutex("cfg").unwrap();
+    let (outer, inner) = runtime.block_on(async {
+        let outer = lock.acquire().await.unwrap();
+        (outer, lock.acquire().await.unwrap())
+    });
+    let state = inspect(&url, "cfg");
+    let holders = state["holders"].as_array().unwrap();
+    assert_eq!(holders.len(), 1, "{state}");
+    assert_eq!(holders[0]["levels"], 2, "{state}");
+    assert_eq!(holders[0]["owner"], lock.owner().id(), "{state}");
+    let text = stdout(&leasehold(&url, &["inspect", "cfg"]));
+    assert!(text.contains("held, 2 levels deep"), "{text}");
+    runtime.block_on(async {
+        inner.release().await.unwrap();
+        outer.release().await.unwrap();
+    });
+    assert_eq!(inspect(&url, "cfg")["held"], false);
+}

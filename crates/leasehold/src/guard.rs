@@ -61,9 +61,10 @@ impl LeaseGuard {
         self.held.lease().fence
     }
 
-    /// The random token that identifies this acquisition in Redis.
+    /// The random token that identifies this acquisition in Redis (for a
+    /// [`ReentrantMutex`](crate::ReentrantMutex), this level of the hold).
     pub fn token(&self) -> &str {
-        &self.held.lease().token
+        self.held.token()
     }
 
     /// The lease was lost: the work done under it from here on is not

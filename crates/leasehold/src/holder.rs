@@ -68,7 +68,7 @@ fn clean(text: &str, max: usize) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum HoldMode {
-    /// Alone: a mutex, a fair mutex, or a level of a reentrant mutex.
+    /// Alone: a mutex, a fair mutex, or the hold of a reentrant mutex.
     Exclusive,
     /// A reader of an rw-lock.
     Read,
@@ -115,6 +115,9 @@ pub struct Holder {
     pub mode: HoldMode,
     /// Semaphore permits this lease holds (1 for the other primitives).
     pub permits: u32,
+    /// The levels of a reentrant mutex's hold, all on this one lease (1
+    /// for the other primitives).
+    pub levels: u32,
     /// The [`Owner`](crate::Owner) of a reentrant mutex or rw-lock lease.
     pub owner: Option<String>,
     /// The fence of the acquisition, where the record keeps one (the hash
@@ -147,12 +150,19 @@ impl Holder {
             _ => HoldMode::Exclusive,
         };
         let owner = words.next()?;
-        let permits = words.next()?.parse::<u32>().ok()?;
+        let count = words.next()?.parse::<u32>().ok()?;
+        // A reentrant hold counts its levels where the others count permits.
+        let (permits, levels) = if mode == HoldMode::Exclusive {
+            (1, count)
+        } else {
+            (count, 1)
+        };
         let fence = words.next()?.parse::<u64>().ok();
         let acquired = words.next()?.parse::<u64>().ok();
         let mut holder = Holder::identity_only(words.next(), words.next(), words.next());
         holder.mode = mode;
         holder.permits = permits;
+        holder.levels = levels;
         holder.owner = (owner != "-").then(|| owner.to_owned());
         holder.fence = fence;
         holder.acquired_at = acquired.map(|us| UNIX_EPOCH + Duration::from_micros(us));
@@ -169,6 +179,7 @@ impl Holder {
             remaining: None,
             mode: HoldMode::Exclusive,
             permits: 1,
+            levels: 1,
             owner: None,
             fence: None,
         }
@@ -221,6 +232,13 @@ mod tests {
         assert_eq!(holder.pid, Some(12));
         assert_eq!(holder.client_name, "a b");
         assert_eq!(holder.owner.as_deref(), Some("owner1"));
+        assert_eq!(holder.levels, 1);
+        let hold =
+            Holder::from_hash_record("900 x job-42 3 77 1700000000000000 12 host a", true).unwrap();
+        assert_eq!(
+            (hold.mode, hold.levels, hold.permits),
+            (HoldMode::Exclusive, 3, 1)
+        );
         assert!(Holder::from_hash_record("garbage", true).is_none());
     }
 }

@@ -7,7 +7,7 @@ use crate::client::Client;
 use crate::engine::held::Held;
 use crate::engine::release::release;
 use crate::engine::{self, scripts, wait, Kind, Request};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::guard::{LeaseGuard, MutexGuard};
 use crate::holder::Holder;
 use crate::keys::{
@@ -249,8 +249,10 @@ impl Mutex {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
-    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name's
+    /// key is no lock (a key leasehold did not write, such as a list: it is
+    /// left as it is); [`ErrorKind::Connection`](crate::ErrorKind::Connection)
+    /// or [`ErrorKind::Server`](crate::ErrorKind::Server).
     ///
     /// # Cancel safety
     ///
@@ -420,6 +422,18 @@ impl Core {
                 &[retention.as_bytes(), keys.channels.as_bytes()],
             )
             .await?;
+        if let redis::Value::Array(items) = &reply {
+            return match (items.first(), items.get(1).and_then(scripts::as_text)) {
+                (Some(redis::Value::Int(-1)), Some(found)) => Err(Error::new(
+                    ErrorKind::Conflict,
+                    format!(
+                        "lock {:?} is a redis {found} that leasehold did not write:                          force-release removes only locks, so it was left as it is; delete                          the key by hand if it is not needed",
+                        keys.name
+                    ),
+                )),
+                _ => Err(Error::unexpected_reply("force-release", &reply)),
+            };
+        }
         scripts::flag("force-release", &reply)
     }
 

@@ -4,11 +4,13 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::client::Client;
+use crate::engine::release::release_as;
 use crate::engine::Kind;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::guard::LeaseGuard;
-use crate::keys::{validate_lease, validate_wait, LockKeys};
+use crate::keys::{validate_lease, validate_token, validate_wait, LockKeys};
 use crate::mutex::{Core, LockInfo};
+use crate::observe::{self, Op};
 use crate::owner::Owner;
 
 /// A lock with one owner at a time, who may acquire it again while holding
@@ -22,10 +24,25 @@ use crate::owner::Owner;
 /// waiters are: a free lock goes to whoever asks first), or finds it busy.
 /// A reentry never waits, not even behind waiters of its own client.
 ///
-/// Every level is a lease of its own with its own token, renewed by the
-/// watchdog while its guard lives; the first level's fence is the fence of
-/// every level. If the owner's process dies, every level runs out with its
-/// lease.
+/// All levels of an owner's hold share **one lease**: one entry in Redis
+/// with the level count, the fence handed out on the first level, and one
+/// expiry. A reentry refreshes the lease to the full lease length from
+/// then, as Redisson's does (never shortening it, and never past the max
+/// hold counted from the first level). Every guard of the hold reports the
+/// same lease: [`lost`](LeaseGuard::lost), [`is_lost`](LeaseGuard::is_lost)
+/// and [`valid_for`](LeaseGuard::valid_for) agree, and
+/// [`extend`](LeaseGuard::extend) on any of them extends the one lease. The
+/// watchdog renews it once per round while any level's guard lives; the
+/// settings of the first level (lease, watchdog, hold-at-least, max hold)
+/// are the hold's. A level taken while the hold is known lost shares that
+/// loss: release every level, then take the lock anew.
+///
+/// Each guard has a token of its own ([`LeaseGuard::token`]) that releases
+/// its level alone, however the levels are released: in any order, by
+/// [`release`](LeaseGuard::release), by a drop (in the background), or by
+/// [`release_token`](Self::release_token). The last release frees the lock
+/// and wakes the next waiter. If the owner's process dies, the hold runs out
+/// with its lease.
 ///
 /// ```no_run
 /// # async fn demo(client: leasehold::Client) -> leasehold::Result<()> {
@@ -67,6 +84,7 @@ impl ReentrantMutex {
     }
 
     /// This lock acquired on behalf of `owner`.
+    #[must_use]
     pub fn with_owner(mut self, owner: Owner) -> Self {
         self.core.owner = Some(owner.clone());
         self.owner = owner;
@@ -86,13 +104,15 @@ impl ReentrantMutex {
     }
 
     /// This lock with the watchdog on or off, as [`Mutex::with_watchdog`](crate::Mutex::with_watchdog).
+    #[must_use]
     pub fn with_watchdog(mut self, on: bool) -> Self {
         self.core.watchdog = on;
         self
     }
 
-    /// This lock with a hold-at-least, as [`Mutex::with_hold_at_least`](crate::Mutex::with_hold_at_least):
-    /// a level released before `hold` has passed is kept until then.
+    /// This lock with a hold-at-least, as [`Mutex::with_hold_at_least`](crate::Mutex::with_hold_at_least),
+    /// for the hold as a whole: when its last level is released before
+    /// `hold` has passed since the first, the lock is kept until then.
     ///
     /// # Errors
     ///
@@ -102,7 +122,9 @@ impl ReentrantMutex {
         Ok(self)
     }
 
-    /// This lock with a cap on renewal, as [`Mutex::with_max_hold`](crate::Mutex::with_max_hold).
+    /// This lock with a cap on renewal, as [`Mutex::with_max_hold`](crate::Mutex::with_max_hold),
+    /// for the hold as a whole: counted from its first level, and no
+    /// reentry refreshes the lease past it.
     ///
     /// # Errors
     ///
@@ -168,35 +190,66 @@ impl ReentrantMutex {
     ///
     /// Cancel safe: it only reads.
     pub async fn hold_count(&self) -> Result<usize> {
-        let info = self.core.inspect().await?;
+        // An inspect, and traced as one.
+        let info = observe::traced(self.core.span(Op::Inspect), self.core.inspect()).await?;
         let mine = self.owner().id();
         Ok(info
             .holders
             .iter()
             .filter(|h| h.owner.as_deref() == Some(mine))
-            .count())
+            .map(|h| usize::try_from(h.levels).unwrap_or(usize::MAX))
+            .sum())
     }
 
-    /// Releases one level taken by another process (see
-    /// [`Mutex::release_token`](crate::Mutex::release_token)).
+    /// Releases the level that `token` holds, taken by this handle's owner
+    /// in another process or task (see [`LeaseGuard::detach`]): the hold
+    /// loses one level, and the lock is free once the last is gone.
+    ///
+    /// As Redisson refuses an unlock by a thread that does not hold the
+    /// lock, a handle of another owner cannot release the level, even with
+    /// its token; [`Mutex::release_token`](crate::Mutex::release_token)
+    /// releases by token alone, and [`force_release`](Self::force_release)
+    /// whoever holds it.
     ///
     /// # Errors
     ///
     /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the token holds
-    /// no level.
+    /// no level, or holds one of another owner's hold;
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    /// token that no lease could have.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future may or may not release the level.
     pub async fn release_token(&self, token: &str) -> Result<()> {
-        self.core.release_token(token).await
+        observe::traced(self.core.span(Op::ReleaseToken), self.release_owned(token)).await
     }
 
-    /// Removes every level of whoever holds the lock, and wakes its waiters:
-    /// an admin action. The fence counter is kept.
+    async fn release_owned(&self, token: &str) -> Result<()> {
+        validate_token(token)?;
+        let name = &self.core.keys.name;
+        let owner = self.owner.id();
+        match release_as(&self.core.client().node, &self.core.keys, token, owner).await? {
+            Some(true) => Ok(()),
+            Some(false) => Err(Error::not_held(format!(
+                "lock {name:?} has no level held by this token: it expired, or was released or \
+                 removed"
+            ))),
+            None => Err(Error::not_held(format!(
+                "lock {name:?} is held at this token by another owner, not by {owner:?}: only \
+                 the owner's handles release its levels; use `Mutex::release_token` or \
+                 `force_release` as an admin"
+            ))),
+        }
+    }
+
+    /// Removes the hold of whoever holds the lock, every level of it, and
+    /// wakes its waiters: an admin action. The fence counter is kept.
     ///
     /// # Errors
     ///
+    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name's
+    /// key is no lock (a key leasehold did not write: it is left as it is);
     /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
     /// [`ErrorKind::Server`](crate::ErrorKind::Server).
     ///
@@ -204,10 +257,11 @@ impl ReentrantMutex {
     ///
     /// Dropping the future may or may not remove the lock.
     pub async fn force_release(&self) -> Result<bool> {
-        self.core.force_release().await
+        observe::traced(self.core.span(Op::ForceRelease), self.core.force_release()).await
     }
 
-    /// The lock's state as Redis sees it now: one holder per level.
+    /// The lock's state as Redis sees it now: the one hold, with its owner
+    /// and its [`levels`](crate::Holder::levels).
     ///
     /// # Errors
     ///
@@ -218,6 +272,6 @@ impl ReentrantMutex {
     ///
     /// Cancel safe: it only reads.
     pub async fn inspect(&self) -> Result<LockInfo> {
-        self.core.inspect().await
+        observe::traced(self.core.span(Op::Inspect), self.core.inspect()).await
     }
 }

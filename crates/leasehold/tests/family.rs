@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, client_with, cmd, eventually};
+use common::{client, client_with, cmd, eventually, poll_then_drop};
 use leasehold::{ErrorKind, HoldMode, Owner};
 use leasehold_testkit::RedisServer;
 
@@ -63,7 +63,8 @@ async fn a_reentry_does_not_wait_behind_a_local_waiter() {
     got.release().await.unwrap();
 }
 
-/// Every level runs out with its lease when the owner stops renewing.
+/// The hold runs out with its one lease when the owner stops renewing: the
+/// lock is another owner's then, and every guard of the hold reports it lost.
 #[tokio::test]
 async fn a_reentrant_lock_held_at_several_levels_expires() {
     let server = RedisServer::start();
@@ -71,15 +72,200 @@ async fn a_reentrant_lock_held_at_several_levels_expires() {
     let lock = holder.reentrant_mutex("cfg").unwrap();
     let a = lock.acquire().await.unwrap();
     let b = lock.acquire().await.unwrap();
+    let c = lock.acquire().await.unwrap();
     let other = client(&server).reentrant_mutex("cfg").unwrap();
     let got = other
         .acquire_timeout(Duration::from_secs(10))
         .await
         .unwrap();
     assert!(got.fence() > a.fence());
-    assert!(a.is_lost() || a.valid_for().is_zero());
-    assert!(b.release().await.unwrap_err().is_not_held());
+    for guard in [&a, &b, &c] {
+        assert!(guard.is_lost(), "{guard:?}");
+        assert!(guard.valid_for().is_zero());
+        tokio::time::timeout(SHORT, guard.lost()).await.unwrap();
+    }
+    assert_eq!(lock.hold_count().await.unwrap(), 0);
+    for guard in [b, a, c] {
+        assert!(guard.release().await.unwrap_err().is_not_held());
+    }
+    assert_eq!(other.hold_count().await.unwrap(), 1);
     got.release().await.unwrap();
+}
+
+/// One lease for every level of a hold: a reentry refreshes it to the full
+/// lease, so a level taken later keeps the earlier ones held too, and each
+/// release undoes one level.
+#[tokio::test]
+async fn the_levels_of_a_hold_share_one_lease() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(1500);
+    let lock = client_with(&server, lease, false)
+        .reentrant_mutex("cfg")
+        .unwrap();
+    let other = client(&server).reentrant_mutex("cfg").unwrap();
+    let outer = lock.acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let inner = lock.acquire().await.unwrap();
+    // Past the end of the lease the outer level was granted with.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!outer.is_lost() && !inner.is_lost());
+    let (a, b) = (outer.valid_for(), inner.valid_for());
+    assert!(a.abs_diff(b) < Duration::from_millis(50), "{a:?} {b:?}");
+    assert_eq!(lock.hold_count().await.unwrap(), 2);
+    outer.release().await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    assert!(other.try_acquire().await.unwrap().is_none());
+    inner.release().await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 0);
+    other
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free once the last level is released")
+        .release()
+        .await
+        .unwrap();
+}
+
+/// `extend` on any guard of a hold extends the one lease all of them share.
+#[tokio::test]
+async fn extending_one_level_extends_the_hold() {
+    let server = RedisServer::start();
+    let lock = client_with(&server, Duration::from_millis(1500), false)
+        .reentrant_mutex("cfg")
+        .unwrap();
+    let outer = lock.acquire().await.unwrap();
+    let inner = lock.acquire().await.unwrap();
+    inner.extend(LONG).await.unwrap();
+    assert!(outer.valid_for() > LONG / 2, "{:?}", outer.valid_for());
+    let info = lock.inspect().await.unwrap();
+    assert_eq!(info.holders.len(), 1, "{info:?}");
+    assert!(info.remaining.unwrap() > LONG / 2);
+    inner.release().await.unwrap();
+    outer.release().await.unwrap();
+}
+
+/// The watchdog renews a hold once per round however deep it is: a hold of
+/// three levels is renewed as often as one of one level, in the same rounds.
+#[tokio::test]
+async fn the_watchdog_renews_a_hold_once_however_deep() {
+    let server = RedisServer::start();
+    let client = client_with(&server, Duration::from_millis(600), true);
+    let deep = client.reentrant_mutex("deep").unwrap();
+    let flat = client.reentrant_mutex("flat").unwrap();
+    let levels = [
+        deep.acquire().await.unwrap(),
+        deep.acquire().await.unwrap(),
+        deep.acquire().await.unwrap(),
+    ];
+    let one = flat.acquire().await.unwrap();
+    let _: () = cmd(&server, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]).await;
+    let _: () = cmd(&server, &["CONFIG", "SET", "slowlog-max-len", "100000"]).await;
+    let _: () = cmd(&server, &["SLOWLOG", "RESET"]).await;
+    let keys = ["leasehold:{deep}", "leasehold:{flat}"];
+    eventually("four renewals", || async {
+        renewals_naming(&server, &keys).await.1 >= 4
+    })
+    .await;
+    let (deep_renewals, flat_renewals) = renewals_naming(&server, &keys).await;
+    assert!(
+        deep_renewals.abs_diff(flat_renewals) <= 1,
+        "a hold of three levels renewed {deep_renewals} times, one of one level {flat_renewals}"
+    );
+    for guard in levels {
+        assert!(!guard.is_lost());
+        guard.release().await.unwrap();
+    }
+    one.release().await.unwrap();
+}
+
+/// How often the scripts the server logged named each of two keys.
+async fn renewals_naming(server: &RedisServer, keys: &[&str; 2]) -> (usize, usize) {
+    use leasehold::redis::Value;
+    let log: Value = cmd(server, &["SLOWLOG", "GET", "-1"]).await;
+    let mut counts = (0, 0);
+    let Value::Array(entries) = log else {
+        panic!("{log:?}")
+    };
+    for entry in entries {
+        let Value::Array(fields) = entry else {
+            continue;
+        };
+        let Some(Value::Array(args)) = fields.get(3) else {
+            continue;
+        };
+        let text = |v: &Value| match v {
+            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            Value::SimpleString(s) => s.clone(),
+            _ => String::new(),
+        };
+        if args.first().map(text).as_deref() != Some("EVALSHA") {
+            continue;
+        }
+        for arg in args.iter().map(text) {
+            counts.0 += usize::from(arg == keys[0]);
+            counts.1 += usize::from(arg == keys[1]);
+        }
+    }
+    counts
+}
+
+/// Dropping a reentry at any point, or a level's guard, leaves the hold one
+/// level less deep once the background release is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_reentry_at_any_point_leaves_the_depth_as_it_was() {
+    let server = RedisServer::start();
+    let c = client_with(&server, LONG, true);
+    let lock = c.reentrant_mutex("cfg").unwrap();
+    let outer = lock.acquire().await.unwrap();
+    for polls in 0..16 {
+        if let Some(got) = poll_then_drop(lock.acquire(), polls).await {
+            drop(got.unwrap());
+        }
+        c.flush().await;
+        assert_eq!(lock.hold_count().await.unwrap(), 1, "after {polls} polls");
+    }
+    for micros in [0u64, 50, 100, 200, 400, 800, 1600, 3200] {
+        let cut = tokio::time::timeout(Duration::from_micros(micros), lock.try_acquire()).await;
+        if let Ok(got) = cut {
+            drop(got.unwrap());
+        }
+        c.flush().await;
+        assert_eq!(lock.hold_count().await.unwrap(), 1, "after {micros} µs");
+    }
+    let inner = lock.acquire().await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 2);
+    drop(inner);
+    c.flush().await;
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    assert!(!outer.is_lost());
+    outer.release().await.unwrap();
+    assert!(!cmd::<bool>(&server, &["EXISTS", "leasehold:{cfg}"]).await);
+}
+
+/// As Redisson's unlock by a thread that does not hold the lock: a handle of
+/// another owner cannot release a level of this owner's hold, not even with
+/// its token. The owner's own handles can.
+#[tokio::test]
+async fn a_reentrant_lock_is_not_released_by_another_owners_handle() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let mine = client.reentrant_mutex("cfg").unwrap();
+    let theirs = client.reentrant_mutex("cfg").unwrap();
+    let guard = mine.acquire().await.unwrap();
+    let token = guard.token().to_owned();
+    let err = theirs.release_token(&token).await.unwrap_err();
+    assert!(err.is_not_held(), "{err}");
+    assert!(err.to_string().contains("another owner"), "{err}");
+    assert_eq!(mine.hold_count().await.unwrap(), 1);
+    assert!(theirs.try_acquire().await.unwrap().is_none());
+    let same = client
+        .reentrant_mutex("cfg")
+        .unwrap()
+        .with_owner(mine.owner().clone());
+    same.release_token(&token).await.unwrap();
+    assert_eq!(mine.hold_count().await.unwrap(), 0);
+    assert!(guard.release().await.unwrap_err().is_not_held());
 }
 
 #[tokio::test]
@@ -192,8 +378,10 @@ async fn upgrade_is_refused_and_downgrade_works() {
         .unwrap();
 }
 
+/// The token is what releases a read lease, from any handle; a bogus token
+/// releases nothing.
 #[tokio::test]
-async fn a_lease_of_one_owner_is_not_released_by_another() {
+async fn a_read_lease_is_released_by_its_token_and_not_by_a_bogus_one() {
     let server = RedisServer::start();
     let client = client(&server);
     let lock = client.rw_lock("cat").unwrap();

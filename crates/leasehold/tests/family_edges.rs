@@ -905,3 +905,157 @@ async fn a_reader_after_a_lost_fence_counter_gets_a_fence_past_every_write() {
     assert!(write.fence() > after_loss);
     write.release().await.unwrap();
 }
+
+/// A lease shortened by `extend` takes the key's expiry with it: once the
+/// last lease of a rw-lock or reentrant mutex runs out, nothing is left to
+/// refuse a lock of another kind.
+#[tokio::test]
+async fn a_shortened_lease_leaves_no_lock_behind() {
+    let server = RedisServer::start();
+    let c = client_with(&server, LONG, false);
+    let rw = c.rw_lock("rw").unwrap().read().acquire().await.unwrap();
+    let re = c.reentrant_mutex("re").unwrap().acquire().await.unwrap();
+    for (guard, key) in [(&rw, "leasehold:{rw}"), (&re, "leasehold:{re}")] {
+        guard.extend(Duration::from_millis(50)).await.unwrap();
+        let pttl: i64 = cmd(&server, &["PTTL", key]).await;
+        assert!(pttl <= 50, "{key} outlives its only lease: {pttl} ms");
+    }
+    for (guard, name) in [(rw, "rw"), (re, "re")] {
+        tokio::time::timeout(LONG, guard.lost()).await.unwrap();
+        let mutex = c.mutex(name).unwrap();
+        eventually("the lease to run out", || async {
+            !mutex.inspect().await.unwrap().held
+        })
+        .await;
+        let taken = mutex.try_acquire().await.unwrap();
+        taken.expect("a lock nobody holds").release().await.unwrap();
+        assert!(guard.release().await.unwrap_err().is_not_held());
+    }
+}
+
+/// Writes a hash lock of `kind` whose one lease ran out long ago, with a key
+/// that lives on: what a lock left behind looks like.
+async fn leave_dead_lock(server: &RedisServer, name: &str, kind: &str, mode: &str) {
+    let key = format!("leasehold:{{{name}}}");
+    let entry = format!("1 {mode} owner-x 1 5 1 1 test-host gone");
+    let _: i64 = cmd(server, &["HSET", &key, "kind", kind, "h:dead", &entry]).await;
+    let _: bool = cmd(server, &["PEXPIRE", &key, "60000"]).await;
+}
+
+/// A rw-lock or reentrant mutex with no live lease is no lock: every kind
+/// takes its name. A semaphore's count outlives its leases on purpose, so a
+/// semaphore nobody holds is still a semaphore.
+#[tokio::test]
+async fn a_hash_lock_with_no_live_lease_refuses_no_kind() {
+    let server = RedisServer::start();
+    let c = client(&server);
+    for (kind, mode) in [("rwlock", "r"), ("reentrant", "x")] {
+        for taker in ["mutex", "fair", "reentrant", "write", "semaphore"] {
+            let name = format!("{kind}-{taker}");
+            leave_dead_lock(&server, &name, kind, mode).await;
+            let taken = match taker {
+                "mutex" => c.mutex(&name).unwrap().try_acquire().await,
+                "fair" => c.fair_mutex(&name).unwrap().try_acquire().await,
+                "reentrant" => c.reentrant_mutex(&name).unwrap().try_acquire().await,
+                "write" => c.rw_lock(&name).unwrap().write().try_acquire().await,
+                _ => c.semaphore(&name, 2).unwrap().try_acquire().await,
+            };
+            let guard = taken
+                .unwrap_or_else(|e| panic!("{taker} on a dead {kind}: {e}"))
+                .unwrap_or_else(|| panic!("{taker} on a dead {kind}: busy"));
+            guard.release().await.unwrap();
+        }
+    }
+    let sem = c.semaphore("sem", 2).unwrap();
+    sem.acquire().await.unwrap().release().await.unwrap();
+    let err = c.mutex("sem").unwrap().try_acquire().await.unwrap_err();
+    assert!(err.is_conflict(), "{err}");
+    assert_eq!(sem.available().await.unwrap(), 2);
+}
+
+/// An attempt that finds only dead leases, and waits behind a queued writer,
+/// removes them and the key with them: the lock does not outlive its leases.
+#[tokio::test]
+async fn a_busy_attempt_that_prunes_the_last_lease_removes_the_lock() {
+    let server = RedisServer::start();
+    leave_dead_lock(&server, "t", "rwlock", "r").await;
+    let now_us = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros())
+    .to_string();
+    let _: i64 = cmd(&server, &["ZADD", "leasehold:{t}:q", &now_us, "w"]).await;
+    let _: () = cmd(
+        &server,
+        &[
+            "SET",
+            "leasehold:{t}:w:w",
+            "0 w 1 cw 1 test-host fake",
+            "PX",
+            "60000",
+        ],
+    )
+    .await;
+    let reader = client(&server).rw_lock("t").unwrap();
+    assert!(reader.read().try_acquire().await.unwrap().is_none());
+    assert!(!cmd::<bool>(&server, &["EXISTS", "leasehold:{t}"]).await);
+    assert_eq!(reader.inspect().await.unwrap().kind, None);
+}
+
+/// Force-release removes locks only: a key leasehold did not write (a list,
+/// a hash without a kind) is refused, and left as it was.
+#[tokio::test]
+async fn force_release_refuses_a_key_that_is_no_lock() {
+    let server = RedisServer::start();
+    let c = client(&server);
+    let _: i64 = cmd(&server, &["RPUSH", "leasehold:{list}", "a", "b"]).await;
+    let _: i64 = cmd(&server, &["HSET", "leasehold:{hash}", "foo", "bar"]).await;
+    for (name, found) in [("list", "list"), ("hash", "hash")] {
+        for err in [
+            c.mutex(name).unwrap().force_release().await.unwrap_err(),
+            c.reentrant_mutex(name)
+                .unwrap()
+                .force_release()
+                .await
+                .unwrap_err(),
+        ] {
+            assert!(err.is_conflict(), "{err}");
+            assert!(err.to_string().contains(found), "{err}");
+        }
+        let key = format!("leasehold:{{{name}}}");
+        assert!(cmd::<bool>(&server, &["EXISTS", &key]).await, "{name}");
+    }
+    let _: () = cmd(&server, &["SET", "leasehold:{plain}", "by-hand"]).await;
+    assert!(c.mutex("plain").unwrap().force_release().await.unwrap());
+}
+
+/// A release by a token that neither holds the lock nor waits for it
+/// changes nothing, and wakes nobody.
+#[tokio::test]
+async fn a_strangers_release_wakes_nobody() {
+    let server = RedisServer::start();
+    let sem = client(&server).semaphore("s", 1).unwrap();
+    let held = sem.acquire().await.unwrap();
+    let mut conn = raw(&server).await;
+    let waiter = Fake {
+        name: "s",
+        token: "w",
+        client: "cw",
+        kind: "semaphore",
+        mode: "s",
+        want: 1,
+        total: 1,
+    };
+    assert_eq!(waiter.attempt(&mut conn, false).await, 0);
+    // Woken, and not back yet.
+    held.release().await.unwrap();
+    let _: () = cmd(&server, &["CONFIG", "RESETSTAT"]).await;
+    let pttl: i64 = cmd(&server, &["PTTL", "leasehold:{s}"]).await;
+    let err = sem.release_token("stranger").await.unwrap_err();
+    assert!(err.is_not_held(), "{err}");
+    let stats: String = cmd(&server, &["INFO", "commandstats"]).await;
+    assert!(!stats.contains("cmdstat_publish"), "{stats}");
+    let after: i64 = cmd(&server, &["PTTL", "leasehold:{s}"]).await;
+    assert!(after <= pttl, "{after} > {pttl}");
+    assert_eq!(waiter.attempt(&mut conn, true).await, 1);
+}

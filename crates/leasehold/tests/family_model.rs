@@ -8,6 +8,11 @@
 //! Expiry is real: a lease taken with a short lease and no watchdog is
 //! waited out on the spot, and its entry stays in the lock's hash until a
 //! later script prunes it.
+//!
+//! A reentrant mutex has one lease per owner's hold, whatever its depth:
+//! `inspect` shows one holder per hold with its level count, and a level
+//! taken with a short lease into a hold that is already there adds a level
+//! to the hold's lease instead of running out on its own.
 
 mod common;
 
@@ -226,9 +231,15 @@ impl Model {
         Ok(())
     }
 
+    /// The levels `owner` holds of a reentrant mutex.
+    fn levels(&self, owner: usize) -> usize {
+        self.leases.iter().filter(|l| l.owner == owner).count()
+    }
+
     /// Compares the model with what `inspect` saw.
     fn check(&self, info: &LockInfo, queued: bool) -> Result<(), TestCaseError> {
-        let mut seen: Vec<(String, Option<String>, u32, Option<u64>)> = info
+        type Seen = (String, Option<String>, u32, Option<u64>, u32);
+        let mut seen: Vec<Seen> = info
             .holders
             .iter()
             .map(|h| {
@@ -237,22 +248,28 @@ impl Model {
                     h.owner.clone(),
                     h.permits,
                     h.fence,
+                    h.levels,
                 )
             })
             .collect();
-        let mut expected: Vec<(String, Option<String>, u32, Option<u64>)> = self
-            .leases
-            .iter()
-            .map(|l| {
-                let owner = (self.prim != Prim::Semaphore).then(|| owner_id(l.owner));
-                (
-                    l.mode.shown().to_owned(),
-                    owner,
-                    l.mode.permits(),
-                    Some(l.fence),
-                )
-            })
-            .collect();
+        let mut expected: Vec<Seen> = Vec::new();
+        for l in &self.leases {
+            let owner = (self.prim != Prim::Semaphore).then(|| owner_id(l.owner));
+            if self.prim == Prim::Reentrant {
+                // One lease for the owner's hold, counting its levels.
+                if let Some(hold) = expected.iter_mut().find(|e| e.1 == owner) {
+                    hold.4 += 1;
+                    continue;
+                }
+            }
+            expected.push((
+                l.mode.shown().to_owned(),
+                owner,
+                l.mode.permits(),
+                Some(l.fence),
+                1,
+            ));
+        }
         seen.sort();
         expected.sort();
         prop_assert_eq!(seen, expected);
@@ -534,12 +551,18 @@ impl Case {
                 prop_assert_eq!(queued, u64::from(self.waiter.is_some()));
             }
             Op::Expire(ask) => {
+                // A reentry joins the hold's lease: it runs out with the hold.
+                let joins = self.prim == Prim::Reentrant && self.model.levels(ask.owner) > 0;
                 let Some(id) = self.acquire(ask, How::Short).await? else {
                     return Ok(());
                 };
                 tokio::time::sleep(OUTLIVE).await;
-                self.model.forget(id);
                 let slot = self.slots.iter_mut().find(|s| s.id == id).unwrap();
+                if joins {
+                    prop_assert!(!slot.guard.is_lost(), "a reentry ran out on its own");
+                    return Ok(());
+                }
+                self.model.forget(id);
                 slot.current = false;
                 prop_assert!(slot.guard.valid_for().is_zero());
                 self.settle_waiter().await?;
@@ -620,6 +643,25 @@ impl Case {
             Op::Inspect => {
                 let info = self.inspect().await;
                 self.model.check(&info, self.waiter.is_some())?;
+                if self.prim == Prim::Reentrant {
+                    for owner in 0..OWNERS {
+                        let lock = self.clients[owner % CLIENTS]
+                            .reentrant_mutex(&self.name)
+                            .unwrap()
+                            .with_owner(Owner::from_id(owner_id(owner)).unwrap());
+                        prop_assert_eq!(
+                            lock.hold_count().await.unwrap(),
+                            self.model.levels(owner),
+                            "levels of owner {}",
+                            owner
+                        );
+                    }
+                }
+                // Every lease the model holds is held: the guards of one
+                // reentrant hold agree with it.
+                for slot in self.slots.iter().filter(|s| s.current) {
+                    prop_assert!(!slot.guard.is_lost(), "{:?}", slot.guard);
+                }
             }
         }
         Ok(())

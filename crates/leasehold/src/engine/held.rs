@@ -1,7 +1,13 @@
 //! A held lease together with its node: what every primitive's guard
 //! wraps. Extending, releasing, detaching and dropping live here once.
+//!
+//! The levels of a reentrant hold share one lease: one token, fence and
+//! deadline in Redis and here, renewed once by the watchdog. Each level's
+//! guard has a token of its own, which releases that level alone.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -20,33 +26,49 @@ const RELEASE_TRIES_FOR: u32 = 3;
 pub(crate) struct Held {
     node: Arc<Node>,
     lease: Arc<Lease>,
+    /// What releases this guard's share: the lease's token, or a reentrant
+    /// level's own.
+    token: String,
+    /// Released, detached or dropped: this guard counts on the lease no more.
+    done: AtomicBool,
     pub(crate) holding: crate::observe::Holding,
 }
 
 impl Held {
-    /// A lease just taken: Redis set it to `ttl` by a request sent at
-    /// `sent_at`. Handed to the watchdog when the request asks for renewal.
+    /// A lease just taken with `token`: Redis set it to `ttl` by a request
+    /// sent at `sent_at`. `hold` names the reentrant hold the token is a
+    /// level of; the levels this client has of it share its lease, which
+    /// keeps the settings of the first. A lease is handed to the watchdog
+    /// when its request asks for renewal.
     pub(crate) fn take(
         node: &Arc<Node>,
         request: &Request<'_>,
         token: String,
+        hold: Option<String>,
         fence: u64,
         sent_at: Instant,
         ttl: Duration,
     ) -> Self {
-        let lease = Arc::new(Lease::new(request, token, fence, sent_at, ttl));
-        if request.renew {
-            node.watchdog.register(node, Arc::clone(&lease));
-        }
+        let lease = match hold {
+            Some(hold) => node.holds.join(node, request, hold, fence, sent_at, ttl),
+            None => start(node, request, token.clone(), fence, sent_at, ttl),
+        };
         Held {
             node: Arc::clone(node),
             lease,
+            token,
+            done: AtomicBool::new(false),
             holding: crate::observe::Holding::new(request.kind),
         }
     }
 
     pub(crate) fn lease(&self) -> &Lease {
         &self.lease
+    }
+
+    /// The token that releases this guard's share of the lock.
+    pub(crate) fn token(&self) -> &str {
+        &self.token
     }
 
     pub(crate) fn is_lost(&self) -> bool {
@@ -102,13 +124,13 @@ impl Held {
     /// Releases the lock and reports how the lease ended: held to the end,
     /// lost, or unknown (no answer).
     pub(crate) async fn release(self) -> Result<()> {
-        // From here the drop does nothing and the watchdog lets go: this
-        // call owns the release.
+        // From here the drop does nothing and, after the last level, the
+        // watchdog lets go: this call owns the release.
         self.finish();
         let (node, lease) = (&self.node, &self.lease);
         // Dropped before an answer, the release goes on in the background.
         let pending =
-            PendingRelease::arm(node, &lease.keys, &lease.token).keep_until(lease.hold_until);
+            PendingRelease::arm(node, &lease.keys, &self.token).keep_until(lease.hold_until);
         // A renewal in flight is seen through first, so that its answer is
         // never applied after the release's.
         let _turn = Arc::clone(&lease.renewing).lock_owned().await;
@@ -119,7 +141,7 @@ impl Held {
         ));
         let mut pause = Duration::from_millis(25);
         let released = loop {
-            match release(node, &lease.keys, &lease.token, false, lease.hold_until).await {
+            match release(node, &lease.keys, &self.token, false, lease.hold_until).await {
                 Ok(released) => break released,
                 Err(error) if error.is_transient() && Instant::now() + pause < give_up => {
                     tokio::time::sleep(pause).await;
@@ -137,6 +159,11 @@ impl Held {
         };
         pending.disarm();
         if !released {
+            if !lease.is_finished() {
+                // Only this level is known gone: other levels of the hold
+                // may still hold it, and their renewals tell.
+                return Err(self.lost_error(lease.loss().unwrap_or(LossReason::TokenGone)));
+            }
             lease.mark_lost(LossReason::TokenGone);
         }
         match lease.loss() {
@@ -150,13 +177,19 @@ impl Held {
         self.finish();
     }
 
-    /// Stops renewal; true the first time only.
+    /// This guard lets go of the lease; true the first time only. The last
+    /// guard of a lease stops its renewal.
     fn finish(&self) -> bool {
-        let first = self.lease.finish();
-        if first {
-            self.node.watchdog.unregister(self.lease.id);
+        if self.done.swap(true, Ordering::AcqRel) {
+            return false;
         }
-        first
+        if self.lease.drop_level() {
+            if self.lease.finish() {
+                self.node.watchdog.unregister(self.lease.id);
+            }
+            self.node.holds.forget(&self.lease);
+        }
+        true
     }
 
     fn lost_error(&self, reason: LossReason) -> Error {
@@ -176,10 +209,78 @@ impl Drop for Held {
             release_in_background(
                 Arc::clone(&self.node),
                 self.lease.keys.clone(),
-                self.lease.token.clone(),
+                self.token.clone(),
                 false,
                 self.lease.hold_until,
             );
+        }
+    }
+}
+
+/// A new lease, renewed by the watchdog if the request asks for it.
+fn start(
+    node: &Arc<Node>,
+    request: &Request<'_>,
+    token: String,
+    fence: u64,
+    sent_at: Instant,
+    ttl: Duration,
+) -> Arc<Lease> {
+    let lease = Arc::new(Lease::new(request, token, fence, sent_at, ttl));
+    if request.renew {
+        node.watchdog.register(node, Arc::clone(&lease));
+    }
+    lease
+}
+
+/// The reentrant holds that guards of this client share, by lock key and
+/// hold token.
+#[derive(Debug, Default)]
+pub(crate) struct Holds(Mutex<HashMap<(String, String), Weak<Lease>>>);
+
+impl Holds {
+    fn holds(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Weak<Lease>>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The lease of `hold` with one more level: the one its other levels
+    /// here share, refreshed by this reentry, or a new one when there are
+    /// none (the first level, or a level of an owner shared with another
+    /// client).
+    fn join(
+        &self,
+        node: &Arc<Node>,
+        request: &Request<'_>,
+        hold: String,
+        fence: u64,
+        sent_at: Instant,
+        ttl: Duration,
+    ) -> Arc<Lease> {
+        let mut holds = self.holds();
+        let key = (request.keys.lock.clone(), hold);
+        if let Some(lease) = holds.get(&key).and_then(Weak::upgrade) {
+            if lease.add_level() {
+                lease.refreshed(sent_at, ttl);
+                return lease;
+            }
+        }
+        let lease = start(node, request, key.1.clone(), fence, sent_at, ttl);
+        holds.insert(key, Arc::downgrade(&lease));
+        lease
+    }
+
+    /// Forgets `lease`, whose last guard is gone.
+    fn forget(&self, lease: &Arc<Lease>) {
+        let mut holds = self.holds();
+        if holds.is_empty() {
+            return;
+        }
+        let key = (lease.keys.lock.clone(), lease.token.clone());
+        if holds
+            .get(&key)
+            .is_some_and(|known| std::ptr::eq(known.as_ptr(), Arc::as_ptr(lease)))
+        {
+            holds.remove(&key);
         }
     }
 }

@@ -2,7 +2,7 @@
 //! that fires when it is lost.
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -92,6 +92,10 @@ pub(crate) struct Lease {
     pub(crate) renewing: Arc<tokio::sync::Mutex<()>>,
     /// Released or detached: the watchdog forgets it.
     finished: AtomicBool,
+    /// Guards on this lease: the levels of a reentrant hold that this
+    /// client took (1 for the other kinds). The lease is finished with the
+    /// last of them.
+    levels: AtomicUsize,
 }
 
 /// Clock drift allowed for: 1% of the lease plus 2 ms (the Redlock figure).
@@ -141,7 +145,22 @@ impl Lease {
             renewing: Arc::new(tokio::sync::Mutex::new(())),
             lost_tx,
             finished: AtomicBool::new(false),
+            levels: AtomicUsize::new(1),
         }
+    }
+
+    /// One more guard on this lease; false once its last guard is gone.
+    pub(crate) fn add_level(&self) -> bool {
+        self.levels
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n > 0).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// One guard fewer; true when it was the last.
+    pub(crate) fn drop_level(&self) -> bool {
+        self.levels.fetch_sub(1, Ordering::AcqRel) == 1
     }
 
     fn timing(&self) -> MutexGuard<'_, Timing> {
@@ -282,6 +301,25 @@ impl Lease {
         if earlier {
             self.signal();
         }
+    }
+
+    /// A reentry sent at `sent_at` left the hold's lease at `ttl`, which is
+    /// never less than Redis had before: the deadline moves later if that
+    /// says so. Skipped while a renewal or extend is in flight, whose reply
+    /// sets the deadline as Redis has it, and for a lease already lost.
+    pub(crate) fn refreshed(&self, sent_at: Instant, ttl: Duration) {
+        let Ok(_turn) = self.renewing.try_lock() else {
+            return;
+        };
+        let mut timing = self.timing();
+        if timing.loss.is_some() || Instant::now() >= timing.deadline {
+            return;
+        }
+        let mut deadline = local_deadline(sent_at, ttl);
+        if let Some(cap) = self.cap {
+            deadline = deadline.min(cap);
+        }
+        timing.deadline = timing.deadline.max(deadline);
     }
 
     /// An extend to `lease` is about to be sent at `sent_at`. Until Redis

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::engine::conn::{self, Connection, ServerInfo};
+use crate::engine::held::Holds;
 use crate::engine::notify::Notifier;
 use crate::engine::queue::LocalQueues;
 use crate::engine::release::Background;
@@ -37,6 +38,8 @@ pub(crate) struct Node {
     pub(crate) notifier: Notifier,
     pub(crate) watchdog: Arc<Watchdog>,
     pub(crate) queues: LocalQueues,
+    /// The reentrant holds this client's guards share.
+    pub(crate) holds: Holds,
     pub(crate) background: Background,
 }
 
@@ -51,6 +54,7 @@ impl Node {
             notifier,
             watchdog: Arc::new(Watchdog::default()),
             queues: LocalQueues::default(),
+            holds: Holds::default(),
             background: Background::default(),
         }))
     }

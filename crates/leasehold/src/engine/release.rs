@@ -27,6 +27,40 @@ pub(crate) async fn release(
     queued: bool,
     hold_until: Option<Instant>,
 ) -> Result<bool> {
+    let reply = run_release(node, keys, token, queued, hold_until, None).await?;
+    match scripts::as_int(&reply) {
+        Some(0) => Ok(false),
+        // 2: kept until the hold ends.
+        Some(1 | 2) => Ok(true),
+        _ => Err(Error::unexpected_reply("release", &reply)),
+    }
+}
+
+/// Releases `token` as [`release`] does if a lease of `owner` holds it;
+/// `Ok(None)`, changing nothing, when a lease of another owner does.
+pub(crate) async fn release_as(
+    node: &Node,
+    keys: &LockKeys,
+    token: &str,
+    owner: &str,
+) -> Result<Option<bool>> {
+    let reply = run_release(node, keys, token, false, None, Some(owner)).await?;
+    match scripts::as_int(&reply) {
+        Some(0) => Ok(Some(false)),
+        Some(1 | 2) => Ok(Some(true)),
+        Some(3) => Ok(None),
+        _ => Err(Error::unexpected_reply("release", &reply)),
+    }
+}
+
+async fn run_release(
+    node: &Node,
+    keys: &LockKeys,
+    token: &str,
+    queued: bool,
+    hold_until: Option<Instant>,
+    owner: Option<&str>,
+) -> Result<redis::Value> {
     let retention = millis(node.config.fence_retention).to_string();
     let conn = node.connected().await?;
     // Measured after the connect, as late as can be: the lock is then kept
@@ -41,27 +75,22 @@ pub(crate) async fn release(
         millis(keep + drift(keep)).max(1)
     };
     let keep = keep.to_string();
-    let reply = node
-        .eval_on(
-            conn,
-            "release",
-            &scripts::RELEASE,
-            &[&keys.lock, &keys.fence, &keys.queue, &keys.waiters],
-            &[
-                token.as_bytes(),
-                if queued { b"1" } else { b"0" },
-                retention.as_bytes(),
-                keys.channels.as_bytes(),
-                keep.as_bytes(),
-            ],
-        )
-        .await?;
-    match scripts::as_int(&reply) {
-        Some(0) => Ok(false),
-        // 2: kept until the hold ends.
-        Some(1 | 2) => Ok(true),
-        _ => Err(Error::unexpected_reply("release", &reply)),
-    }
+    let mut args: Vec<&[u8]> = vec![
+        token.as_bytes(),
+        if queued { b"1" } else { b"0" },
+        retention.as_bytes(),
+        keys.channels.as_bytes(),
+        keep.as_bytes(),
+    ];
+    args.extend(owner.map(str::as_bytes));
+    node.eval_on(
+        conn,
+        "release",
+        &scripts::RELEASE,
+        &[&keys.lock, &keys.fence, &keys.queue, &keys.waiters],
+        &args,
+    )
+    .await
 }
 
 /// Releases a token in the background unless disarmed: armed around every

@@ -9,20 +9,10 @@ use redis::Value;
 
 use crate::error::{Error, Result};
 
-/// A script made of the shared functions of `lib.lua` and one operation.
-macro_rules! with_lib {
-    ($file:literal) => {
-        LazyLock::new(|| {
-            redis::Script::new(concat!(
-                include_str!("../scripts/lib.lua"),
-                include_str!(concat!("../scripts/", $file))
-            ))
-        })
-    };
-}
-
-/// A script that may meet a hash primitive's lock: `lib.lua`, then
-/// `family.lua`, then the operation.
+/// A script made of the shared functions of `lib.lua` and `family.lua`
+/// and one operation. Every lock script may meet a hash primitive's lock,
+/// if only to find that nobody holds it; the family's functions are made
+/// only when a script first uses them.
 macro_rules! with_family {
     ($file:literal) => {
         LazyLock::new(|| {
@@ -35,9 +25,9 @@ macro_rules! with_family {
     };
 }
 
-pub(crate) static ACQUIRE: LazyLock<redis::Script> = with_lib!("acquire.lua");
+pub(crate) static ACQUIRE: LazyLock<redis::Script> = with_family!("acquire.lua");
 pub(crate) static RELEASE: LazyLock<redis::Script> = with_family!("release.lua");
-pub(crate) static FAIR_ACQUIRE: LazyLock<redis::Script> = with_lib!("fair_acquire.lua");
+pub(crate) static FAIR_ACQUIRE: LazyLock<redis::Script> = with_family!("fair_acquire.lua");
 pub(crate) static FORCE_RELEASE: LazyLock<redis::Script> = with_family!("force_release.lua");
 pub(crate) static FAMILY_ACQUIRE: LazyLock<redis::Script> = with_family!("family_acquire.lua");
 pub(crate) static SEMAPHORE_PERMITS: LazyLock<redis::Script> =

@@ -41,11 +41,12 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// What one attempt found.
 enum Outcome {
     /// Held by this token, with the lease Redis set (`ttl`) by a request
-    /// sent at `sent_at`.
+    /// sent at `sent_at`; for a reentrant level, of the hold `hold`.
     Granted {
         fence: u64,
         ttl: Duration,
         sent_at: Instant,
+        hold: Option<String>,
     },
     /// Held by someone else (or promised to an earlier waiter); the blocking
     /// lease runs out within `pttl` if known. `fence` is the last fence
@@ -73,6 +74,7 @@ pub(crate) async fn try_acquire(node: &Arc<Node>, request: &Request<'_>) -> Resu
             fence,
             ttl,
             sent_at,
+            hold,
         } => {
             if !usable(sent_at, ttl) {
                 // `pending` releases it on the way out.
@@ -81,7 +83,9 @@ pub(crate) async fn try_acquire(node: &Arc<Node>, request: &Request<'_>) -> Resu
             if let Some(pending) = pending {
                 pending.disarm();
             }
-            Ok(Some(Held::take(node, request, token, fence, sent_at, ttl)))
+            Ok(Some(Held::take(
+                node, request, token, hold, fence, sent_at, ttl,
+            )))
         }
         Outcome::Busy { .. } | Outcome::InGrace { .. } => {
             if let Some(pending) = pending {
@@ -192,13 +196,14 @@ async fn wait_for(
                 fence,
                 ttl,
                 sent_at,
+                hold,
             }) => {
                 seen.answered = true;
                 if usable(sent_at, ttl) {
                     if let Some(pending) = pending.take() {
                         pending.disarm();
                     }
-                    return Ok(Held::take(node, request, token, fence, sent_at, ttl));
+                    return Ok(Held::take(node, request, token, hold, fence, sent_at, ttl));
                 }
                 // The answer came too late to use: let the lease go (in the
                 // background, through `pending`) and wait on afresh.
@@ -272,7 +277,9 @@ async fn wait_for(
                     if let Some(pending) = pending.take() {
                         pending.disarm();
                     }
-                    return Ok(Held::take(node, request, token, fence, busy_sent, ttl));
+                    return Ok(Held::take(
+                        node, request, token, None, fence, busy_sent, ttl,
+                    ));
                 }
                 // Stale, or too little left to trust from this message: the
                 // attempt that follows tells, with the lock's real PTTL.
@@ -423,6 +430,7 @@ async fn attempt(
         };
         let permits = request.permits.to_string();
         let total = total.to_string();
+        let max_hold = request.max_hold.map_or(0, millis).to_string();
         node.eval_on(
             conn,
             "acquire",
@@ -442,6 +450,7 @@ async fn attempt(
                 permits.as_bytes(),
                 total.as_bytes(),
                 identity,
+                max_hold.as_bytes(),
             ],
         )
         .await?
@@ -492,15 +501,19 @@ fn read_attempt(request: &Request<'_>, reply: &redis::Value, sent_at: Instant) -
     let text = |i: usize| items.get(i).and_then(scripts::as_text);
     let name = &request.keys.name;
     match (code, items.len()) {
-        (Some(1), 3) => {
+        (Some(1), 3 | 4) => {
             let fence = int(1).and_then(|f| u64::try_from(f).ok());
             let ttl = int(2).and_then(pttl);
+            let hold = text(3);
             match (fence, ttl) {
-                (Some(fence), Some(ttl)) => Ok(Outcome::Granted {
-                    fence,
-                    ttl,
-                    sent_at,
-                }),
+                (Some(fence), Some(ttl)) if hold.is_some() == (items.len() == 4) => {
+                    Ok(Outcome::Granted {
+                        fence,
+                        ttl,
+                        sent_at,
+                        hold,
+                    })
+                }
                 _ => Err(unexpected()),
             }
         }

@@ -15,15 +15,25 @@
 -- another kind of lock.
 local now = server_us()
 local value = ARGV[1] .. string.format(' %.0f ', now) .. ARGV[10]
-if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
-  if ARGV[8] == '1' then
-    leave_queue(KEYS[3], KEYS[4], ARGV[1])
+local function take()
+  if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
+    if ARGV[8] == '1' then
+      leave_queue(KEYS[3], KEYS[4], ARGV[1])
+    end
+    return {1, next_fence(KEYS[2], now, ARGV[3]), tonumber(ARGV[2])}
   end
-  return {1, next_fence(KEYS[2], now, ARGV[3]), tonumber(ARGV[2])}
+end
+local taken = take()
+if taken then
+  return taken
 end
 local holder = redis.pcall('GET', KEYS[1])
 if type(holder) ~= 'string' then
-  return {-1, kind_of(KEYS[1])}
+  local kind = kind_of(KEYS[1])
+  if family().drop_stale(KEYS[1], kind) then
+    return take()
+  end
+  return {-1, kind}
 end
 if ARGV[8] == '1' and holds(holder, ARGV[1]) then
   -- An earlier attempt with this token took it, and its answer was lost.

@@ -9,7 +9,11 @@
 -- of lock.
 local holder = redis.pcall('GET', KEYS[1])
 if type(holder) == 'table' then
-  return {-1, kind_of(KEYS[1])}
+  local kind = kind_of(KEYS[1])
+  if not family().drop_stale(KEYS[1], kind) then
+    return {-1, kind}
+  end
+  holder = false
 end
 if holder and holds(holder, ARGV[1]) then
   -- Handed over by a release, or taken by an attempt whose answer was lost.

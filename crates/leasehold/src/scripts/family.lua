@@ -49,22 +49,47 @@ local function family()
       e.fence, e.acquired, e.identity)
   end
 
-  -- The leases that still run at `now_ms`; the others are removed.
+  -- The leases that still run at `now_ms`, and how many others were
+  -- removed; the level markers of a reentrant hold that is gone go too.
   function F.live_holders(lock, now_ms)
     local all = redis.call('HGETALL', lock)
-    local live = {}
+    local live, held, markers, pruned = {}, {}, {}, 0
     for i = 1, #all, 2 do
       local field = all[i]
-      if string.sub(field, 1, 2) == 'h:' then
+      local prefix = string.sub(field, 1, 2)
+      if prefix == 'h:' then
         local e = F.entry(string.sub(field, 3), all[i + 1])
         if e and e.expiry > now_ms then
           live[#live + 1] = e
+          held[e.token] = true
         else
           redis.call('HDEL', lock, field)
+          pruned = pruned + 1
         end
+      elseif prefix == 'l:' then
+        markers[#markers + 1] = i
       end
     end
-    return live
+    for _, i in ipairs(markers) do
+      if not held[all[i + 1]] then
+        redis.call('HDEL', lock, all[i])
+      end
+    end
+    return live, pruned
+  end
+
+  -- Removes a rw-lock or reentrant mutex whose key outlived its last lease,
+  -- so that it refuses no other kind; true when it did. A semaphore nobody
+  -- holds stays: its count outlives its leases on purpose.
+  function F.drop_stale(lock, kind)
+    if kind ~= 'rwlock' and kind ~= 'reentrant' then
+      return false
+    end
+    if #F.live_holders(lock, math.floor(server_us() / 1000)) > 0 then
+      return false
+    end
+    redis.call('DEL', lock)
+    return true
   end
 
   -- Sets the key's expiry to the last lease's, or removes a lock nobody

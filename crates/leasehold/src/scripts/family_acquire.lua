@@ -9,8 +9,13 @@
 -- ARGV[7] '1' when this token was sent before, ARGV[8] kind
 -- ('reentrant', 'rwlock', 'semaphore'), ARGV[9] mode ('x' reentrant, 'r'
 -- read, 'w' write, 's' semaphore), ARGV[10] owner, ARGV[11] permits wanted,
--- ARGV[12] the semaphore's permits (0 for the others), ARGV[13] identity
--- Returns {1, fence, lease ms} when held; {0, pttl of what blocks it (-1
+-- ARGV[12] the semaphore's permits (0 for the others), ARGV[13] identity,
+-- ARGV[14] the max hold ms, or 0 for none
+-- A reentry adds a level to the owner's hold and refreshes its one lease to
+-- ARGV[2] from now: never shorter than it was, never past the max hold
+-- since the hold began.
+-- Returns {1, fence, lease ms} when held, with the hold's token as a fourth
+-- item for a reentrant mutex; {0, pttl of what blocks it (-1
 -- when only waiters ahead do), last fence, a holder's record} when busy;
 -- {-1, kind} when the key holds another kind of lock ('hash' for a
 -- semaphore count leasehold did not write); {-2} for a read to
@@ -18,7 +23,7 @@
 local F = family()
 local lock, token, mode, owner = KEYS[1], ARGV[1], ARGV[9], ARGV[10]
 local kind = kind_of(lock)
-if kind ~= 'none' and kind ~= ARGV[8] then
+if kind ~= 'none' and kind ~= ARGV[8] and not F.drop_stale(lock, kind) then
   return {-1, kind}
 end
 if ARGV[8] == 'semaphore' then
@@ -34,14 +39,19 @@ if ARGV[8] == 'semaphore' then
 end
 local now_us = server_us()
 local now = math.floor(now_us / 1000)
-local live = F.live_holders(lock, now)
+local live, pruned = F.live_holders(lock, now)
 local last_fence = tonumber(redis.call('GET', KEYS[2])) or 0
+-- The hold a reentrant level of this token belongs to.
+local level_of = mode == 'x' and redis.call('HGET', lock, 'l:' .. token)
 
 local mine, mine_w, mine_r, others = nil, nil, false, {}
 for _, e in ipairs(live) do
-  if e.token == token then
+  if (mode == 'x' and e.token == level_of) or (mode ~= 'x' and e.token == token) then
     -- An earlier attempt with this token took it, and its answer was lost.
     leave_queue(KEYS[3], KEYS[4], token)
+    if mode == 'x' then
+      return {1, e.fence, e.expiry - now, e.token}
+    end
     return {1, e.fence, e.expiry - now}
   end
   if e.owner == owner and ARGV[8] ~= 'semaphore' then
@@ -60,8 +70,23 @@ end
 -- live waiters this one may not pass.
 local fence
 if mode == 'x' then
+  if mine and #others == 0 then
+    mine.permits = mine.permits + 1
+    local refreshed = now + tonumber(ARGV[2])
+    local max_hold = tonumber(ARGV[14]) or 0
+    if max_hold > 0 then
+      refreshed = math.min(refreshed, math.floor(tonumber(mine.acquired) / 1000) + max_hold)
+    end
+    mine.expiry = math.max(mine.expiry, refreshed)
+    redis.call('HSET', lock, 'h:' .. mine.token, F.entry_value(mine), 'l:' .. token, mine.token)
+    F.settle(lock, live, now, ARGV[3])
+    if ARGV[7] == '1' then
+      leave_queue(KEYS[3], KEYS[4], token)
+    end
+    return {1, mine.fence, mine.expiry - now, mine.token}
+  end
   if #others == 0 then
-    fence = mine and mine.fence or 'new'
+    fence = 'new'
   end
 elseif mode == 'w' then
   if mine_w then
@@ -132,12 +157,23 @@ if fence then
   if ARGV[8] == 'semaphore' then
     redis.call('HSET', lock, 'permits', ARGV[12])
   end
+  if mode == 'x' then
+    redis.call('HSET', lock, 'l:' .. token, token)
+  end
   live[#live + 1] = granted
   F.settle(lock, live, now, ARGV[3])
   if ARGV[7] == '1' then
     leave_queue(KEYS[3], KEYS[4], token)
   end
+  if mode == 'x' then
+    return {1, fence, tonumber(ARGV[2]), token}
+  end
   return {1, fence, tonumber(ARGV[2])}
+end
+
+if pruned > 0 then
+  -- The leases that ran out may have been the last: the key goes with them.
+  F.settle(lock, live, now, ARGV[3])
 end
 
 if ARGV[4] == '1' then

@@ -1,15 +1,20 @@
 -- Remove a lock whoever holds it (an admin action) and wake its waiters.
 -- The fence counter stays: fences must never go backwards; a semaphore
--- keeps its permit count.
+-- keeps its permit count. A key that is no lock (a hash without a kind, a
+-- list, ...) is left as it is: leasehold overwrites nothing it did not write.
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix
 -- ARGV[1] fence retention ms, ARGV[2] channel prefix
--- Returns 1 when a lock was removed, 0 when it was free.
+-- Returns 1 when a lock was removed, 0 when it was free, {-1, Redis type}
+-- when the key is no lock.
 local F = family()
 local kind = kind_of(KEYS[1])
-if kind ~= 'reentrant' and kind ~= 'rwlock' and kind ~= 'semaphore' then
+if kind == 'none' or kind == 'mutex' then
   local removed = redis.call('DEL', KEYS[1])
   F.wake_free(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
   return removed
+end
+if kind ~= 'reentrant' and kind ~= 'rwlock' and kind ~= 'semaphore' then
+  return {-1, redis.call('TYPE', KEYS[1])['ok']}
 end
 local now = math.floor(server_us() / 1000)
 local live = F.live_holders(KEYS[1], now)

@@ -7,7 +7,10 @@
 -- lock: `kind`, for a semaphore `permits`, and one field per held lease,
 -- `h:<token>` = "<expiry ms> <mode> <owner> <permits> <fence> <acquired µs>
 -- <identity>"; every lease has its own expiry on the server's clock, and
--- the key expires with the last of them.
+-- the key expires with the last of them (a semaphore's lives on for its
+-- count). A reentrant mutex has one lease per owner's hold, whatever its
+-- depth: its token is the first level's, its permits field counts the
+-- levels, and each level has a marker `l:<level token>` = the hold's token.
 --
 -- The waiter queue of a lock is a sorted set (token -> arrival time on the
 -- server's clock, µs) plus one key per waiter, `<waiters prefix><token>`,

@@ -1,13 +1,17 @@
 -- Release a lock held by this token, or take a waiter that gives up out of
 -- the queue; then wake the waiters the lock can serve now (a FairMutex
 -- waiter is handed the lock). Serves every primitive: a string is a Mutex
--- or FairMutex, a hash one of the others (see lib.lua).
+-- or FairMutex, a hash one of the others (see lib.lua). A reentrant level
+-- is released by its own token: the hold loses one level, and goes with
+-- the last.
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix
 -- ARGV[1] token, ARGV[2] '1' when this token may be queued,
 -- ARGV[3] fence retention ms, ARGV[4] channel prefix,
--- ARGV[5] ms to keep the lock held instead (its hold-at-least is not over), or 0
+-- ARGV[5] ms to keep the lock held instead (its hold-at-least is not over), or 0,
+-- ARGV[6] (optional) the owner a hash lease must have to be released
 -- Returns 1 when released, 2 when kept until ARGV[5] runs out (nobody is
--- woken: waiters take it when it expires), 0 when the token did not hold the lock.
+-- woken: waiters take it when it expires), 0 when the token did not hold the
+-- lock, 3 when a lease of another owner than ARGV[6] holds it (nothing changes).
 local token = ARGV[1]
 local holder = redis.pcall('GET', KEYS[1])
 if type(holder) == 'table' then
@@ -19,23 +23,43 @@ if type(holder) == 'table' then
   end
   local now = math.floor(server_us() / 1000)
   local live = F.live_holders(KEYS[1], now)
+  local hold = token
+  if kind == 'reentrant' then
+    hold = redis.call('HGET', KEYS[1], 'l:' .. token)
+  end
   local released = 0
   for i, e in ipairs(live) do
-    if e.token == token then
+    if e.token == hold then
+      if ARGV[6] and e.owner ~= ARGV[6] then
+        return 3
+      end
+      if kind == 'reentrant' and e.permits > 1 then
+        -- The owner holds it still: nobody to wake.
+        e.permits = e.permits - 1
+        redis.call('HSET', KEYS[1], 'h:' .. hold, F.entry_value(e))
+        redis.call('HDEL', KEYS[1], 'l:' .. token)
+        return 1
+      end
       if tonumber(ARGV[5]) > 0 then
         e.expiry = now + tonumber(ARGV[5])
-        redis.call('HSET', KEYS[1], 'h:' .. token, F.entry_value(e))
+        redis.call('HSET', KEYS[1], 'h:' .. hold, F.entry_value(e))
         F.settle(KEYS[1], live, now, ARGV[3])
         return 2
       end
-      redis.call('HDEL', KEYS[1], 'h:' .. token)
+      redis.call('HDEL', KEYS[1], 'h:' .. hold, 'l:' .. token)
       table.remove(live, i)
       released = 1
       break
     end
   end
+  local left = 0
   if ARGV[2] == '1' then
-    leave_queue(KEYS[3], KEYS[4], token)
+    left = redis.call('ZREM', KEYS[3], token)
+    redis.call('DEL', KEYS[4] .. token)
+  end
+  if released == 0 and left == 0 then
+    -- Neither held nor waited: nothing changed, nobody to wake.
+    return 0
   end
   F.settle(KEYS[1], live, now, ARGV[3])
   F.wake_hash(kind, KEYS[1], KEYS[3], KEYS[4], ARGV[4], live)

@@ -6,7 +6,7 @@
 -- Returns {1} when set, {-1, kind} when the key holds another kind of lock.
 local F = family()
 local kind = kind_of(KEYS[1])
-if kind ~= 'none' and kind ~= 'semaphore' then
+if kind ~= 'none' and kind ~= 'semaphore' and not F.drop_stale(KEYS[1], kind) then
   return {-1, kind}
 end
 redis.call('HSET', KEYS[1], 'kind', 'semaphore', 'permits', ARGV[1])
