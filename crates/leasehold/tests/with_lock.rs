@@ -113,10 +113,7 @@ async fn every_primitive_runs_work_under_its_lock() {
     let config = c.reentrant_mutex("config").unwrap();
     let (outer, inner) = config
         .with_lock(async |outer| {
-            let inner = config
-                .with_lock(async |inner| inner.fence())
-                .await
-                .unwrap();
+            let inner = config.with_lock(async |inner| inner.fence()).await.unwrap();
             (outer.fence(), inner)
         })
         .await
