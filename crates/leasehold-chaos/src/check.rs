@@ -7,8 +7,9 @@
 //!   of a semaphore already hold all its permits. Each is counted once
 //!   (a pair, or a section too many). It is **faulted** when the earlier
 //!   holder's lease could have run out while it believed it held it: the
-//!   holder was stopped (SIGSTOP) from before the later grant, long enough
-//!   for its lease to run out first, and was still stopped when it did.
+//!   holder, granted first as the fences tell, was stopped (SIGSTOP) from
+//!   before the later grant, long enough for its lease to run out first,
+//!   and was still stopped when it did.
 //!   Only fences protect the resource then. Every other overlap is
 //!   **unsafe**: the lock was granted twice. No other fault excuses one: a
 //!   holder that runs learns of a lost lease from its own clock before
@@ -400,14 +401,28 @@ fn describe(inputs: &Inputs, s: &Section) -> String {
     )
 }
 
+/// Whether `earlier` was granted before `later`, as their fences tell:
+/// each grant's fence is larger than every earlier one of its lock, and a
+/// reader reports the fence of the last write before it.
+fn granted_before(earlier: &Section, later: &Section) -> bool {
+    if later.mode == Mode::Read {
+        earlier.fence <= later.fence
+    } else {
+        earlier.fence < later.fence
+    }
+}
+
 /// Whether `earlier`'s lease could have run out before `later` was
-/// granted, with `earlier` none the wiser: a SIGSTOP of its worker began
-/// before `later`'s grant, while `earlier` waited or held, and the lease
-/// could have run out (at the soonest, a lease after its grant or after
-/// its last renewal before the stop) before `later`'s grant and while the
-/// stop lasted. A holder that runs when its lease runs out learns it from
-/// its own clock first.
+/// granted, with `earlier` none the wiser: `earlier` was granted first,
+/// a SIGSTOP of its worker began before `later`'s grant, while `earlier`
+/// waited or held, and the lease could have run out (at the soonest, a
+/// lease after its grant or after its last renewal before the stop)
+/// before `later`'s grant and while the stop lasted. A holder that runs
+/// when its lease runs out learns it from its own clock first.
 fn lapsed(inputs: &Inputs, earlier: &Section, later: &Section) -> bool {
+    if !granted_before(earlier, later) {
+        return false;
+    }
     let id = &inputs.workers[earlier.worker].id;
     let lease = inputs.lease;
     inputs
@@ -946,6 +961,32 @@ mod tests {
         let found = check(&run);
         assert_eq!((found.unsafe_overlaps, found.faulted_overlaps), (0, 1));
         assert_eq!(found.fence_regressions, 0);
+    }
+
+    #[test]
+    fn a_waiter_stopped_and_granted_after_it_resumed_is_the_later_one() {
+        // A waited from 0, was stopped from 50 ms for 3 leases, and was
+        // granted after it resumed (its fence is larger than B's), while B
+        // still held: granted twice.
+        let x = Mode::Exclusive;
+        let mut run = inputs(vec![
+            worker(
+                "a",
+                vec![
+                    late("mutex-0", x, 30, 0, 3060 * MS),
+                    end(3070 * MS, Outcome::Done),
+                ],
+            ),
+            worker(
+                "b",
+                vec![
+                    acq("mutex-0", x, 20, 1200 * MS),
+                    end(3500 * MS, Outcome::Done),
+                ],
+            ),
+        ]);
+        run.faults.push(pause("a", 50 * MS, 3050 * MS));
+        assert_eq!(overlaps_of(&run), (1, 0));
     }
 
     #[test]
