@@ -99,6 +99,71 @@ impl FromStr for Outcome {
     }
 }
 
+/// What a request to the fenced resource asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    Read,
+    Write,
+}
+
+impl Op {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Op::Read => "r",
+            Op::Write => "w",
+        }
+    }
+}
+
+impl FromStr for Op {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "r" => Ok(Op::Read),
+            "w" => Ok(Op::Write),
+            _ => Err(format!("unknown op {s:?}")),
+        }
+    }
+}
+
+/// How a request to the fenced resource ended, as its worker saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Accepted: the value read or written.
+    Accepted,
+    /// Refused for its fence.
+    Refused,
+    /// No answer: the resource could not be reached.
+    Failed,
+    /// The lease was lost while the request was on its way; it may or may
+    /// not have been served.
+    Cut,
+}
+
+impl Answer {
+    fn as_str(self) -> &'static str {
+        match self {
+            Answer::Accepted => "ok",
+            Answer::Refused => "no",
+            Answer::Failed => "err",
+            Answer::Cut => "cut",
+        }
+    }
+}
+
+impl FromStr for Answer {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "ok" => Ok(Answer::Accepted),
+            "no" => Ok(Answer::Refused),
+            "err" => Ok(Answer::Failed),
+            "cut" => Ok(Answer::Cut),
+            _ => Err(format!("unknown answer {s:?}")),
+        }
+    }
+}
+
 /// One line of a worker's log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Event {
@@ -107,8 +172,34 @@ pub(crate) enum Event {
         lock: String,
         mode: Mode,
         fence: u64,
+        /// Semaphore permits held by the one lease (1 for other locks).
+        permits: u32,
         wait_start: u64,
         at: u64,
+    },
+    /// A second level of the lock the open section holds was asked for (a
+    /// reentry, or the read lock of a writer about to downgrade). `lost`:
+    /// the outer lease was known lost when the answer came; `result` is
+    /// "ok" or the error's kind.
+    Nested {
+        at: u64,
+        fence: u64,
+        lost: bool,
+        result: String,
+    },
+    /// A writer is about to release its write lock and hold on as a
+    /// reader: from `at` on, other readers may be admitted.
+    Downgraded { at: u64 },
+    /// A request to the fenced resource, from when it was sent to when its
+    /// answer came. `value`: the value written, or the value read.
+    Request {
+        register: String,
+        op: Op,
+        fence: u64,
+        value: u64,
+        sent: u64,
+        answered: u64,
+        answer: Answer,
     },
     /// The critical section that started last ends.
     Ended { at: u64, outcome: Outcome },
@@ -121,7 +212,7 @@ pub(crate) enum Event {
         kind: String,
         message: String,
     },
-    /// The release of the lease that ended last answered.
+    /// The release of a lease of the section that ended last answered.
     Released { at: u64, result: String },
 }
 
@@ -132,12 +223,39 @@ impl fmt::Display for Event {
                 lock,
                 mode,
                 fence,
+                permits,
                 wait_start,
                 at,
             } => write!(
                 f,
-                "acq\t{lock}\t{}\t{fence}\t{wait_start}\t{at}",
+                "acq\t{lock}\t{}\t{fence}\t{permits}\t{wait_start}\t{at}",
                 mode.as_str()
+            ),
+            Event::Nested {
+                at,
+                fence,
+                lost,
+                result,
+            } => write!(
+                f,
+                "nest\t{at}\t{fence}\t{}\t{}",
+                u8::from(*lost),
+                one_line(result)
+            ),
+            Event::Downgraded { at } => write!(f, "down\t{at}"),
+            Event::Request {
+                register,
+                op,
+                fence,
+                value,
+                sent,
+                answered,
+                answer,
+            } => write!(
+                f,
+                "req\t{register}\t{}\t{fence}\t{value}\t{sent}\t{answered}\t{}",
+                op.as_str(),
+                answer.as_str()
             ),
             Event::Ended { at, outcome } => write!(f, "end\t{at}\t{}", outcome.as_str()),
             Event::WaitFailed {
@@ -156,7 +274,7 @@ impl fmt::Display for Event {
     }
 }
 
-fn one_line(s: &str) -> String {
+pub(crate) fn one_line(s: &str) -> String {
     s.replace(['\t', '\n', '\r'], " ")
 }
 
@@ -176,12 +294,29 @@ impl FromStr for Event {
                 .ok_or_else(|| format!("field {i} missing in {line:?}"))
         };
         match f.first().copied() {
-            Some("acq") if f.len() == 6 => Ok(Event::Acquired {
+            Some("acq") if f.len() == 7 => Ok(Event::Acquired {
                 lock: text(1)?,
                 mode: text(2)?.parse()?,
                 fence: num(3)?,
-                wait_start: num(4)?,
-                at: num(5)?,
+                permits: u32::try_from(num(4)?).map_err(|e| format!("{line:?}: {e}"))?,
+                wait_start: num(5)?,
+                at: num(6)?,
+            }),
+            Some("nest") if f.len() == 5 => Ok(Event::Nested {
+                at: num(1)?,
+                fence: num(2)?,
+                lost: num(3)? != 0,
+                result: text(4)?,
+            }),
+            Some("down") if f.len() == 2 => Ok(Event::Downgraded { at: num(1)? }),
+            Some("req") if f.len() == 8 => Ok(Event::Request {
+                register: text(1)?,
+                op: text(2)?.parse()?,
+                fence: num(3)?,
+                value: num(4)?,
+                sent: num(5)?,
+                answered: num(6)?,
+                answer: text(7)?.parse()?,
             }),
             Some("end") if f.len() == 3 => Ok(Event::Ended {
                 at: num(1)?,
@@ -246,12 +381,33 @@ mod tests {
                 lock: "mutex-0".into(),
                 mode: Mode::Exclusive,
                 fence: 1_700_000_000_000_001,
+                permits: 1,
                 wait_start: 5,
                 at: 9,
+            },
+            Event::Nested {
+                at: 10,
+                fence: 1_700_000_000_000_001,
+                lost: false,
+                result: "ok".into(),
+            },
+            Event::Downgraded { at: 10 },
+            Event::Request {
+                register: "mutex-0".into(),
+                op: Op::Write,
+                fence: 1_700_000_000_000_001,
+                value: 4,
+                sent: 10,
+                answered: 11,
+                answer: Answer::Refused,
             },
             Event::Ended {
                 at: 12,
                 outcome: Outcome::Lost,
+            },
+            Event::Released {
+                at: 21,
+                result: "ok".into(),
             },
             Event::WaitFailed {
                 lock: "fair-0".into(),
@@ -260,20 +416,14 @@ mod tests {
                 kind: "connection".into(),
                 message: "cannot reach\tredis\n".into(),
             },
-            Event::Released {
-                at: 21,
-                result: "ok".into(),
-            },
         ];
         let mut text: String = events.iter().map(|e| format!("{e}\n")).collect();
         text.push_str("acq\tmutex-0\tx\t17");
         let read = parse_log(&text).unwrap();
-        assert_eq!(read.len(), 4);
-        assert_eq!(read[0], events[0]);
-        assert_eq!(read[1], events[1]);
-        assert_eq!(read[3], events[3]);
-        let Event::WaitFailed { message, .. } = &read[2] else {
-            panic!("{:?}", read[2]);
+        assert_eq!(read.len(), events.len());
+        assert_eq!(read[..6], events[..6]);
+        let Event::WaitFailed { message, .. } = &read[6] else {
+            panic!("{:?}", read[6]);
         };
         assert_eq!(message, "cannot reach redis ");
     }

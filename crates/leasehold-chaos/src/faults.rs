@@ -2,9 +2,10 @@
 //! from a seeded generator.
 
 use std::fmt;
+use std::str::FromStr;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 
 use crate::rng::Rng;
 
@@ -132,10 +133,13 @@ impl Fault {
         !matches!(self, Fault::Restart { .. } | Fault::ClientPause(_))
     }
 
-    /// Whether the worker it strikes is stopped or gone: its overlaps are
-    /// expected (only fences protect the resource then).
-    pub(crate) fn stops_process(self) -> bool {
-        matches!(self, Fault::Pause(_) | Fault::Kill)
+    /// Whether the worker it strikes is stopped while alive, blind to its
+    /// own clock: the only fault that lets a lease run out while its holder
+    /// still believes it holds it. Any other fault leaves the holder
+    /// running, so its watchdog's local deadline (shorter than the lease in
+    /// Redis) tells it first; a killed holder believes nothing.
+    pub(crate) fn stops_holder(self) -> bool {
+        matches!(self, Fault::Pause(_))
     }
 
     /// How many leases of calm follow it, on average. After a restart no
@@ -197,6 +201,65 @@ impl fmt::Display for Fault {
     }
 }
 
+impl Fault {
+    /// The fault as one word, for the kept fault log: its kind and its
+    /// strength in nanoseconds.
+    pub(crate) fn code(self) -> String {
+        let ns = |d: Duration| d.as_nanos();
+        match self {
+            Fault::Pause(d) => format!("pause:{}", ns(d)),
+            Fault::Kill => "kill".into(),
+            Fault::Restart { aof, down } => {
+                format!("restart:{}:{}", if aof { "aof" } else { "noaof" }, ns(down))
+            }
+            Fault::ClientPause(d) => format!("client-pause:{}", ns(d)),
+            Fault::Latency {
+                replies_only,
+                latency,
+                lasting,
+            } => format!(
+                "latency:{}:{}:{}",
+                if replies_only { "replies" } else { "both" },
+                ns(latency),
+                ns(lasting)
+            ),
+            Fault::Blackhole(d) => format!("blackhole:{}", ns(d)),
+            Fault::Reset => "reset".into(),
+            Fault::HalfOpen => "half-open".into(),
+        }
+    }
+
+    pub(crate) fn from_code(code: &str) -> Result<Fault> {
+        let parts: Vec<&str> = code.split(':').collect();
+        let ns = |i: usize| -> Result<Duration> {
+            let n: u64 = parts
+                .get(i)
+                .ok_or_else(|| anyhow!("no strength in fault {code:?}"))?
+                .parse()
+                .map_err(|e| anyhow!("fault {code:?}: {e}"))?;
+            Ok(Duration::from_nanos(n))
+        };
+        Ok(match parts.as_slice() {
+            ["pause", _] => Fault::Pause(ns(1)?),
+            ["kill"] => Fault::Kill,
+            ["restart", aof @ ("aof" | "noaof"), _] => Fault::Restart {
+                aof: *aof == "aof",
+                down: ns(2)?,
+            },
+            ["client-pause", _] => Fault::ClientPause(ns(1)?),
+            ["latency", way @ ("replies" | "both"), _, _] => Fault::Latency {
+                replies_only: *way == "replies",
+                latency: ns(2)?,
+                lasting: ns(3)?,
+            },
+            ["blackhole", _] => Fault::Blackhole(ns(1)?),
+            ["reset"] => Fault::Reset,
+            ["half-open"] => Fault::HalfOpen,
+            _ => bail!("not a fault: {code:?}"),
+        })
+    }
+}
+
 /// A fault as it was injected, on the monotonic clock.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Injected {
@@ -207,6 +270,39 @@ pub(crate) struct Injected {
     pub(crate) at_holder: bool,
     pub(crate) start: u64,
     pub(crate) end: u64,
+}
+
+impl fmt::Display for Injected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}\t{}\t{}\t{}\t{}",
+            self.fault.code(),
+            self.target.as_deref().unwrap_or("-"),
+            u8::from(self.at_holder),
+            self.start,
+            self.end
+        )
+    }
+}
+
+impl FromStr for Injected {
+    type Err = anyhow::Error;
+    fn from_str(line: &str) -> Result<Self> {
+        let f: Vec<&str> = line.split('\t').collect();
+        let [code, target, at_holder, start, end] = f.as_slice() else {
+            bail!("not a fault line: {line:?}");
+        };
+        let num =
+            |s: &str| -> Result<u64> { s.parse().map_err(|e| anyhow!("fault line {line:?}: {e}")) };
+        Ok(Injected {
+            fault: Fault::from_code(code)?,
+            target: (*target != "-").then(|| (*target).to_owned()),
+            at_holder: *at_holder == "1",
+            start: num(start)?,
+            end: num(end)?,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -228,5 +324,24 @@ mod tests {
         assert_eq!(kinds.len(), 8);
         assert_eq!(Schedule::parse_list("all").unwrap().len(), 9);
         assert!(Schedule::parse_list("earthquake").is_err());
+    }
+
+    #[test]
+    fn faults_read_back_from_the_kept_fault_log() {
+        let mut rng = Rng::new(5);
+        let lease = Duration::from_millis(333);
+        for _ in 0..200 {
+            let fault = Schedule::Mixed.draw(&mut rng, lease);
+            let injected = Injected {
+                fault,
+                target: rng.chance(0.5).then(|| "w3".to_owned()),
+                at_holder: rng.chance(0.5),
+                start: rng.next(),
+                end: rng.next(),
+            };
+            assert_eq!(injected.to_string().parse::<Injected>().unwrap(), injected);
+        }
+        assert!("pause:x\t-\t0\t1\t2".parse::<Injected>().is_err());
+        assert!("quake\t-\t0\t1\t2".parse::<Injected>().is_err());
     }
 }

@@ -12,7 +12,14 @@
 //! ```text
 //! leasehold-chaos --schedule pause --seed 7 --seconds 30 --json run.jsonl
 //! leasehold-chaos --schedule all --seconds 60 --acquisitions 22000 --workers 12 --locks 3
+//! leasehold-chaos --schedule pause --keep-logs runs && leasehold-chaos check runs
 //! ```
+//!
+//! Two controls show that the checker can fail: `--unfenced` (the resource
+//! accepts stale writes, which the checker must find) and
+//! `--restart-grace-ms 0` with `--schedule restart` (locks lost in a
+//! restart are granted again at once, while their old holders still hold
+//! them: unsafe overlaps).
 //!
 //! Exit codes: 0 every run's must-be-zero figures are 0; 1 some are not;
 //! 2 a run could not be made (bad arguments, no `redis-server`, …) or was
@@ -87,16 +94,38 @@ struct RunArgs {
     /// the checker finds when nothing refuses a stale holder).
     #[arg(long)]
     unfenced: bool,
-    /// Appends one JSON object per run to FILE.
+    /// How long after Redis starts no lock is granted (default: a lease
+    /// and a tenth). 0 shows what the grace prevents: after a restart
+    /// without the AOF, locks granted again while their holders hold them.
+    #[arg(long, value_name = "MS")]
+    restart_grace_ms: Option<u64>,
+    /// Appends one JSON object per run to FILE: the run's settings
+    /// (schedule, seed, seconds, workers, lease_ms, …), the faults
+    /// (faults, faults_at_holders as inspect saw them, faults_by_kind) and
+    /// the figures of the table. unsafe_overlaps and faulted_overlaps count
+    /// pairs of sections (or, for a semaphore, sections too many).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Keeps the workers' logs under DIR/<schedule>-<seed>/.
+    /// Keeps everything the checker reads under DIR/<schedule>-<seed>/,
+    /// which must be empty or absent; `check DIR` reads it again.
     #[arg(long, value_name = "DIR")]
     keep_logs: Option<PathBuf>,
 }
 
+/// The longest run asked for: a month.
+const MAX_SECONDS: f64 = 30.0 * 86_400.0;
+const MAX_WORKERS: usize = 64;
+const MAX_LOCKS: usize = 64;
+const MAX_RESTART_GRACE_MS: u64 = 3_600_000;
+
 #[derive(Debug, Subcommand)]
 enum Sub {
+    /// Runs the checker again over runs kept with --keep-logs: DIR is one
+    /// run's directory, or the --keep-logs directory with several.
+    Check {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
     /// One worker process (started by the harness itself).
     #[command(hide = true)]
     Worker {
@@ -135,6 +164,9 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
+    if let Some(Sub::Check { dir }) = &cli.command {
+        return check_kept(dir);
+    }
     if let Some(Sub::Worker {
         id,
         url,
@@ -166,18 +198,50 @@ fn run(cli: Cli) -> Result<ExitCode> {
     let schedules = Schedule::parse_list(&args.schedule)?;
     let workloads = Workload::parse_list(&args.workloads)?;
     anyhow::ensure!(
-        args.workers >= 2,
-        "--workers must be at least 2: a lock needs contenders"
+        (2..=MAX_WORKERS).contains(&args.workers),
+        "--workers must be between 2 (a lock needs contenders) and {MAX_WORKERS}"
     );
-    anyhow::ensure!(args.locks >= 1, "--locks must be at least 1");
+    anyhow::ensure!(
+        (1..=MAX_LOCKS).contains(&args.locks),
+        "--locks must be between 1 and {MAX_LOCKS}"
+    );
     anyhow::ensure!(
         (100..=60_000).contains(&args.lease_ms),
         "--lease-ms must be between 100 and 60000"
     );
     anyhow::ensure!(
-        args.seconds.is_finite() && args.seconds > 0.0,
-        "--seconds must be a positive number"
+        args.seconds.is_finite() && args.seconds > 0.0 && args.seconds <= MAX_SECONDS,
+        "--seconds must be a number above 0 and at most {MAX_SECONDS} (30 days); \
+         --acquisitions makes a run longer by what it does"
     );
+    let lease = Duration::from_millis(args.lease_ms);
+    let restart_grace = match args.restart_grace_ms {
+        Some(ms) if ms > MAX_RESTART_GRACE_MS => {
+            anyhow::bail!("--restart-grace-ms must be at most {MAX_RESTART_GRACE_MS}")
+        }
+        Some(ms) => Duration::from_millis(ms),
+        None => orchestrator::default_restart_grace(lease),
+    };
+    let configs: Vec<RunConfig> = schedules
+        .into_iter()
+        .map(|schedule| RunConfig {
+            schedule,
+            seed: args.seed,
+            seconds: args.seconds,
+            acquisitions: args.acquisitions,
+            workers: args.workers,
+            lease,
+            workloads: workloads.clone(),
+            locks: args.locks,
+            fenced: !args.unfenced,
+            restart_grace,
+            keep_logs: args.keep_logs.clone(),
+        })
+        .collect();
+    // Refused before any run starts, not after the first.
+    for dir in configs.iter().filter_map(RunConfig::kept_dir) {
+        orchestrator::claim_dir(&dir)?;
+    }
     orchestrator::install_signal_handlers();
     let mut json = match &args.json {
         Some(path) => Some(
@@ -190,21 +254,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         None => None,
     };
     let mut failed = false;
-    for schedule in schedules {
-        let config = RunConfig {
-            schedule,
-            seed: args.seed,
-            seconds: args.seconds,
-            acquisitions: args.acquisitions,
-            workers: args.workers,
-            lease: Duration::from_millis(args.lease_ms),
-            workloads: workloads.clone(),
-            locks: args.locks,
-            fenced: !args.unfenced,
-            keep_logs: args.keep_logs.clone(),
-        };
-        let report =
-            orchestrator::run(&config).with_context(|| format!("schedule {}", schedule.name()))?;
+    for config in configs {
+        let report = orchestrator::run(&config)
+            .with_context(|| format!("schedule {}", config.schedule.name()))?;
         print_report(&report);
         if let Some(file) = &mut json {
             writeln!(file, "{}", report.to_json())?;
@@ -218,30 +270,64 @@ fn run(cli: Cli) -> Result<ExitCode> {
     })
 }
 
+/// `check DIR`: the checker over kept runs.
+fn check_kept(dir: &std::path::Path) -> Result<ExitCode> {
+    let dirs = if orchestrator::is_run_dir(dir) {
+        vec![dir.to_owned()]
+    } else {
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("cannot read {}", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| orchestrator::is_run_dir(p))
+            .collect();
+        dirs.sort();
+        dirs
+    };
+    anyhow::ensure!(
+        !dirs.is_empty(),
+        "{} holds no kept run (a run.json from --keep-logs)",
+        dir.display()
+    );
+    let mut failed = false;
+    for d in dirs {
+        let report = orchestrator::recheck(&d).with_context(|| format!("{}", d.display()))?;
+        print_report(&report);
+        failed |= !report.findings.failures().is_empty();
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
 fn print_report(r: &RunReport) {
     let f = &r.findings;
     let must = |n: u64| if n == 0 { "ok" } else { "MUST BE 0" };
     println!(
-        "schedule {} seed {}: {:.1} s, {} workers, lease {} ms, {} faults ({} at holders)",
+        "schedule {} seed {}: {:.1} s, {} workers, lease {} ms, restart grace {} ms{}, \
+         {} faults ({} aimed at a holder)",
         r.config.schedule.name(),
         r.config.seed,
         r.seconds,
         r.config.workers,
         r.config.lease.as_millis(),
+        r.config.restart_grace.as_millis(),
+        if r.config.fenced { "" } else { ", unfenced" },
         r.faults.len(),
         r.faults.iter().filter(|x| x.at_holder).count()
     );
-    let rows: [(&str, String, &str); 13] = [
+    let rows: [(&str, String, &str); 17] = [
         ("acquisitions", f.acquisitions.to_string(), ""),
         (
-            "unsafe overlaps",
+            "unsafe overlaps (pairs)",
             f.unsafe_overlaps.to_string(),
             must(f.unsafe_overlaps),
         ),
         (
-            "faulted overlaps",
+            "faulted overlaps (pairs)",
             f.faulted_overlaps.to_string(),
-            "expected: only fences cover them",
+            "a stopped holder's lease ran out: only fences cover them",
         ),
         (
             "fenced requests accepted / refused",
@@ -263,10 +349,25 @@ fn print_report(r: &RunReport) {
             f.fence_regressions.to_string(),
             must(f.fence_regressions),
         ),
+        (
+            "nested levels (mismatches)",
+            format!("{} ({})", f.nested, f.nested_mismatches),
+            must(f.nested_mismatches),
+        ),
         ("leases lost", f.lost_leases.to_string(), ""),
         (
             "loss detection after a new holder, max",
             format!("{:.1} ms", f.loss_detection_ms_max),
+            "",
+        ),
+        (
+            "  of it after the holder resumed, max",
+            format!("{:.1} ms", f.loss_detection_after_resume_ms_max),
+            "",
+        ),
+        (
+            "faults that struck a section",
+            f.faults_struck_sections.to_string(),
             "",
         ),
         (
@@ -280,6 +381,11 @@ fn print_report(r: &RunReport) {
             "keys without a TTL",
             f.keys_without_ttl.to_string(),
             must(f.keys_without_ttl),
+        ),
+        (
+            "workers failed",
+            f.workers_failed.to_string(),
+            must(f.workers_failed),
         ),
     ];
     for (label, value, note) in rows {

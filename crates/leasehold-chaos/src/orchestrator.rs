@@ -2,11 +2,20 @@
 //! fault proxy and a worker process per worker slot, faults on the seeded
 //! schedule, then the checker over what they logged.
 //!
-//! Every process the run starts is its child: the workers die with it
-//! (`PR_SET_PDEATHSIG`), and on SIGINT, SIGTERM or SIGHUP the run stops its
-//! faults, workers and servers before it returns.
+//! Every process the run starts is its child and dies with it, even when
+//! the harness is killed with SIGKILL: the workers and the redis-server get
+//! `PR_SET_PDEATHSIG` (the fault proxies and the resource are threads of
+//! the harness). On SIGINT, SIGTERM or SIGHUP the run stops its faults,
+//! workers and servers before it returns.
+//!
+//! A run's directory holds all the checker reads, so that `check DIR` can
+//! read it again: `w<N>.log` and `w<N>.stderr` of each worker, `faults.log`
+//! (the faults as injected), `resource.log` (every request the resource
+//! served) and `run.json` (the run's settings, and what only the harness
+//! saw: kills, keys without a TTL, failed workers).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::fmt::Write as _;
 use std::fs;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::process::CommandExt;
@@ -22,9 +31,9 @@ use leasehold_testkit::{FaultProxy, RedisServer};
 use serde_json::{json, Value};
 
 use crate::check::{self, Findings, Inputs, WorkerLog};
-use crate::events::{mono_ns, parse_log};
+use crate::events::{mono_ns, one_line, parse_log};
 use crate::faults::{Fault, Injected, Schedule};
-use crate::resource::Resource;
+use crate::resource::{Resource, Served};
 use crate::rng::Rng;
 use crate::workload::Workload;
 
@@ -66,7 +75,15 @@ pub(crate) struct RunConfig {
     pub(crate) workloads: Vec<Workload>,
     pub(crate) locks: usize,
     pub(crate) fenced: bool,
+    /// No lock is granted through a server younger than this.
+    pub(crate) restart_grace: Duration,
     pub(crate) keep_logs: Option<PathBuf>,
+}
+
+/// Longer than any lease: a restart that lost the locks grants none of
+/// them again while their old holders may still think they hold them.
+pub(crate) fn default_restart_grace(lease: Duration) -> Duration {
+    lease + lease / 10
 }
 
 impl RunConfig {
@@ -74,11 +91,32 @@ impl RunConfig {
         self.lease / 4
     }
 
-    /// Longer than any lease: no lock is granted through a server younger
-    /// than this, so a restart that lost the locks grants none of them again
-    /// while their old holders may still think they hold them.
-    fn restart_grace(&self) -> Duration {
-        self.lease + self.lease / 10
+    /// Where `--keep-logs` keeps this run.
+    pub(crate) fn kept_dir(&self) -> Option<PathBuf> {
+        self.keep_logs
+            .as_ref()
+            .map(|dir| dir.join(format!("{}-{}", self.schedule.name(), self.seed)))
+    }
+}
+
+/// Makes `dir` ready for one run's logs: a run never writes into a
+/// directory that holds another's.
+pub(crate) fn claim_dir(dir: &Path) -> Result<()> {
+    match fs::read_dir(dir) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                bail!(
+                    "{} is not empty: it holds an earlier run (read it again with `check`); \
+                     remove it or keep the logs elsewhere",
+                    dir.display()
+                );
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", dir.display())),
     }
 }
 
@@ -99,6 +137,7 @@ impl RunReport {
             "seconds": (self.seconds * 10.0).round() / 10.0,
             "workers": self.config.workers,
             "lease_ms": self.config.lease.as_millis() as u64,
+            "restart_grace_ms": self.config.restart_grace.as_millis() as u64,
             "workloads": self.config.workloads.iter().map(|w| w.name()).collect::<Vec<_>>(),
             "fenced_resource": self.config.fenced,
             "faults": self.faults.len(),
@@ -123,6 +162,8 @@ struct Slot {
     child: Child,
     proxy: FaultProxy,
     log: PathBuf,
+    stderr: PathBuf,
+    /// When it was killed, or found dead.
     killed_at: Option<u64>,
 }
 
@@ -161,31 +202,45 @@ struct Run<'a> {
     rng: Rng,
     faults: Vec<Injected>,
     no_ttl: BTreeSet<String>,
+    /// Workers that exited when the schedule did not stop them, or would
+    /// not stop.
+    failures: Vec<String>,
     rt: tokio::runtime::Runtime,
     client: leasehold::Client,
     last_scan: Instant,
+    last_reap: Instant,
     /// Acquisitions counted so far, and how far each log was read.
     counted: u64,
-    read_to: std::collections::HashMap<PathBuf, u64>,
+    read_to: HashMap<PathBuf, u64>,
 }
 
 pub(crate) fn run(config: &RunConfig) -> Result<RunReport> {
-    let scratch = tempfile::Builder::new()
-        .prefix("leasehold-chaos-")
-        .tempdir()
-        .context("cannot make a directory for the logs")?;
-    let logs = match &config.keep_logs {
+    // Removed when the run ends, unless the logs are kept.
+    let mut scratch = None;
+    let logs = match config.kept_dir() {
         Some(dir) => {
-            let dir = dir.join(format!("{}-{}", config.schedule.name(), config.seed));
-            fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            claim_dir(&dir)?;
             dir
         }
-        None => scratch.path().to_owned(),
+        None => scratch
+            .insert(
+                tempfile::Builder::new()
+                    .prefix("leasehold-chaos-")
+                    .tempdir()
+                    .context("cannot make a directory for the logs")?,
+            )
+            .path()
+            .to_owned(),
     };
     let server = if config.schedule.restarts() {
-        RedisServer::try_start_with_args(&["--appendonly", "yes", "--appendfsync", "always"])
+        RedisServer::try_start_dying_with_parent(&[
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+        ])
     } else {
-        RedisServer::try_start()
+        RedisServer::try_start_dying_with_parent(&[])
     }
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -207,11 +262,13 @@ pub(crate) fn run(config: &RunConfig) -> Result<RunReport> {
         rng: Rng::new(config.seed),
         faults: Vec::new(),
         no_ttl: BTreeSet::new(),
+        failures: Vec::new(),
         rt,
         client,
         last_scan: Instant::now(),
+        last_reap: Instant::now(),
         counted: 0,
-        read_to: std::collections::HashMap::new(),
+        read_to: HashMap::new(),
     };
     for _ in 0..config.workers {
         let slot = run.spawn()?;
@@ -219,23 +276,15 @@ pub(crate) fn run(config: &RunConfig) -> Result<RunReport> {
     }
     let started = mono_ns();
     let until = Instant::now() + Duration::from_secs_f64(config.seconds);
-    run.nap(config.lease);
-    while (Instant::now() < until || run.count_acquisitions() < config.acquisitions)
-        && !interrupted()
-    {
-        let fault = config.schedule.draw(&mut run.rng, config.lease);
-        run.inject(fault)?;
-        let gap = config
-            .lease
-            .mul_f64(fault.gap_factor() * (0.5 + run.rng.below(1000) as f64 / 1000.0));
-        run.nap(gap);
-    }
-    let run_end = run.stop()?;
+    let ran = run.schedule(until);
+    let run_end = run.stop();
+    ran?;
     if interrupted() {
         bail!("interrupted: the run was stopped and cleaned up");
     }
     run.scan_ttls(true);
     let inputs = run.inputs(run_end)?;
+    run.save(&inputs, started)?;
     let findings = check::check(&inputs);
     Ok(RunReport {
         config: config.clone(),
@@ -246,12 +295,30 @@ pub(crate) fn run(config: &RunConfig) -> Result<RunReport> {
 }
 
 impl Run<'_> {
+    /// Faults on the schedule until `until` and the acquisitions asked for.
+    fn schedule(&mut self, until: Instant) -> Result<()> {
+        let config = self.config;
+        self.nap(config.lease)?;
+        while (Instant::now() < until || self.count_acquisitions() < config.acquisitions)
+            && !interrupted()
+        {
+            let fault = config.schedule.draw(&mut self.rng, config.lease);
+            self.inject(fault)?;
+            let gap = config
+                .lease
+                .mul_f64(fault.gap_factor() * (0.5 + self.rng.below(1000) as f64 / 1000.0));
+            self.nap(gap)?;
+        }
+        Ok(())
+    }
+
     fn spawn(&mut self) -> Result<Slot> {
         let id = format!("w{}", self.next_id);
         self.next_id += 1;
         let proxy =
             FaultProxy::try_start(self.server.addr()).map_err(|e| anyhow::anyhow!("{e}"))?;
         let log = self.logs.join(format!("{id}.log"));
+        let stderr = self.logs.join(format!("{id}.stderr"));
         let workloads: Vec<&str> = self.config.workloads.iter().map(|w| w.name()).collect();
         let mut cmd = Command::new(&self.exe);
         cmd.arg("worker")
@@ -267,7 +334,7 @@ impl Run<'_> {
             ])
             .args([
                 "--restart-grace-ms",
-                &self.config.restart_grace().as_millis().to_string(),
+                &self.config.restart_grace.as_millis().to_string(),
             ])
             .args(["--workloads", &workloads.join(",")])
             .args(["--locks", &self.config.locks.to_string()])
@@ -275,9 +342,8 @@ impl Run<'_> {
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(
-                fs::File::create(self.logs.join(format!("{id}.stderr")))
-                    .map(Stdio::from)
-                    .unwrap_or_else(|_| Stdio::null()),
+                fs::File::create(&stderr)
+                    .with_context(|| format!("cannot create {}", stderr.display()))?,
             );
         // SAFETY: prctl is async-signal-safe; nothing else runs between
         // fork and exec.
@@ -299,8 +365,40 @@ impl Run<'_> {
             child,
             proxy,
             log,
+            stderr,
             killed_at: None,
         })
+    }
+
+    /// Notes a worker as failed, with the end of its standard error.
+    fn fail(&mut self, slot: usize, what: &str) {
+        let s = &self.slots[slot];
+        let text = fs::read(&s.stderr).unwrap_or_default();
+        let tail = String::from_utf8_lossy(&text[text.len().saturating_sub(STDERR_TAIL)..]);
+        self.failures.push(format!(
+            "{} {what}; its standard error ends: {}",
+            s.id,
+            one_line(tail.trim())
+        ));
+    }
+
+    /// Replaces the workers that exited when nothing stopped them, noting
+    /// them as failed; their sections end where they were found dead.
+    fn reap(&mut self) -> Result<()> {
+        self.last_reap = Instant::now();
+        for i in 0..self.slots.len() {
+            let status = match self.slots[i].child.try_wait() {
+                Ok(Some(status)) => status.to_string(),
+                Ok(None) => continue,
+                Err(e) => format!("cannot be waited for ({e})"),
+            };
+            self.slots[i].killed_at = Some(mono_ns());
+            self.fail(i, &format!("exited on its own ({status})"));
+            let fresh = self.spawn()?;
+            let old = std::mem::replace(&mut self.slots[i], fresh);
+            self.retired.push(old);
+        }
+        Ok(())
     }
 
     /// The acquisitions the workers have logged so far (read on from where
@@ -326,19 +424,23 @@ impl Run<'_> {
     }
 
     /// Sleeps until `d` has passed or the run is interrupted, checking the
-    /// keys' TTLs on the way.
-    fn nap(&mut self, d: Duration) {
+    /// keys' TTLs and the workers on the way.
+    fn nap(&mut self, d: Duration) -> Result<()> {
         let until = Instant::now() + d;
         while !interrupted() {
             let now = Instant::now();
             if now >= until {
-                return;
+                return Ok(());
             }
             if self.last_scan.elapsed() >= Duration::from_secs(1) {
                 self.scan_ttls(false);
             }
+            if self.last_reap.elapsed() >= Duration::from_millis(100) {
+                self.reap()?;
+            }
             thread::sleep((until - now).min(Duration::from_millis(20)));
         }
+        Ok(())
     }
 
     /// Records every `leasehold:` key without a TTL. A scan that Redis does
@@ -393,29 +495,38 @@ impl Run<'_> {
         (self.rng.below(self.slots.len() as u64) as usize, false)
     }
 
+    /// The slot of worker `id`, though it was retired meanwhile (the first
+    /// slot for none).
+    fn by_id(&self, id: Option<&str>) -> &Slot {
+        self.slots
+            .iter()
+            .chain(&self.retired)
+            .find(|s| Some(s.id.as_str()) == id)
+            .unwrap_or(&self.slots[0])
+    }
+
     fn inject(&mut self, fault: Fault) -> Result<()> {
         let (slot, at_holder) = if fault.targets_worker() {
-            let (i, h) = self.target();
-            (Some(i), h)
+            self.target()
         } else {
-            (None, false)
+            (0, false)
         };
+        let target = fault.targets_worker().then(|| self.slots[slot].id.clone());
         let start = mono_ns();
         let lease = self.config.lease;
         match fault {
             Fault::Pause(d) => {
-                let i = slot.unwrap_or(0);
-                self.slots[i].signal(libc::SIGSTOP);
-                self.nap(d);
-                self.slots[i].signal(libc::SIGCONT);
+                self.slots[slot].signal(libc::SIGSTOP);
+                let napped = self.nap(d);
+                self.by_id(target.as_deref()).signal(libc::SIGCONT);
+                napped?;
             }
             Fault::Kill => {
-                let i = slot.unwrap_or(0);
-                self.slots[i].signal(libc::SIGKILL);
-                let _ = self.slots[i].child.wait();
-                self.slots[i].killed_at = Some(mono_ns());
+                self.slots[slot].signal(libc::SIGKILL);
+                let _ = self.slots[slot].child.wait();
+                self.slots[slot].killed_at = Some(mono_ns());
                 let fresh = self.spawn()?;
-                let old = std::mem::replace(&mut self.slots[i], fresh);
+                let old = std::mem::replace(&mut self.slots[slot], fresh);
                 self.retired.push(old);
             }
             Fault::Restart { aof, down } => {
@@ -427,7 +538,7 @@ impl Run<'_> {
                             .with_context(|| format!("cannot remove {}", dir.display()))?;
                     }
                 }
-                self.nap(down);
+                self.nap(down)?;
                 self.server.restart();
             }
             Fault::ClientPause(d) => {
@@ -435,43 +546,37 @@ impl Run<'_> {
                 self.server
                     .command(&["CLIENT", "PAUSE", &ms, "ALL"])
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
-                self.nap(d);
+                self.nap(d)?;
             }
             Fault::Latency {
                 replies_only,
                 latency,
                 lasting,
             } => {
-                let proxy = &self.slots[slot.unwrap_or(0)].proxy;
+                let proxy = &self.slots[slot].proxy;
                 if replies_only {
                     proxy.set_reply_latency(latency);
                 } else {
                     proxy.set_latency(latency);
                 }
-                self.nap(lasting);
-                self.slots[slot.unwrap_or(0)].proxy.heal();
+                let napped = self.nap(lasting);
+                self.by_id(target.as_deref()).proxy.heal();
+                napped?;
             }
             Fault::Blackhole(d) => {
-                self.slots[slot.unwrap_or(0)].proxy.blackhole(true);
-                self.nap(d);
-                self.slots[slot.unwrap_or(0)].proxy.heal();
+                self.slots[slot].proxy.blackhole(true);
+                let napped = self.nap(d);
+                self.by_id(target.as_deref()).proxy.heal();
+                napped?;
             }
             Fault::Reset => {
-                self.slots[slot.unwrap_or(0)].proxy.reset();
+                self.slots[slot].proxy.reset();
             }
             Fault::HalfOpen => {
-                self.slots[slot.unwrap_or(0)].proxy.freeze_existing();
-                self.nap(lease);
+                self.slots[slot].proxy.freeze_existing();
+                self.nap(lease)?;
             }
         }
-        let target = slot.map(|i| match fault {
-            Fault::Kill => self
-                .retired
-                .last()
-                .map(|s| s.id.clone())
-                .unwrap_or_default(),
-            _ => self.slots[i].id.clone(),
-        });
         self.faults.push(Injected {
             fault,
             target,
@@ -483,9 +588,10 @@ impl Run<'_> {
     }
 
     /// Heals every fault, lets every worker finish its section and
-    /// release, and waits for them. Returns the moment the workers were
-    /// told to stop.
-    fn stop(&mut self) -> Result<u64> {
+    /// release, and waits for them; a worker that fails to stop, or stops
+    /// with an error, is noted as failed. Returns the moment the workers
+    /// were told to stop.
+    fn stop(&mut self) -> u64 {
         for s in &self.slots {
             s.proxy.heal();
             s.signal(libc::SIGCONT);
@@ -497,21 +603,31 @@ impl Run<'_> {
         for s in &mut self.slots {
             drop(s.child.stdin.take());
         }
-        let deadline = Instant::now() + self.config.lease * 6 + Duration::from_secs(5);
-        for s in &mut self.slots {
+        let grace = self.config.lease * 6 + Duration::from_secs(5);
+        let deadline = Instant::now() + grace;
+        for i in 0..self.slots.len() {
             loop {
-                match s.child.try_wait() {
-                    Ok(Some(_)) | Err(_) => break,
+                match self.slots[i].child.try_wait() {
+                    Ok(Some(status)) if status.success() => break,
+                    Ok(Some(status)) => {
+                        self.fail(i, &format!("stopped with {status}"));
+                        break;
+                    }
+                    Err(e) => {
+                        self.fail(i, &format!("cannot be waited for ({e})"));
+                        break;
+                    }
                     Ok(None) if Instant::now() >= deadline => {
-                        let _ = s.child.kill();
-                        let _ = s.child.wait();
+                        let _ = self.slots[i].child.kill();
+                        let _ = self.slots[i].child.wait();
+                        self.fail(i, &format!("did not stop within {} s", grace.as_secs()));
                         break;
                     }
                     Ok(None) => thread::sleep(Duration::from_millis(20)),
                 }
             }
         }
-        Ok(end)
+        end
     }
 
     fn inputs(&self, run_end: u64) -> Result<Inputs> {
@@ -529,9 +645,171 @@ impl Run<'_> {
             served: self.resource.log(),
             keys_without_ttl: self.no_ttl.clone(),
             run_end,
-            fault_slack: (self.config.lease + self.config.command_timeout() * 2).as_nanos() as u64,
+            fault_slack: nanos(self.config.lease + self.config.command_timeout() * 2),
+            lease: nanos(self.config.lease),
+            worker_failures: self.failures.clone(),
         })
     }
+
+    /// Writes what the checker reads beside the workers' logs.
+    fn save(&self, inputs: &Inputs, started: u64) -> Result<()> {
+        let mut faults = String::new();
+        for f in &inputs.faults {
+            writeln!(faults, "{f}")?;
+        }
+        write_file(&self.logs.join(FAULTS_FILE), &faults)?;
+        let mut served = String::new();
+        for s in &inputs.served {
+            writeln!(served, "{s}")?;
+        }
+        write_file(&self.logs.join(RESOURCE_FILE), &served)?;
+        let c = self.config;
+        let record = json!({
+            "schedule": c.schedule.name(),
+            "seed": c.seed,
+            "seconds": c.seconds,
+            "acquisitions": c.acquisitions,
+            "workers": c.workers,
+            "lease_ms": c.lease.as_millis() as u64,
+            "restart_grace_ms": c.restart_grace.as_millis() as u64,
+            "workloads": c.workloads.iter().map(|w| w.name()).collect::<Vec<_>>().join(","),
+            "locks": c.locks,
+            "fenced": c.fenced,
+            "started": started,
+            "run_end": inputs.run_end,
+            "fault_slack": inputs.fault_slack,
+            "keys_without_ttl": inputs.keys_without_ttl,
+            "worker_failures": inputs.worker_failures,
+            "logs": inputs.workers.iter().map(|w| json!({
+                "id": w.id,
+                "killed_at": w.killed_at,
+            })).collect::<Vec<_>>(),
+        });
+        write_file(&self.logs.join(RUN_FILE), &format!("{record:#}\n"))
+    }
+}
+
+const FAULTS_FILE: &str = "faults.log";
+const RESOURCE_FILE: &str = "resource.log";
+const RUN_FILE: &str = "run.json";
+/// How much of a failed worker's standard error a report shows.
+const STDERR_TAIL: usize = 2000;
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn write_file(path: &Path, text: &str) -> Result<()> {
+    fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Whether `dir` holds a kept run.
+pub(crate) fn is_run_dir(dir: &Path) -> bool {
+    dir.join(RUN_FILE).is_file()
+}
+
+/// The checker, again, over a run kept with `--keep-logs`.
+pub(crate) fn recheck(dir: &Path) -> Result<RunReport> {
+    let path = dir.join(RUN_FILE);
+    let text =
+        fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let record: Value = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a run record", path.display()))?;
+    let field = |name: &str| -> Result<&Value> {
+        record
+            .get(name)
+            .ok_or_else(|| anyhow::anyhow!("{} has no {name}", path.display()))
+    };
+    let number = |name: &str| -> Result<u64> {
+        field(name)?
+            .as_u64()
+            .ok_or_else(|| anyhow::anyhow!("{name} in {} is not a number", path.display()))
+    };
+    let text_of = |name: &str| -> Result<&str> {
+        field(name)?
+            .as_str()
+            .ok_or_else(|| anyhow::anyhow!("{name} in {} is not text", path.display()))
+    };
+    let strings = |name: &str| -> Result<Vec<String>> {
+        field(name)?
+            .as_array()
+            .ok_or_else(|| anyhow::anyhow!("{name} in {} is not a list", path.display()))?
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| anyhow::anyhow!("{name} in {} holds a non-text", path.display()))
+            })
+            .collect()
+    };
+    let schedule = *Schedule::parse_list(text_of("schedule")?)?
+        .first()
+        .ok_or_else(|| anyhow::anyhow!("{} names no schedule", path.display()))?;
+    let lease = Duration::from_millis(number("lease_ms")?);
+    let config = RunConfig {
+        schedule,
+        seed: number("seed")?,
+        seconds: field("seconds")?.as_f64().unwrap_or(0.0),
+        acquisitions: number("acquisitions")?,
+        workers: usize::try_from(number("workers")?)?,
+        lease,
+        workloads: Workload::parse_list(text_of("workloads")?)?,
+        locks: usize::try_from(number("locks")?)?,
+        fenced: field("fenced")?.as_bool().unwrap_or(true),
+        restart_grace: Duration::from_millis(number("restart_grace_ms")?),
+        keep_logs: None,
+    };
+    let mut workers = Vec::new();
+    for w in field("logs")?
+        .as_array()
+        .ok_or_else(|| anyhow::anyhow!("logs in {} is not a list", path.display()))?
+    {
+        let id = w
+            .get("id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| anyhow::anyhow!("a log in {} has no id", path.display()))?;
+        workers.push(WorkerLog {
+            id: id.to_owned(),
+            events: read_log(&dir.join(format!("{id}.log")))?,
+            killed_at: w.get("killed_at").and_then(Value::as_u64),
+        });
+    }
+    let faults = read_lines(&dir.join(FAULTS_FILE))?
+        .iter()
+        .map(|l| l.parse::<Injected>())
+        .collect::<Result<Vec<_>>>()?;
+    let served = read_lines(&dir.join(RESOURCE_FILE))?
+        .iter()
+        .map(|l| l.parse::<Served>().map_err(|e| anyhow::anyhow!("{e}")))
+        .collect::<Result<Vec<_>>>()?;
+    let started = number("started")?;
+    let inputs = Inputs {
+        workers,
+        faults,
+        served,
+        keys_without_ttl: strings("keys_without_ttl")?.into_iter().collect(),
+        run_end: number("run_end")?,
+        fault_slack: number("fault_slack")?,
+        lease: nanos(lease),
+        worker_failures: strings("worker_failures")?,
+    };
+    let findings = check::check(&inputs);
+    Ok(RunReport {
+        config,
+        seconds: inputs.run_end.saturating_sub(started) as f64 / 1e9,
+        faults: inputs.faults,
+        findings,
+    })
+}
+
+fn read_lines(path: &Path) -> Result<Vec<String>> {
+    let text =
+        fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(text
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect())
 }
 
 fn read_log(path: &Path) -> Result<Vec<crate::events::Event>> {

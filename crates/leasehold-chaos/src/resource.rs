@@ -12,8 +12,10 @@
 //! ```
 
 use std::collections::HashMap;
+use std::fmt;
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
@@ -23,16 +25,9 @@ use anyhow::{anyhow, Context, Result};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
 use tokio::net::TcpStream as AsyncTcpStream;
 
-use crate::events::mono_ns;
+use crate::events::{mono_ns, Op};
 
 const POLL: Duration = Duration::from_millis(20);
-
-/// What a request asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
-    Read,
-    Write,
-}
 
 /// One request as the resource served it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +40,47 @@ pub(crate) struct Served {
     /// The value written, or the value a read returned.
     pub(crate) value: u64,
     pub(crate) accepted: bool,
+}
+
+impl fmt::Display for Served {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            self.at,
+            self.worker,
+            self.register,
+            self.op.as_str(),
+            self.fence,
+            self.value,
+            if self.accepted { "ok" } else { "no" }
+        )
+    }
+}
+
+impl FromStr for Served {
+    type Err = String;
+    fn from_str(line: &str) -> Result<Self, String> {
+        let f: Vec<&str> = line.split('\t').collect();
+        let [at, worker, register, op, fence, value, accepted] = f.as_slice() else {
+            return Err(format!("not a served request: {line:?}"));
+        };
+        let num =
+            |s: &str| -> Result<u64, String> { s.parse().map_err(|e| format!("{line:?}: {e}")) };
+        Ok(Served {
+            at: num(at)?,
+            worker: (*worker).to_owned(),
+            register: (*register).to_owned(),
+            op: op.parse()?,
+            fence: num(fence)?,
+            value: num(value)?,
+            accepted: match *accepted {
+                "ok" => true,
+                "no" => false,
+                other => return Err(format!("{line:?}: not ok or no: {other:?}")),
+            },
+        })
+    }
 }
 
 #[derive(Debug, Default)]
@@ -125,8 +161,7 @@ pub(crate) struct Resource {
 
 impl Resource {
     pub(crate) fn start(fenced: bool) -> Result<Resource> {
-        let listener =
-            TcpListener::bind(("127.0.0.1", 0)).context("cannot bind the fenced resource")?;
+        let listener = bind_loopback().context("cannot bind the fenced resource")?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
@@ -165,6 +200,18 @@ impl Drop for Resource {
         }
     }
 }
+
+/// The machine's own Redis answers on 6379: a free port, never that one
+/// (held while the next is bound, so the kernel cannot hand it out again).
+fn bind_loopback() -> std::io::Result<TcpListener> {
+    let first = TcpListener::bind(("127.0.0.1", 0))?;
+    if first.local_addr()?.port() != REDIS_PORT {
+        return Ok(first);
+    }
+    TcpListener::bind(("127.0.0.1", 0))
+}
+
+const REDIS_PORT: u16 = 6379;
 
 fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
     let mut connections = Vec::new();
@@ -307,6 +354,21 @@ mod tests {
         assert_eq!(accepted, [true, true, false, true, true]);
         assert_eq!(log[2].worker, "a");
         assert_eq!((log[2].op, log[2].fence, log[2].value), (Op::Write, 5, 1));
+    }
+
+    #[test]
+    fn the_kept_resource_log_reads_back() {
+        let served = Served {
+            at: 12,
+            worker: "w3".into(),
+            register: "mutex-0".into(),
+            op: Op::Write,
+            fence: 1_700_000_000_000_001,
+            value: 9,
+            accepted: false,
+        };
+        assert_eq!(served.to_string().parse::<Served>().unwrap(), served);
+        assert!("1\tw\tr\tx\t1\t1\tok".parse::<Served>().is_err());
     }
 
     #[test]

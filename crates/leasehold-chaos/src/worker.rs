@@ -9,14 +9,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use leasehold::{Client, LeaseGuard};
+use leasehold::Client;
 use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 
-use crate::events::{mono_ns, Event, Log, Mode, Outcome};
+use crate::events::{mono_ns, Answer, Event, Log, Mode, Op, Outcome};
 use crate::resource::{Reply, ResourceClient};
 use crate::rng::Rng;
-use crate::workload::{Handle, Workload};
+use crate::workload::{Handle, Held, Workload};
 
 /// What the orchestrator tells a worker on its command line.
 #[derive(Debug, Clone)]
@@ -85,21 +85,21 @@ async fn work(args: &WorkerArgs) -> Result<()> {
 
     while !*stop.borrow() {
         let (name, workload, handle) = &locks[rng.below(locks.len() as u64) as usize];
-        let mode = handle.mode(rng.next());
+        let (mode, permits) = handle.mode(rng.next());
         let wait_start = mono_ns();
         let acquired = tokio::select! {
-            r = handle.acquire(mode, args.wait()) => r,
+            r = handle.acquire(mode, permits, args.wait(), &args.id) => r,
             _ = stop.changed() => break,
         };
-        let guard = match acquired {
-            Ok(guard) => guard,
+        let held = match acquired {
+            Ok(held) => held,
             Err(e) => {
                 log.write(&Event::WaitFailed {
                     lock: name.clone(),
                     wait_start,
                     at: mono_ns(),
-                    kind: format!("{:?}", e.kind()).to_lowercase(),
-                    message: e.to_string(),
+                    kind: e.kind.clone(),
+                    message: e.message.clone(),
                 })?;
                 if !e.is_timeout() {
                     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -110,44 +110,48 @@ async fn work(args: &WorkerArgs) -> Result<()> {
         log.write(&Event::Acquired {
             lock: name.clone(),
             mode,
-            fence: guard.fence(),
+            fence: held.fence(),
+            permits,
             wait_start,
             at: mono_ns(),
         })?;
         let plan = Plan {
             hold: hold_time(&mut rng, args.lease),
             late_write: rng.chance(0.5),
-            reenter: rng.chance(0.3),
+            nest: rng.chance(0.3),
             wait: args.wait(),
         };
-        let outcome = critical(
-            &guard,
-            name,
-            *workload,
+        let mut section = Section {
+            register: name,
+            workload: *workload,
             mode,
             handle,
-            &mut resource,
-            &plan,
-            &mut log,
-        )
-        .await?;
+            resource: &mut resource,
+            log: &mut log,
+        };
+        let (outcome, left) = section.run(held, &plan).await?;
         if let Some(outcome) = outcome {
             log.write(&Event::Ended {
                 at: mono_ns(),
                 outcome,
             })?;
         }
-        let result = match guard.release().await {
-            Ok(()) => "ok".to_owned(),
-            Err(e) => format!("{:?}: {e}", e.kind()).to_lowercase(),
-        };
-        log.write(&Event::Released {
-            at: mono_ns(),
-            result,
-        })?;
+        release(left, &mut log).await?;
         tokio::time::sleep(Duration::from_micros(rng.below(1000))).await;
     }
     client.flush().await;
+    Ok(())
+}
+
+async fn release(held: Held, log: &mut Log) -> Result<()> {
+    let result = match held.release().await {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => format!("{:?}: {e}", e.kind()).to_lowercase(),
+    };
+    log.write(&Event::Released {
+        at: mono_ns(),
+        result,
+    })?;
     Ok(())
 }
 
@@ -169,89 +173,181 @@ struct Plan {
     hold: Duration,
     /// Write even when the lease was lost during the hold.
     late_write: bool,
-    /// Take a reentrant lock a second time for the write.
-    reenter: bool,
+    /// Take a second level before the write: a reentrant lock again, or
+    /// the read lock of a writer, which then downgrades to it.
+    nest: bool,
     wait: Duration,
 }
 
 /// `fut`, unless the lease is lost first.
-async fn unless_lost<T>(
-    guard: &LeaseGuard,
-    fut: impl std::future::Future<Output = T>,
-) -> Option<T> {
+async fn unless_lost<T>(held: &Held, fut: impl std::future::Future<Output = T>) -> Option<T> {
     tokio::select! {
         biased;
-        () = guard.lost() => None,
+        () = held.lost() => None,
         v = fut => Some(v),
     }
 }
 
-/// The work under the lock: read the register, hold, write it back plus
-/// one, each with the lease's fence, each step raced against the lease's
-/// lost signal. A reader reads only; a semaphore's holder only holds. A
-/// reentrant holder sometimes takes a second level for the write.
-///
-/// A holder that learns during its hold that the lease is lost ends its
-/// section there; with `late_write` it still sends its write, as a holder
-/// would whose pause struck after it last looked: only the fence can stop
-/// that write. Returns the outcome to log, or `None` when it was logged.
-#[allow(clippy::too_many_arguments)]
-async fn critical(
-    guard: &LeaseGuard,
-    register: &str,
+/// The work under one lock, and its log.
+struct Section<'a> {
+    register: &'a str,
     workload: Workload,
     mode: Mode,
-    handle: &Handle,
-    resource: &mut ResourceClient,
-    plan: &Plan,
-    log: &mut Log,
-) -> Result<Option<Outcome>> {
-    if !workload.uses_resource() {
-        let held = unless_lost(guard, tokio::time::sleep(plan.hold)).await;
-        return Ok(Some(if held.is_some() {
-            Outcome::Done
-        } else {
-            Outcome::Lost
-        }));
-    }
-    let fence = guard.fence();
-    let value = match unless_lost(guard, resource.read(register, fence)).await {
-        None => return Ok(Some(Outcome::Lost)),
-        Some(Ok(Reply::Accepted(v))) => v,
-        Some(Ok(Reply::Refused)) => return Ok(Some(Outcome::Done)),
-        Some(Err(_)) => return Ok(Some(Outcome::Error)),
-    };
-    let held = unless_lost(guard, tokio::time::sleep(plan.hold))
-        .await
-        .is_some();
-    if mode == Mode::Read {
-        return Ok(Some(if held { Outcome::Done } else { Outcome::Lost }));
-    }
-    if !held {
-        log.write(&Event::Ended {
-            at: mono_ns(),
-            outcome: Outcome::Lost,
+    handle: &'a Handle,
+    resource: &'a mut ResourceClient,
+    log: &'a mut Log,
+}
+
+impl Section<'_> {
+    /// A request to the fenced resource, logged with its answer; raced
+    /// against the loss of `race` when given (`None` in the result: the
+    /// lease was lost first).
+    async fn request(
+        &mut self,
+        race: Option<&Held>,
+        op: Op,
+        fence: u64,
+        value: u64,
+    ) -> Result<Option<Result<Reply>>> {
+        let sent = mono_ns();
+        let register = self.register;
+        let resource = &mut *self.resource;
+        let asked = async {
+            match op {
+                Op::Read => resource.read(register, fence).await,
+                Op::Write => resource.write(register, fence, value).await,
+            }
+        };
+        let reply = match race {
+            Some(held) => unless_lost(held, asked).await,
+            None => Some(asked.await),
+        };
+        let (answer, value) = match &reply {
+            None => (Answer::Cut, value),
+            Some(Ok(Reply::Accepted(v))) => (Answer::Accepted, *v),
+            Some(Ok(Reply::Refused)) => (Answer::Refused, value),
+            Some(Err(_)) => (Answer::Failed, value),
+        };
+        self.log.write(&Event::Request {
+            register: register.to_owned(),
+            op,
+            fence,
+            value,
+            sent,
+            answered: mono_ns(),
+            answer,
         })?;
-        if plan.late_write {
-            let _ = resource.write(register, fence, value + 1).await;
-        }
-        return Ok(None);
+        Ok(reply)
     }
-    let inner = if plan.reenter {
-        match unless_lost(guard, handle.reenter(plan.wait)).await {
-            None => return Ok(Some(Outcome::Lost)),
-            Some(inner) => inner,
+
+    /// Read the register, hold, write it back plus one, each with the
+    /// lease's fence, each step raced against the lease's lost signal. A
+    /// reader reads only; a semaphore's holder only holds. A reentrant
+    /// holder sometimes takes a second level for the write; a writer of a
+    /// read-write lock sometimes takes the read lock after its write and
+    /// downgrades to it.
+    ///
+    /// A holder that learns during its hold that the lease is lost ends its
+    /// section there; with `late_write` it still sends its write, as a
+    /// holder would whose pause struck after it last looked: only the fence
+    /// can stop that write. Returns the outcome to log (`None` when it was
+    /// logged) and the lease left to release.
+    async fn run(&mut self, held: Held, plan: &Plan) -> Result<(Option<Outcome>, Held)> {
+        let held_on = |held: &Held, done: Option<()>| {
+            if done.is_some() && !held.is_lost() {
+                Outcome::Done
+            } else {
+                Outcome::Lost
+            }
+        };
+        if !self.workload.uses_resource() {
+            let done = unless_lost(&held, tokio::time::sleep(plan.hold)).await;
+            return Ok((Some(held_on(&held, done)), held));
         }
-    } else {
-        None
-    };
-    let written = unless_lost(guard, resource.write(register, fence, value + 1)).await;
-    if let Some(Ok(inner)) = inner {
-        let _ = unless_lost(guard, inner.release()).await;
+        let fence = held.fence();
+        let value = match self.request(Some(&held), Op::Read, fence, 0).await? {
+            None => return Ok((Some(Outcome::Lost), held)),
+            Some(Ok(Reply::Accepted(v))) => v,
+            Some(Ok(Reply::Refused)) => return Ok((Some(Outcome::Done), held)),
+            Some(Err(_)) => return Ok((Some(Outcome::Error), held)),
+        };
+        let done = unless_lost(&held, tokio::time::sleep(plan.hold)).await;
+        if self.mode == Mode::Read {
+            return Ok((Some(held_on(&held, done)), held));
+        }
+        if done.is_none() {
+            self.log.write(&Event::Ended {
+                at: mono_ns(),
+                outcome: Outcome::Lost,
+            })?;
+            if plan.late_write {
+                self.request(None, Op::Write, fence, value + 1).await?;
+            }
+            return Ok((None, held));
+        }
+        let inner = if plan.nest {
+            match unless_lost(&held, self.handle.nest(self.mode, plan.wait)).await {
+                None => {
+                    self.log.write(&Event::Nested {
+                        at: mono_ns(),
+                        fence: 0,
+                        lost: true,
+                        result: "cut".into(),
+                    })?;
+                    return Ok((Some(Outcome::Lost), held));
+                }
+                Some(None) => None,
+                Some(Some(Ok(inner))) => {
+                    self.log.write(&Event::Nested {
+                        at: mono_ns(),
+                        fence: inner.fence(),
+                        lost: held.is_lost(),
+                        result: "ok".into(),
+                    })?;
+                    Some(Held::Lease(inner))
+                }
+                Some(Some(Err(e))) => {
+                    self.log.write(&Event::Nested {
+                        at: mono_ns(),
+                        fence: 0,
+                        lost: held.is_lost(),
+                        result: format!("{:?}", e.kind()).to_lowercase(),
+                    })?;
+                    // The lock may not be this owner's any more: no write.
+                    return Ok((Some(Outcome::Error), held));
+                }
+            }
+        } else {
+            None
+        };
+        let written = self
+            .request(Some(&held), Op::Write, fence, value + 1)
+            .await?;
+        let outcome = match written {
+            None => Outcome::Lost,
+            Some(Ok(_)) => Outcome::Done,
+            Some(Err(_)) => Outcome::Error,
+        };
+        let Some(inner) = inner else {
+            return Ok((Some(outcome), held));
+        };
+        if self.mode != Mode::Write || outcome != Outcome::Done {
+            release(inner, self.log).await?;
+            return Ok((Some(outcome), held));
+        }
+        // A downgrade: the read lock taken, the write lock let go; no
+        // writer can come between.
+        self.log.write(&Event::Downgraded { at: mono_ns() })?;
+        release(held, self.log).await?;
+        let read_fence = inner.fence();
+        let outcome = match self.request(Some(&inner), Op::Read, read_fence, 0).await? {
+            None => Outcome::Lost,
+            Some(Ok(_)) => {
+                let done = unless_lost(&inner, tokio::time::sleep(plan.hold / 2)).await;
+                held_on(&inner, done)
+            }
+            Some(Err(_)) => Outcome::Error,
+        };
+        Ok((Some(outcome), inner))
     }
-    Ok(Some(match written {
-        None => Outcome::Lost,
-        Some(Ok(_)) => Outcome::Done,
-        Some(Err(_)) => Outcome::Error,
-    }))
 }

@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use leasehold::{Client, FairMutex, LeaseGuard, Mutex, ReentrantMutex, RwLock, Semaphore};
+use leasehold::{
+    Client, Election, FairMutex, Leadership, LeaseGuard, Mutex, ReentrantMutex, RwLock, Semaphore,
+};
 
 use crate::events::Mode;
 
@@ -20,15 +22,17 @@ pub(crate) enum Workload {
     Reentrant,
     RwLock,
     Semaphore,
+    Election,
 }
 
 impl Workload {
-    pub(crate) const ALL: [Workload; 5] = [
+    pub(crate) const ALL: [Workload; 6] = [
         Workload::Mutex,
         Workload::Fair,
         Workload::Reentrant,
         Workload::RwLock,
         Workload::Semaphore,
+        Workload::Election,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -38,6 +42,7 @@ impl Workload {
             Workload::Reentrant => "reentrant",
             Workload::RwLock => "rwlock",
             Workload::Semaphore => "semaphore",
+            Workload::Election => "election",
         }
     }
 
@@ -51,12 +56,14 @@ impl Workload {
             match Workload::ALL.iter().find(|w| w.name() == word) {
                 Some(w) => out.push(*w),
                 None => bail!(
-                    "unknown workload {word:?}: use mutex, fair, reentrant, rwlock, semaphore or all"
+                    "unknown workload {word:?}: use mutex, fair, reentrant, rwlock, semaphore, election or all"
                 ),
             }
         }
         if out.is_empty() {
-            bail!("no workload given: use mutex, fair, reentrant, rwlock, semaphore or all");
+            bail!(
+                "no workload given: use mutex, fair, reentrant, rwlock, semaphore, election or all"
+            );
         }
         out.dedup();
         Ok(out)
@@ -97,6 +104,67 @@ pub(crate) enum Handle {
     Reentrant(ReentrantMutex),
     RwLock(RwLock),
     Semaphore(Semaphore),
+    Election(Election),
+}
+
+/// What a section holds: a lease, or the leadership of an election.
+#[derive(Debug)]
+pub(crate) enum Held {
+    Lease(LeaseGuard),
+    Leader(Box<Leadership>),
+}
+
+impl Held {
+    pub(crate) fn fence(&self) -> u64 {
+        match self {
+            Held::Lease(g) => g.fence(),
+            Held::Leader(l) => l.fence(),
+        }
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        match self {
+            Held::Lease(g) => g.is_lost(),
+            Held::Leader(l) => l.is_lost(),
+        }
+    }
+
+    pub(crate) async fn lost(&self) {
+        match self {
+            Held::Lease(g) => g.lost().await,
+            Held::Leader(l) => l.lost().await,
+        }
+    }
+
+    pub(crate) async fn release(self) -> leasehold::Result<()> {
+        match self {
+            Held::Lease(g) => g.release().await,
+            Held::Leader(l) => l.resign().await,
+        }
+    }
+}
+
+/// A wait that ended without the lock.
+#[derive(Debug)]
+pub(crate) struct WaitError {
+    /// The error's kind, lowercase ("timeout", "connection", …).
+    pub(crate) kind: String,
+    pub(crate) message: String,
+}
+
+impl WaitError {
+    pub(crate) fn is_timeout(&self) -> bool {
+        self.kind == "timeout"
+    }
+}
+
+impl From<leasehold::Error> for WaitError {
+    fn from(e: leasehold::Error) -> Self {
+        WaitError {
+            kind: format!("{:?}", e.kind()).to_lowercase(),
+            message: e.to_string(),
+        }
+    }
 }
 
 impl Handle {
@@ -111,39 +179,67 @@ impl Handle {
             Workload::Reentrant => Handle::Reentrant(client.reentrant_mutex(name)?),
             Workload::RwLock => Handle::RwLock(client.rw_lock(name)?),
             Workload::Semaphore => Handle::Semaphore(client.semaphore(name, SEMAPHORE_PERMITS)?),
+            Workload::Election => Handle::Election(client.election(name)?),
         })
     }
 
-    /// The mode an acquisition takes: a read-write lock is read three times
-    /// in four.
-    pub(crate) fn mode(&self, draw: u64) -> Mode {
+    /// The mode an acquisition takes and the permits it asks for: a
+    /// read-write lock is read three times in four; a semaphore is taken
+    /// whole one time in four.
+    pub(crate) fn mode(&self, draw: u64) -> (Mode, u32) {
         match self {
-            Handle::Mutex(_) | Handle::Fair(_) | Handle::Reentrant(_) => Mode::Exclusive,
-            Handle::RwLock(_) if draw.is_multiple_of(4) => Mode::Write,
-            Handle::RwLock(_) => Mode::Read,
-            Handle::Semaphore(_) => Mode::Permit,
+            Handle::Mutex(_) | Handle::Fair(_) | Handle::Reentrant(_) | Handle::Election(_) => {
+                (Mode::Exclusive, 1)
+            }
+            Handle::RwLock(_) if draw.is_multiple_of(4) => (Mode::Write, 1),
+            Handle::RwLock(_) => (Mode::Read, 1),
+            Handle::Semaphore(_) if draw.is_multiple_of(4) => (Mode::Permit, SEMAPHORE_PERMITS),
+            Handle::Semaphore(_) => (Mode::Permit, 1),
         }
     }
 
+    /// Waits at most `wait` for the lock; `value` is what a candidate of an
+    /// election campaigns with.
     pub(crate) async fn acquire(
         &self,
         mode: Mode,
+        permits: u32,
         wait: Duration,
-    ) -> leasehold::Result<LeaseGuard> {
-        match self {
-            Handle::Mutex(m) => m.acquire_timeout(wait).await,
-            Handle::Fair(m) => m.acquire_timeout(wait).await,
-            Handle::Reentrant(m) => m.acquire_timeout(wait).await,
-            Handle::RwLock(rw) if mode == Mode::Write => rw.write().acquire_timeout(wait).await,
-            Handle::RwLock(rw) => rw.read().acquire_timeout(wait).await,
-            Handle::Semaphore(s) => s.acquire_timeout(wait).await,
-        }
+        value: &str,
+    ) -> Result<Held, WaitError> {
+        let guard = match self {
+            Handle::Mutex(m) => m.acquire_timeout(wait).await?,
+            Handle::Fair(m) => m.acquire_timeout(wait).await?,
+            Handle::Reentrant(m) => m.acquire_timeout(wait).await?,
+            Handle::RwLock(rw) if mode == Mode::Write => rw.write().acquire_timeout(wait).await?,
+            Handle::RwLock(rw) => rw.read().acquire_timeout(wait).await?,
+            Handle::Semaphore(s) => s.acquire_many_timeout(permits, wait).await?,
+            Handle::Election(e) => {
+                return match tokio::time::timeout(wait, e.campaign(value)).await {
+                    Ok(won) => Ok(Held::Leader(Box::new(won?))),
+                    Err(_) => Err(WaitError {
+                        kind: "timeout".into(),
+                        message: format!("not elected within {} ms", wait.as_millis()),
+                    }),
+                };
+            }
+        };
+        Ok(Held::Lease(guard))
     }
 
-    /// A second level of a reentrant lock its owner holds already.
-    pub(crate) async fn reenter(&self, wait: Duration) -> Option<leasehold::Result<LeaseGuard>> {
+    /// A second level of the lock its owner holds already: the reentrant
+    /// lock again, or the read lock of a writer that will downgrade.
+    /// `None` for the other locks.
+    pub(crate) async fn nest(
+        &self,
+        mode: Mode,
+        wait: Duration,
+    ) -> Option<leasehold::Result<LeaseGuard>> {
         match self {
             Handle::Reentrant(m) => Some(m.acquire_timeout(wait).await),
+            Handle::RwLock(rw) if mode == Mode::Write => {
+                Some(rw.read().acquire_timeout(wait).await)
+            }
             _ => None,
         }
     }
@@ -163,7 +259,7 @@ mod tests {
             Workload::parse_list("fair, mutex").unwrap(),
             [Workload::Fair, Workload::Mutex]
         );
-        assert_eq!(Workload::parse_list("all").unwrap().len(), 5);
+        assert_eq!(Workload::parse_list("all").unwrap().len(), 6);
         assert!(Workload::parse_list("spinlock").is_err());
         assert!(Workload::parse_list("").is_err());
     }

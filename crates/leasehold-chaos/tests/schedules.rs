@@ -1,13 +1,16 @@
 //! Every fault schedule, briefly, through the binary against its own
-//! servers: the figures that must be 0 are 0, and the run reports every
-//! field it promises. One run at a time: each starts a redis-server and
-//! five worker processes on a 2-core machine.
+//! servers: the figures that must be 0 are 0, the run reports every field
+//! it promises, and `check` reads the kept run back to the same report.
+//! Then the controls that show the checker can fail, and what a run leaves
+//! behind when it is interrupted or killed. One run at a time: each starts
+//! a redis-server and five worker processes on a 2-core machine.
 
 use std::collections::BTreeSet;
 use std::fs;
+use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Output};
-use std::sync::{Mutex, PoisonError};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -15,15 +18,21 @@ use serde_json::Value;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-const MUST_BE_ZERO: [&str; 5] = [
+fn turn() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+const MUST_BE_ZERO: [&str; 7] = [
     "unsafe_overlaps",
     "stale_writes_accepted",
     "lost_updates",
     "fence_regressions",
+    "nested_mismatches",
     "keys_without_ttl",
+    "workers_failed",
 ];
 
-const FIELDS: [&str; 12] = [
+const FIELDS: [&str; 17] = [
     "schedule",
     "seed",
     "seconds",
@@ -36,16 +45,29 @@ const FIELDS: [&str; 12] = [
     "keys_without_ttl",
     "wait_errors_while_reachable",
     "loss_detection_ms_max",
+    "loss_detection_after_resume_ms_max",
+    "faults_at_holders",
+    "faults_struck_sections",
+    "nested",
+    "workers_failed",
 ];
 
-fn chaos(args: &[&str], dir: &Path) -> (Output, Vec<Value>) {
-    let json = dir.join("runs.jsonl");
-    let out = Command::new(env!("CARGO_BIN_EXE_leasehold-chaos"))
+fn chaos(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_leasehold-chaos"))
         .args(args)
-        .arg("--json")
-        .arg(&json)
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// A run with `--json` (and `--keep-logs DIR/kept`): its output and the
+/// runs it reported.
+fn run(args: &[&str], dir: &Path) -> (Output, Vec<Value>) {
+    let json = dir.join("runs.jsonl");
+    let kept = dir.join("kept");
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--json", json.to_str().unwrap()]);
+    all.extend(["--keep-logs", kept.to_str().unwrap()]);
+    let out = chaos(&all);
     let runs = fs::read_to_string(&json)
         .unwrap_or_default()
         .lines()
@@ -54,8 +76,17 @@ fn chaos(args: &[&str], dir: &Path) -> (Output, Vec<Value>) {
     (out, runs)
 }
 
+fn said(out: &Output) -> String {
+    format!(
+        "{}\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 fn schedule(name: &str) -> Value {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    let _turn = turn();
     let dir = tempfile::tempdir().unwrap();
     let args = [
         "--schedule",
@@ -63,17 +94,12 @@ fn schedule(name: &str) -> Value {
         "--seed",
         "11",
         "--seconds",
-        "6",
+        "5",
         "--workers",
         "5",
     ];
-    let (out, runs) = chaos(&args, dir.path());
-    let said = format!(
-        "{name}: {}\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (out, runs) = run(&args, dir.path());
+    let said = format!("{name}: {}", said(&out));
     assert_eq!(runs.len(), 1, "{said}");
     let run = runs.into_iter().next().unwrap();
     for field in FIELDS {
@@ -86,6 +112,23 @@ fn schedule(name: &str) -> Value {
     assert_eq!(run["schedule"], name);
     assert!(run["acquisitions"].as_u64().unwrap() > 0, "{said}");
     assert!(run["faults"].as_u64().unwrap() > 0, "{said}");
+
+    // The kept run reads back to the same report.
+    let kept = dir.path().join("kept");
+    let again = chaos(&["check", kept.to_str().unwrap()]);
+    assert_eq!(again.status.code(), Some(0), "{}", self::said(&again));
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // A second run does not write into the first one's logs.
+    let (twice, _) = self::run(&args, dir.path());
+    assert_eq!(twice.status.code(), Some(2), "{}", self::said(&twice));
+    assert!(
+        String::from_utf8_lossy(&twice.stderr).contains("is not empty"),
+        "{}",
+        self::said(&twice)
+    );
     run
 }
 
@@ -146,66 +189,268 @@ fn mixed() {
     schedule("mixed");
 }
 
-fn redis_servers() -> BTreeSet<u32> {
-    let mut pids = BTreeSet::new();
-    for entry in fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if fs::read(entry.path().join("cmdline"))
-            .map(|c| String::from_utf8_lossy(&c).contains("redis-server"))
-            .unwrap_or(false)
-        {
-            pids.insert(pid);
+/// The first run of `seeds` whose report `found` approves, each a fresh
+/// run of `args` with that seed; panics with every report when none does.
+fn until_found(args: &[&str], seeds: &[&str], found: impl Fn(&Output, &Value) -> bool) -> Value {
+    let _turn = turn();
+    let mut reports = Vec::new();
+    for seed in seeds {
+        let dir = tempfile::tempdir().unwrap();
+        let mut all = args.to_vec();
+        all.extend(["--seed", seed]);
+        let (out, runs) = run(&all, dir.path());
+        assert_eq!(runs.len(), 1, "{}", said(&out));
+        if found(&out, &runs[0]) {
+            return runs[0].clone();
         }
+        reports.push(said(&out));
     }
-    pids
+    panic!("no run found it:\n{}", reports.join("\n"));
 }
 
-fn workers_of(dir: &Path) -> usize {
-    // The workers' logs are below it; the harness's own argument is it alone.
-    let dir = format!("{}/", dir.to_string_lossy());
+/// With a resource that accepts every fence, holders stopped past their
+/// lease write over their successors: the checker must see stale writes
+/// and lost updates, and fail the run. A run in which no stop struck a
+/// holder between its read and its write finds none, so a few seeds are
+/// tried; one almost always suffices.
+#[test]
+fn an_unfenced_resource_lets_stale_writes_through_and_the_checker_finds_them() {
+    let args = [
+        "--schedule",
+        "pause",
+        "--unfenced",
+        "--lease-ms",
+        "200",
+        "--workloads",
+        "mutex",
+        "--seconds",
+        "4",
+        "--workers",
+        "5",
+    ];
+    let run = until_found(&args, &["11", "12", "13", "14"], |out, run| {
+        run["stale_writes_accepted"].as_u64().unwrap() > 0
+            && run["lost_updates"].as_u64().unwrap() > 0
+            && out.status.code() == Some(1)
+    });
+    assert_eq!(run["fenced_resource"], false);
+    // The locks themselves were granted as they should be.
+    assert_eq!(run["unsafe_overlaps"], 0, "{run}");
+}
+
+/// Without the restart grace, a restart without the AOF lets locks be
+/// granted again while their holders still hold them: unsafe overlaps.
+/// Each seed's first fault is such a restart (down 0 ms); it finds an
+/// overlap when some holder is in a long section then, most times.
+#[test]
+fn without_the_restart_grace_a_restart_grants_locks_twice_and_the_checker_finds_it() {
+    let args = [
+        "--schedule",
+        "restart",
+        "--restart-grace-ms",
+        "0",
+        "--seconds",
+        "2",
+        "--workers",
+        "5",
+    ];
+    let run = until_found(&args, &["22", "6", "11", "19", "3"], |out, run| {
+        run["unsafe_overlaps"].as_u64().unwrap() > 0 && out.status.code() == Some(1)
+    });
+    assert_eq!(run["restart_grace_ms"], 0);
+    assert!(run["fault_strengths"]
+        .as_array()
+        .unwrap()
+        .contains(&Value::from("restart without AOF, down 0 ms")));
+}
+
+#[test]
+fn bad_arguments_are_refused_with_exit_2() {
+    for args in [
+        &["--seconds", "1e20"][..],
+        &["--seconds", "NaN"],
+        &["--seconds", "0"],
+        &["--workers", "1"],
+        &["--workers", "100000"],
+        &["--locks", "0"],
+        &["--lease-ms", "5"],
+        &["--restart-grace-ms", "99999999999"],
+        &["--schedule", "earthquake"],
+        &["--workloads", "spinlock"],
+        &["check", "/nonexistent/leasehold-chaos"],
+    ] {
+        let out = chaos(args);
+        let text = said(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {text}");
+        assert!(!text.contains("panicked"), "{args:?}: {text}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).starts_with("leasehold-chaos: "),
+            "{args:?}: {text}"
+        );
+    }
+}
+
+/// The pids whose command line holds `text`.
+fn pids_with(text: &str) -> BTreeSet<u32> {
     fs::read_dir("/proc")
         .unwrap()
         .flatten()
-        .filter(|e| {
-            fs::read(e.path().join("cmdline"))
-                .map(|c| String::from_utf8_lossy(&c).contains(&dir))
-                .unwrap_or(false)
+        .filter_map(|e| {
+            let pid = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let cmdline = fs::read(e.path().join("cmdline")).ok()?;
+            String::from_utf8_lossy(&cmdline)
+                .contains(text)
+                .then_some(pid)
         })
-        .count()
+        .collect()
+}
+
+/// The redis-server processes whose parent is `parent`.
+fn redis_children(parent: u32) -> BTreeSet<u32> {
+    pids_with("redis-server")
+        .into_iter()
+        .filter(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    // pid (comm) state ppid ...: comm may hold spaces.
+                    let rest = &stat[stat.rfind(')')? + 2..];
+                    rest.split(' ').nth(1)?.parse::<u32>().ok()
+                })
+                == Some(parent)
+        })
+        .collect()
+}
+
+/// Gone, or a zombie nobody has reaped yet: either way not running.
+fn dead(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rfind(')')
+            .and_then(|i| stat.get(i + 2..i + 3))
+            .is_none_or(|state| state == "Z" || state == "X"),
+    }
+}
+
+/// A harness process, killed and reaped if the test fails before it ends.
+struct Harness(Child);
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts a harness with its logs kept in `dir` and waits until its
+/// workers run: the harness, its workers and its redis-server. Its
+/// temporary files go to `dir` too, for a harness that is killed leaves
+/// them behind.
+fn started(dir: &Path, args: &[&str]) -> (Harness, BTreeSet<u32>, BTreeSet<u32>) {
+    let kept = dir.join("kept");
+    let tmp = dir.join("tmp");
+    fs::create_dir(&tmp).unwrap();
+    let harness = Harness(
+        Command::new(env!("CARGO_BIN_EXE_leasehold-chaos"))
+            .args(args)
+            .arg("--keep-logs")
+            .arg(&kept)
+            .env("TMPDIR", &tmp)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // The workers' logs are below it; the harness's own argument is it alone.
+    let below = format!("{}/", kept.to_string_lossy());
+    let since = Instant::now();
+    loop {
+        let workers = pids_with(&below);
+        let redis = redis_children(harness.0.id());
+        if workers.len() >= 3 && !redis.is_empty() {
+            return (harness, workers, redis);
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(30),
+            "the workers never started"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn assert_all_gone(pids: &BTreeSet<u32>, what: &str) {
+    let since = Instant::now();
+    while !pids.iter().all(|&pid| dead(pid)) {
+        let left: Vec<u32> = pids.iter().copied().filter(|&p| !dead(p)).collect();
+        assert!(
+            since.elapsed() < Duration::from_secs(10),
+            "{what} {left:?} outlived the harness"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn signal(child: &Child, sig: libc::c_int) {
+    let pid = libc::pid_t::try_from(child.id()).unwrap();
+    // SAFETY: a plain kill(2) of our own child.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
 }
 
 /// Ctrl-C in the middle of a run stops its workers and its redis-server
 /// before the harness exits.
 #[test]
 fn an_interrupted_run_leaves_nothing_running() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    let _turn = turn();
     let dir = tempfile::tempdir().unwrap();
-    let before = redis_servers();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold-chaos"))
-        .args(["--schedule", "pause", "--seconds", "60", "--workers", "3"])
-        .arg("--keep-logs")
-        .arg(dir.path())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while workers_of(dir.path()) < 3 {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the workers never started"
-        );
-        thread::sleep(Duration::from_millis(50));
-    }
-    assert!(redis_servers().len() > before.len());
-    thread::sleep(Duration::from_secs(2));
-    let pid = libc::pid_t::try_from(child.id()).unwrap();
-    // SAFETY: a plain kill(2) of our own child.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
-    let status = child.wait().unwrap();
+    let args = ["--schedule", "pause", "--seconds", "60", "--workers", "3"];
+    let (mut harness, workers, redis) = started(dir.path(), &args);
+    signal(&harness.0, libc::SIGINT);
+    let status = harness.0.wait().unwrap();
     assert_eq!(status.code(), Some(2), "{status}");
-    assert_eq!(workers_of(dir.path()), 0, "workers outlived the run");
-    let left: Vec<u32> = redis_servers().difference(&before).copied().collect();
-    assert!(left.is_empty(), "redis-server {left:?} outlived the run");
+    assert!(workers.iter().all(|&p| dead(p)), "workers outlived the run");
+    assert!(
+        redis.iter().all(|&p| dead(p)),
+        "redis-server outlived the run"
+    );
+}
+
+/// A harness killed with SIGKILL can clean up nothing itself: its workers
+/// and its redis-server go with it all the same.
+#[test]
+fn a_killed_harness_leaves_nothing_running() {
+    let _turn = turn();
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--schedule", "pause", "--seconds", "60", "--workers", "3"];
+    let (mut harness, workers, redis) = started(dir.path(), &args);
+    signal(&harness.0, libc::SIGKILL);
+    harness.0.wait().unwrap();
+    assert_all_gone(&redis, "redis-server");
+    assert_all_gone(&workers, "workers");
+}
+
+/// A worker that dies when the schedule did not kill it fails the run,
+/// which names it.
+#[test]
+fn a_worker_that_dies_unbidden_fails_the_run() {
+    let _turn = turn();
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--schedule", "latency", "--seconds", "3", "--workers", "3"];
+    let (mut harness, workers, _) = started(dir.path(), &args);
+    let victim = *workers.iter().next().unwrap();
+    let pid = libc::pid_t::try_from(victim).unwrap();
+    // SAFETY: a plain kill(2) of a worker of our child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let mut text = String::new();
+    harness
+        .0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut text)
+        .unwrap();
+    let status = harness.0.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "{text}");
+    assert!(text.contains("worker failed: w"), "{text}");
+    assert!(text.contains("exited on its own"), "{text}");
 }

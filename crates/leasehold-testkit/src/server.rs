@@ -105,6 +105,7 @@ pub struct RedisServer {
     child: Option<Child>,
     binary: PathBuf,
     extra: Vec<String>,
+    die_with_parent: bool,
     // Last field: removed only after the process is gone.
     dir: TempDir,
 }
@@ -151,7 +152,18 @@ impl RedisServer {
     /// Like [`start_with_args`](Self::start_with_args), but returns the
     /// failure instead of panicking.
     pub fn try_start_with_args(extra: &[&str]) -> Result<RedisServer, StartError> {
-        Self::launch(Mode::Standalone, extra)
+        Self::launch(Mode::Standalone, extra, false)
+    }
+
+    /// Like [`try_start_with_args`](Self::try_start_with_args), but on
+    /// Linux the kernel kills the server (SIGKILL) when the thread that
+    /// started it exits, even when this process is killed and cannot drop
+    /// it (`PR_SET_PDEATHSIG`). The same holds for the server that
+    /// [`restart`](Self::restart) starts, tied to the thread that calls it:
+    /// start and restart it from a thread that lives as long as the server
+    /// should, such as the main thread of a program.
+    pub fn try_start_dying_with_parent(extra: &[&str]) -> Result<RedisServer, StartError> {
+        Self::launch(Mode::Standalone, extra, true)
     }
 
     /// Starts a server in cluster mode (`--cluster-enabled yes`, its
@@ -171,13 +183,17 @@ impl RedisServer {
     /// Like [`start_cluster_node`](Self::start_cluster_node), but returns the
     /// failure instead of panicking.
     pub fn try_start_cluster_node() -> Result<RedisServer, StartError> {
-        let server = Self::launch(Mode::ClusterNode, &[])?;
+        let server = Self::launch(Mode::ClusterNode, &[], false)?;
         server.claim_all_slots()?;
         server.wait_cluster_ok()?;
         Ok(server)
     }
 
-    fn launch(mode: Mode, extra: &[&str]) -> Result<RedisServer, StartError> {
+    fn launch(
+        mode: Mode,
+        extra: &[&str],
+        die_with_parent: bool,
+    ) -> Result<RedisServer, StartError> {
         let binary = redis_server_path()?;
         let dir = tempfile::Builder::new()
             .prefix("leasehold-redis-")
@@ -189,7 +205,7 @@ impl RedisServer {
         let mut last_error = None;
         for _ in 0..START_PORT_ATTEMPTS {
             let (port, bus_port) = mode.reserve_ports()?;
-            match spawn_ready(&binary, port, dir.path(), &args) {
+            match spawn_ready(&binary, port, dir.path(), &args, die_with_parent) {
                 Ok(child) => {
                     return Ok(RedisServer {
                         port,
@@ -197,6 +213,7 @@ impl RedisServer {
                         child: Some(child),
                         binary,
                         extra: args,
+                        die_with_parent,
                         dir,
                     })
                 }
@@ -342,7 +359,13 @@ impl RedisServer {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            match spawn_ready(&self.binary, self.port, self.dir.path(), &self.extra) {
+            match spawn_ready(
+                &self.binary,
+                self.port,
+                self.dir.path(),
+                &self.extra,
+                self.die_with_parent,
+            ) {
                 Ok(child) => {
                     self.child = Some(child);
                     break;
@@ -449,6 +472,7 @@ fn spawn_ready(
     port: u16,
     dir: &Path,
     extra: &[String],
+    die_with_parent: bool,
 ) -> Result<Child, StartError> {
     let log_path = dir.join(LOG_FILE);
     let stderr_path = dir.join(STDERR_FILE);
@@ -457,7 +481,8 @@ fn spawn_ready(
     let stderr = File::create(&stderr_path)
         .map_err(|e| StartError::io(format!("cannot create {}", stderr_path.display()), e))?;
 
-    let mut child = Command::new(binary)
+    let mut command = Command::new(binary);
+    command
         .arg("--port")
         .arg(port.to_string())
         .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
@@ -469,7 +494,11 @@ fn spawn_ready(
         .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(stderr)
+        .stderr(stderr);
+    if die_with_parent {
+        tie_to_parent(&mut command);
+    }
+    let mut child = command
         .spawn()
         .map_err(|e| StartError::io(format!("cannot run {}", binary.display()), e))?;
 
@@ -515,6 +544,30 @@ fn spawn_ready(
         thread::sleep(POLL_INTERVAL);
     }
 }
+
+/// Has the kernel kill the child when the thread that spawns it exits.
+#[cfg(target_os = "linux")]
+fn tie_to_parent(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id();
+    // SAFETY: only prctl and getppid run between fork and exec, both
+    // async-signal-safe; nothing allocates.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // A parent that died before the prctl sends no signal.
+            if u32::try_from(libc::getppid()).ok() != Some(parent) {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn tie_to_parent(_command: &mut Command) {}
 
 fn kill_and_reap(child: &mut Child) {
     let _ = child.kill();

@@ -157,6 +157,28 @@ fn drop_after_external_kill_does_not_panic() {
     assert!(!proc_exists(pid));
 }
 
+/// A server started to die with its parent goes when the thread that
+/// started it does, as it would if the whole process were killed.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_server_tied_to_its_parent_dies_with_the_thread_that_started_it() {
+    let mut server = thread::spawn(|| RedisServer::try_start_dying_with_parent(&[]).unwrap())
+        .join()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.is_running() {
+        assert!(
+            Instant::now() < deadline,
+            "the server outlived the thread that started it"
+        );
+        thread::sleep(POLL_INTERVAL);
+    }
+    // restart ties the new server to the thread that calls it.
+    server.restart();
+    assert_eq!(server.command(&["PING"]).unwrap(), "PONG");
+    assert!(server.is_running());
+}
+
 #[test]
 fn requirepass_server_counts_as_up() {
     let server = RedisServer::start_with_args(&["--requirepass", "pw"]);
@@ -185,7 +207,7 @@ fn port_in_use_is_detected_and_log_is_included() {
     let dir = tempfile::tempdir().unwrap();
     let holder = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let port = holder.local_addr().unwrap().port();
-    let err = spawn_ready(&binary, port, dir.path(), &[]).unwrap_err();
+    let err = spawn_ready(&binary, port, dir.path(), &[], false).unwrap_err();
     assert!(err.is_port_in_use(), "{err}");
     assert!(err.to_string().contains(PORT_IN_USE_MARKER), "{err}");
 }
