@@ -107,6 +107,9 @@ pub(crate) fn lines(info: &leasehold::LockInfo, mutex_state: String) -> Vec<Stri
         if let Some(at) = holder.acquired_at {
             line.push_str(&format!(", since {}", rfc3339(at)));
         }
+        if let Some(held) = info.read_at.and_then(|now| holder.held_for(now)) {
+            line.push_str(&format!(" (held {:.1}s)", held.as_secs_f64()));
+        }
         if let Some(left) = holder.remaining {
             line.push_str(&format!(", {:.1}s of lease left", left.as_secs_f64()));
         }
@@ -138,6 +141,7 @@ pub(crate) fn json_fields(info: &leasehold::LockInfo) -> [(&'static str, Value);
                 "client_name": holder.client_name,
                 "acquired_at": holder.acquired_at.map(rfc3339),
                 "acquired_at_unix_ms": holder.acquired_at.map(unix_ms),
+                "held_ms": info.read_at.and_then(|now| holder.held_for(now)).map(millis),
                 "remaining_ms": holder.remaining.map(millis),
                 "permits": holder.permits,
                 "levels": holder.levels,

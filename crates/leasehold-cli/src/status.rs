@@ -75,10 +75,15 @@ fn describe(info: &leasehold::LockInfo) -> String {
         // Between a release and the next grant: the waiter is trying.
         parts.push("free this moment".to_owned());
     } else {
+        let by =
+            |holder: &leasehold::Holder| match info.read_at.and_then(|now| holder.held_for(now)) {
+                Some(held) => format!("{} for {}", holder.describe(), seconds(held)),
+                None => holder.describe(),
+            };
         parts.push(match info.holders.as_slice() {
             [] => "held".to_owned(),
-            [one] => format!("held by {}", one.describe()),
-            [first, rest @ ..] => format!("held by {} and {} more", first.describe(), rest.len()),
+            [one] => format!("held by {}", by(one)),
+            [first, rest @ ..] => format!("held by {} and {} more", by(first), rest.len()),
         });
         parts.push(match crate::state::lease_left(info) {
             Some(left) => format!("{} of lease left", seconds(left)),
@@ -168,7 +173,8 @@ mod tests {
         let text = describe(&info);
         let by = format!("held by pid {} on ", std::process::id());
         assert!(text.starts_with(&by), "{text}");
-        assert!(text.contains("(nightly), "), "{text}");
+        // How long it has been held, by Redis's clock alone.
+        assert!(text.contains("(nightly) for 0."), "{text}");
         assert!(text.contains("of lease left"), "{text}");
         assert!(text.contains("last fence "), "{text}");
         assert!(text.ends_with("0 clients waiting"), "{text}");

@@ -440,6 +440,7 @@ fn shared_leases_taken_by_acquire_are_extended_and_released_by_token() {
         let holder = &holders[0];
         assert_eq!(holder["mode"], mode);
         assert_eq!(holder["pid"].as_u64(), Some(pid));
+        assert!(holder["held_ms"].is_u64(), "{holder}");
         assert_eq!(
             holder["client_name"],
             format!("leasehold acquire {name} {}", flags.join(" "))

@@ -185,6 +185,14 @@ impl Holder {
         }
     }
 
+    /// How long this holder had held its lease when Redis read it at
+    /// `read_at` ([`LockInfo::read_at`](crate::LockInfo::read_at)); both
+    /// times are the Redis server's, so no clocks of two machines are
+    /// compared.
+    pub fn held_for(&self, read_at: SystemTime) -> Option<Duration> {
+        read_at.duration_since(self.acquired_at?).ok()
+    }
+
     /// "pid 4242 on build-7 (nightly-job)", or "an unnamed holder" for a
     /// record without an identity.
     pub fn describe(&self) -> String {

@@ -1,7 +1,7 @@
 //! The mutex: one holder at a time, fenced.
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::client::Client;
 use crate::engine::held::Held;
@@ -491,6 +491,10 @@ pub struct LockInfo {
     pub holders: Vec<Holder>,
     /// A semaphore's permit count.
     pub permits: Option<u32>,
+    /// When Redis read this state, by the Redis server's clock: compare a
+    /// holder's [`acquired_at`](Holder::acquired_at) with it, not with the
+    /// local clock (see [`Holder::held_for`]).
+    pub read_at: Option<SystemTime>,
 }
 
 impl LockInfo {
@@ -511,8 +515,11 @@ impl LockInfo {
             .and_then(scripts::as_text)
             .ok_or_else(unexpected)?;
         let (pttl, fence, waiting, permits) = (int(1)?, int(2)?, int(3)?, int(4)?);
+        let read_at = u64::try_from(int(5)?)
+            .ok()
+            .map(|ms| UNIX_EPOCH + Duration::from_millis(ms));
         let remaining = engine::pttl(pttl);
-        let records = items[5.min(items.len())..]
+        let records = items[6.min(items.len())..]
             .iter()
             .filter_map(scripts::as_text);
         let holders: Vec<Holder> = if kind == "mutex" {
@@ -538,6 +545,7 @@ impl LockInfo {
             kind: (kind != "none").then_some(kind),
             holders,
             permits: u32::try_from(permits).ok(),
+            read_at,
         })
     }
 }

@@ -580,6 +580,12 @@ async fn inspect_and_errors_name_the_holder() {
     assert_eq!(who.client_name, "nightly-report");
     assert_eq!(who.pid, Some(std::process::id()));
     assert!(who.acquired_at.is_some());
+    // How long it has been held, by Redis's clock alone.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let later = other.inspect().await.unwrap();
+    let held_for = later.holders[0].held_for(later.read_at.unwrap()).unwrap();
+    assert!(held_for >= Duration::from_millis(300), "{held_for:?}");
+    assert!(held_for < Duration::from_secs(30), "{held_for:?}");
     let err = other.acquire_timeout(SHORT).await.unwrap_err();
     assert!(err.is_timeout());
     let text = err.to_string();

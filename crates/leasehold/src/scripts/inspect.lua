@@ -1,21 +1,21 @@
 -- Read the state of a lock without changing it.
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue
 -- Returns {kind, pttl, last fence or -1, clients queued, permits or -1,
--- then the holders: for a string lock "<acquired µs> <identity>", for a hash one
+-- the server's time in ms, then the holders: for a string lock "<acquired µs> <identity>", for a hash one
 -- "<ms left> <mode> <owner> <permits> <fence> <acquired µs> <identity>"
 -- per live lease}. The pttl of a hash is its longest live lease's (-2 when
 -- none is live), not the key's: a semaphore's count outlives its leases.
 local kind = kind_of(KEYS[1])
 local fence = tonumber(redis.call('GET', KEYS[2])) or -1
-local reply = {kind, redis.call('PTTL', KEYS[1]), fence, redis.call('ZCARD', KEYS[3]), -1}
+local now = math.floor(server_us() / 1000)
+local reply = {kind, redis.call('PTTL', KEYS[1]), fence, redis.call('ZCARD', KEYS[3]), -1, now}
 if kind == 'mutex' then
   -- Without the token: whoever reads it could release the lock.
   local value = redis.call('GET', KEYS[1])
-  reply[6] = string.match(value, '^%S+ (.*)$') or ''
+  reply[7] = string.match(value, '^%S+ (.*)$') or ''
 elseif kind == 'reentrant' or kind == 'rwlock' or kind == 'semaphore' then
   reply[5] = tonumber(redis.call('HGET', KEYS[1], 'permits')) or -1
   local F = family()
-  local now = math.floor(server_us() / 1000)
   local all = redis.call('HGETALL', KEYS[1])
   reply[2] = -2
   for i = 1, #all, 2 do
