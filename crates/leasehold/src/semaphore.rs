@@ -225,7 +225,11 @@ impl Semaphore {
     pub async fn available(&self) -> Result<u32> {
         let info = self.core.inspect().await?;
         let total = info.permits.unwrap_or(self.total);
-        let used: u32 = info.holders.iter().map(|h| h.permits).sum();
+        // Records written by hand can add up past u32::MAX.
+        let used = info
+            .holders
+            .iter()
+            .fold(0u32, |used, h| used.saturating_add(h.permits));
         Ok(total.saturating_sub(used))
     }
 
