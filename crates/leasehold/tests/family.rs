@@ -437,7 +437,8 @@ async fn a_name_is_one_kind_of_lock() {
         .unwrap_err();
     assert!(err.is_conflict(), "{err}");
     assert!(
-        err.to_string().contains("mutex") && err.to_string().contains("rwlock"),
+        err.to_string()
+            .contains("is in use as a mutex, not a read-write lock"),
         "{err}"
     );
     held.release().await.unwrap();
@@ -460,8 +461,22 @@ async fn a_name_is_one_kind_of_lock() {
             .unwrap_err(),
     ] {
         assert!(err.is_conflict(), "{err}");
-        assert!(err.to_string().contains("semaphore"), "{err}");
+        assert!(
+            err.to_string().contains("in use as a semaphore, not a"),
+            "{err}"
+        );
     }
+    let err = client.reentrant_mutex("x").unwrap().try_acquire().await;
+    let err = err.unwrap_err().to_string();
+    assert!(err.contains("not a reentrant mutex"), "{err}");
+    let reading = client.rw_lock("y").unwrap().read().acquire().await.unwrap();
+    let asked = client.semaphore("y", 3).unwrap().try_acquire().await;
+    let asked = asked.unwrap_err().to_string();
+    assert!(
+        asked.contains("in use as a read-write lock, not a semaphore of 3 permits"),
+        "{asked}"
+    );
+    reading.release().await.unwrap();
     // Nothing was overwritten.
     assert_eq!(
         client.semaphore("x", 2).unwrap().available().await.unwrap(),
