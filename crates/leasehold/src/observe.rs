@@ -10,16 +10,18 @@
 //!
 //! Every operation runs in a span named after it — `acquire`,
 //! `try_acquire`, `release`, `extend`, `release_token`, `extend_token`,
-//! `force_release`, `inspect` — at `DEBUG` level, with the target
-//! `leasehold`, and the fields `name` (the lock's name), `primitive`
-//! (`mutex` or `fair_mutex`), `outcome` (see below), `waited` (for
+//! `force_release`, `inspect`, `set_permits`, `available` — at `DEBUG`
+//! level, with the target `leasehold`, and the fields `name` (the lock's
+//! name), `primitive` (`mutex`, `fair_mutex`, `reentrant_mutex`,
+//! `rw_lock_read`, `rw_lock_write`, `semaphore`, or `rw_lock` for an
+//! operation on a whole read-write lock), `outcome` (see below), `waited` (for
 //! acquisitions: from the call to the outcome) and `fence` (of the lease
 //! taken or released). A lease lost while held is logged as a `WARN` event
 //! with the lock's name and the reason.
 //!
 //! Outcomes: `acquired`, `busy` (a `try_acquire` that found the lock held),
-//! `timed_out`, `ok`, `not_held`, `invalid_input`, `connection`, `auth`,
-//! `config`, `server`, `system`.
+//! `timed_out`, `ok`, `not_held`, `invalid_input`, `conflict`,
+//! `connection`, `auth`, `config`, `server`, `system`.
 //!
 //! # Metrics
 //!
@@ -66,7 +68,8 @@ pub const HOLD_SECONDS: &str = "leasehold_hold_seconds";
 pub const HELD_LEASES: &str = "leasehold_held_leases";
 /// Gauge: tasks waiting in `acquire` or `acquire_timeout`, by `primitive`.
 pub const WAITING_TASKS: &str = "leasehold_waiting_tasks";
-/// The label that names the kind of lock: `mutex` or `fair_mutex`.
+/// The label that names the kind of lock: `mutex`, `fair_mutex`,
+/// `reentrant_mutex`, `rw_lock_read`, `rw_lock_write` or `semaphore`.
 pub const PRIMITIVE_LABEL: &str = "primitive";
 /// The label that names why a lease was lost.
 pub const REASON_LABEL: &str = "reason";
@@ -129,10 +132,23 @@ pub(crate) enum Op {
     ExtendToken,
     ForceRelease,
     Inspect,
+    SetPermits,
+    Available,
 }
 
 /// The span of one operation on the lock `name`.
 pub(crate) fn span(op: Op, kind: Kind, name: &str, fence: Option<u64>) -> tracing::Span {
+    span_of(op, primitive(kind), name, fence)
+}
+
+/// The span of one operation on the lock `name`, of the kind `primitive`
+/// (`rw_lock` for an operation on a whole read-write lock).
+pub(crate) fn span_of(
+    op: Op,
+    primitive: &'static str,
+    name: &str,
+    fence: Option<u64>,
+) -> tracing::Span {
     // Span names must be literals.
     macro_rules! op_span {
         ($op:literal) => {
@@ -140,7 +156,7 @@ pub(crate) fn span(op: Op, kind: Kind, name: &str, fence: Option<u64>) -> tracin
                 target: "leasehold",
                 $op,
                 name,
-                primitive = primitive(kind),
+                primitive,
                 outcome = tracing::field::Empty,
                 waited = tracing::field::Empty,
                 fence,
@@ -156,6 +172,8 @@ pub(crate) fn span(op: Op, kind: Kind, name: &str, fence: Option<u64>) -> tracin
         Op::ExtendToken => op_span!("extend_token"),
         Op::ForceRelease => op_span!("force_release"),
         Op::Inspect => op_span!("inspect"),
+        Op::SetPermits => op_span!("set_permits"),
+        Op::Available => op_span!("available"),
     }
 }
 
