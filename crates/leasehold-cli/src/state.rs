@@ -66,7 +66,10 @@ pub(crate) fn lease_left(info: &leasehold::LockInfo) -> Option<Duration> {
 }
 
 fn permits_in_use(info: &leasehold::LockInfo) -> u32 {
-    info.holders.iter().map(|h| h.permits).sum()
+    // Records written by hand can add up past u32::MAX.
+    info.holders
+        .iter()
+        .fold(0, |used: u32, h| used.saturating_add(h.permits))
 }
 
 /// The holder's fence: its own where its record keeps one, else (a

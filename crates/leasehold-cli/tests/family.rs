@@ -416,6 +416,40 @@ fn a_semaphore_of_two_never_runs_a_third_command() {
 
 /// `acquire` with a kind flag, then `extend` and `release` with the token
 /// alone: the scripts serve every kind by token.
+/// Permit counts written by hand that add up past `u32::MAX` are shown,
+/// not a crash.
+#[test]
+fn inspect_reads_hand_written_permit_counts_without_overflow() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let time = server.command(&["TIME"]).unwrap();
+    let secs: u64 = time.split_whitespace().next().unwrap().parse().unwrap();
+    let lease = format!(
+        "{} s - 4294967295 1 1700000000000000 1 host by-hand",
+        (secs + 60) * 1000
+    );
+    let reply = server
+        .command(&[
+            "HSET",
+            "leasehold:{s}",
+            "kind",
+            "semaphore",
+            "permits",
+            "2",
+            "h:a",
+            &lease,
+            "h:b",
+            &lease,
+        ])
+        .unwrap();
+    assert_eq!(reply.trim(), "4", "{reply}");
+    let state = inspect(&url, "s");
+    assert_eq!(state["holders"].as_array().unwrap().len(), 2, "{state}");
+    let out = leasehold(&url, &["inspect", "s"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("in use"), "{}", stdout(&out));
+}
+
 #[test]
 fn shared_leases_taken_by_acquire_are_extended_and_released_by_token() {
     let server = RedisServer::start();

@@ -121,12 +121,13 @@ impl Error {
         Error::new(ErrorKind::Timeout, message)
     }
 
-    /// The name holds another kind of lock than the one asked for.
+    /// The name holds another kind of lock than the one asked for; both
+    /// as messages name them ("a read-write lock").
     pub(crate) fn wrong_kind(name: &str, asked: &str, found: &str) -> Self {
         Error::new(
             ErrorKind::Conflict,
             format!(
-                "lock {name:?} is in use as a {found}, not a {asked}: a name is one kind of lock; \
+                "lock {name:?} is in use as {found}, not {asked}: a name is one kind of lock; \
                  use another name, or the kind already in use"
             ),
         )

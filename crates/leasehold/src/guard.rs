@@ -55,8 +55,13 @@ impl LeaseGuard {
         &self.held.lease().keys.name
     }
 
-    /// The fence of this acquisition: larger than every fence handed out
-    /// before for this lock.
+    /// The fence of this acquisition. A mutex's lease, a write lease and
+    /// semaphore permits get a new fence, larger than every fence handed
+    /// out before for this lock. A read lease reports the fence of the last
+    /// write, the state its reads see, so readers share it with that writer
+    /// (a new fence only when the last write's is unknown). A nested level
+    /// of a [`ReentrantMutex`](crate::ReentrantMutex), or an owner's second
+    /// write lease, reports the fence the owner holds already.
     pub fn fence(&self) -> u64 {
         self.held.lease().fence
     }

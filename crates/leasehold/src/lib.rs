@@ -398,6 +398,12 @@ mod tests {
         is_send_sync::<Mutex>();
         is_send_sync::<FairMutex>();
         is_send_sync::<MutexGuard>();
+        is_send_sync::<ReentrantMutex>();
+        is_send_sync::<RwLock>();
+        is_send_sync::<ReadLock>();
+        is_send_sync::<WriteLock>();
+        is_send_sync::<Semaphore>();
+        is_send_sync::<Owner>();
         is_send_sync::<Election>();
         is_send_sync::<Leadership>();
         is_send_sync::<Error>();

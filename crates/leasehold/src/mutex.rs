@@ -478,9 +478,10 @@ pub struct LockInfo {
     pub remaining: Option<Duration>,
     /// The last fence handed out, if any ever was.
     pub last_fence: Option<u64>,
-    /// Clients in the lock's waiter queue (each client queues one waiting
-    /// task per lock; its other tasks wait behind it locally). A waiter that
-    /// died counts until its heartbeat runs out.
+    /// Waiters in the lock's waiter queue: for a `Mutex` or `FairMutex` one
+    /// per waiting client (its other tasks wait behind it locally), for the
+    /// other kinds one per waiting task. A waiter that died counts until its
+    /// heartbeat runs out.
     pub waiting_clients: u64,
     /// The kind of lock the name holds now: `"mutex"` (a `Mutex` or
     /// `FairMutex`), `"reentrant"`, `"rwlock"` or `"semaphore"`; `None` when

@@ -10,12 +10,13 @@
 //!
 //! Every operation runs in a span named after it — `acquire`,
 //! `try_acquire`, `release`, `extend`, `release_token`, `extend_token`,
-//! `force_release`, `inspect`, and for an election `campaign`, `leader`
-//! and `resign` — at `DEBUG` level, with the target
-//! `leasehold`, and the fields `name` (the lock's name), `primitive`
+//! `force_release`, `inspect`, `set_permits`, `available`, and for an
+//! election `campaign`, `leader` and `resign` — at `DEBUG` level, with the
+//! target `leasehold`, and the fields `name` (the lock's name), `primitive`
 //! (`mutex`, `fair_mutex`, `reentrant_mutex`, `rw_lock_read`,
-//! `rw_lock_write`, `semaphore`, or `election` for the election's own
-//! operations; the lock taken by a campaign is a `fair_mutex`), `outcome` (see below), `waited` (for
+//! `rw_lock_write`, `semaphore`, `rw_lock` for an operation on a whole
+//! read-write lock, or `election` for the election's own operations; the
+//! lock taken by a campaign is a `fair_mutex`), `outcome` (see below), `waited` (for
 //! acquisitions: from the call to the outcome) and `fence` (of the lease
 //! taken or released). A lease lost while held is logged as a `WARN` event
 //! with the lock's name and the reason.
@@ -137,6 +138,8 @@ pub(crate) enum Op {
     Campaign,
     Leader,
     Resign,
+    SetPermits,
+    Available,
 }
 
 /// The span of one operation on the lock `name`.
@@ -149,7 +152,14 @@ pub(crate) fn election_span(op: Op, name: &str, fence: Option<u64>) -> tracing::
     span_of(op, "election", name, fence)
 }
 
-fn span_of(op: Op, primitive: &'static str, name: &str, fence: Option<u64>) -> tracing::Span {
+/// The span of one operation on the lock `name`, of the kind `primitive`
+/// (`rw_lock` for an operation on a whole read-write lock).
+pub(crate) fn span_of(
+    op: Op,
+    primitive: &'static str,
+    name: &str,
+    fence: Option<u64>,
+) -> tracing::Span {
     // Span names must be literals.
     macro_rules! op_span {
         ($op:literal) => {
@@ -176,6 +186,8 @@ fn span_of(op: Op, primitive: &'static str, name: &str, fence: Option<u64>) -> t
         Op::Campaign => op_span!("campaign"),
         Op::Leader => op_span!("leader"),
         Op::Resign => op_span!("resign"),
+        Op::SetPermits => op_span!("set_permits"),
+        Op::Available => op_span!("available"),
     }
 }
 

@@ -9,7 +9,12 @@ use crate::error::Result;
 use crate::guard::LeaseGuard;
 use crate::keys::{validate_lease, validate_wait, LockKeys};
 use crate::mutex::{Core, LockInfo};
+use crate::observe::{self, Op};
 use crate::owner::Owner;
+
+/// The `primitive` of the spans of operations on a whole lock, which may
+/// concern readers and the writer alike.
+const PRIMITIVE: &str = "rw_lock";
 
 /// A lock held by many readers or one writer at a time. Made by
 /// [`Client::rw_lock`]; take it through [`read`](RwLock::read) or
@@ -19,8 +24,9 @@ use crate::owner::Owner;
 ///   guard lives: a reader that dies frees its share when its own lease
 ///   ends, and a release removes only its own share.
 /// - **Writers are not starved.** Once a writer waits, readers that arrive
-///   after it queue behind it; waiters are served in arrival order, and the
-///   readers at the front of the queue are admitted together. A writer's
+///   after it queue behind it; waiters are served in arrival order (every
+///   waiting task has its own place, whichever client it belongs to), and
+///   the readers at the front of the queue are admitted together. A writer's
 ///   release wakes all of them at once; a reader's release wakes a writer
 ///   only when the last reader leaves.
 /// - **Reentrant per [`Owner`].** An owner may take its read or write lock
@@ -35,6 +41,13 @@ use crate::owner::Owner;
 ///   persistence, a failover, its retention run out) the last write's
 ///   fence is unknown, and a reader takes a new fence, larger than every
 ///   earlier one, rather than one a fenced resource would refuse.
+///   Because readers carry the last write's fence, a writer that stalls
+///   past its lease and writes late carries the very fence the readers
+///   use: a resource that only refuses smaller fences accepts that write
+///   while readers hold the lock. To refuse it, the resource must also
+///   reject writes whose fence is not above the largest fence of the reads
+///   it has served; a writer that downgrades must then finish writing
+///   before it reads.
 ///
 /// All of the lock's state lives in one hash under the lock's hash tag, so
 /// it works on Redis Cluster unchanged.
@@ -70,16 +83,19 @@ impl RwLock {
     }
 
     /// The lock's name.
+    #[must_use]
     pub fn name(&self) -> &str {
         &self.core.keys.name
     }
 
     /// The owner whose acquisitions this handle makes.
+    #[must_use]
     pub fn owner(&self) -> &Owner {
         &self.owner
     }
 
     /// This lock acquired on behalf of `owner`.
+    #[must_use]
     pub fn with_owner(mut self, owner: Owner) -> Self {
         self.core.owner = Some(owner.clone());
         self.owner = owner;
@@ -100,6 +116,7 @@ impl RwLock {
     }
 
     /// This lock with the watchdog on or off, as [`Mutex::with_watchdog`](crate::Mutex::with_watchdog).
+    #[must_use]
     pub fn with_watchdog(mut self, on: bool) -> Self {
         self.core.watchdog = on;
         self
@@ -126,6 +143,7 @@ impl RwLock {
     }
 
     /// The read side: shared with other readers.
+    #[must_use]
     pub fn read(&self) -> ReadLock {
         let mut core = self.core.clone();
         core.kind = Kind::Read;
@@ -133,6 +151,7 @@ impl RwLock {
     }
 
     /// The write side: exclusive.
+    #[must_use]
     pub fn write(&self) -> WriteLock {
         WriteLock {
             core: self.core.clone(),
@@ -151,7 +170,7 @@ impl RwLock {
     ///
     /// Dropping the future may or may not release the lease.
     pub async fn release_token(&self, token: &str) -> Result<()> {
-        self.core.release_token(token).await
+        observe::traced(self.span(Op::ReleaseToken), self.core.release_token(token)).await
     }
 
     /// Removes every reader and writer, and wakes the waiters: an admin
@@ -166,7 +185,7 @@ impl RwLock {
     ///
     /// Dropping the future may or may not remove the lock.
     pub async fn force_release(&self) -> Result<bool> {
-        self.core.force_release().await
+        observe::traced(self.span(Op::ForceRelease), self.core.force_release()).await
     }
 
     /// The lock's state as Redis sees it now: every reader and the writer,
@@ -181,7 +200,11 @@ impl RwLock {
     ///
     /// Cancel safe: it only reads.
     pub async fn inspect(&self) -> Result<LockInfo> {
-        self.core.inspect().await
+        observe::traced(self.span(Op::Inspect), self.core.inspect()).await
+    }
+
+    fn span(&self, op: Op) -> tracing::Span {
+        observe::span_of(op, PRIMITIVE, self.name(), None)
     }
 }
 

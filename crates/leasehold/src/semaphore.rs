@@ -4,11 +4,12 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::client::Client;
-use crate::engine::{scripts, Kind};
+use crate::engine::{self, scripts, Kind};
 use crate::error::{Error, Result};
 use crate::guard::LeaseGuard;
 use crate::keys::{millis, validate_lease, validate_wait, LockKeys};
 use crate::mutex::{Core, LockInfo};
+use crate::observe::{self, Op};
 
 /// The most permits a semaphore may have.
 pub const MAX_PERMITS: u32 = 10_000;
@@ -21,9 +22,11 @@ pub const MAX_PERMITS: u32 = 10_000;
 ///   dies come back when their lease runs out (Redisson's
 ///   `RPermitExpirableSemaphore`, renewed, so a slow holder does not lose
 ///   them).
-/// - **First come, first served.** Waiters are served in arrival order, so
-///   a request for many permits is not starved by a stream of requests for
-///   one; a release wakes the waiters at the front whose permits fit.
+/// - **First come, first served.** Waiters are served in arrival order
+///   (every waiting task has its own place, whichever client it belongs
+///   to), so a request for many permits is not starved by a stream of
+///   requests for one; a release wakes the waiters at the front whose
+///   permits fit.
 /// - **The permit count is stored with the semaphore.** The first user sets
 ///   it; a handle with another count is refused with
 ///   [`ErrorKind::Conflict`](crate::ErrorKind::Conflict), never silently
@@ -62,11 +65,13 @@ impl Semaphore {
     }
 
     /// The semaphore's name.
+    #[must_use]
     pub fn name(&self) -> &str {
         &self.core.keys.name
     }
 
     /// The permit count this handle expects the semaphore to have.
+    #[must_use]
     pub fn permits(&self) -> u32 {
         self.total
     }
@@ -85,6 +90,7 @@ impl Semaphore {
     }
 
     /// This semaphore with the watchdog on or off, as [`Mutex::with_watchdog`](crate::Mutex::with_watchdog).
+    #[must_use]
     pub fn with_watchdog(mut self, on: bool) -> Self {
         self.core.watchdog = on;
         self
@@ -223,9 +229,17 @@ impl Semaphore {
     ///
     /// Cancel safe: it only reads.
     pub async fn available(&self) -> Result<u32> {
+        observe::traced(self.core.span(Op::Available), self.count_available()).await
+    }
+
+    async fn count_available(&self) -> Result<u32> {
         let info = self.core.inspect().await?;
         let total = info.permits.unwrap_or(self.total);
-        let used: u32 = info.holders.iter().map(|h| h.permits).sum();
+        // Records written by hand can add up past u32::MAX.
+        let used = info
+            .holders
+            .iter()
+            .fold(0u32, |used, h| used.saturating_add(h.permits));
         Ok(total.saturating_sub(used))
     }
 
@@ -245,6 +259,10 @@ impl Semaphore {
     ///
     /// Dropping the future may or may not change the count.
     pub async fn set_permits(&self, permits: u32) -> Result<()> {
+        observe::traced(self.core.span(Op::SetPermits), self.store_permits(permits)).await
+    }
+
+    async fn store_permits(&self, permits: u32) -> Result<()> {
         validate_permits(permits)?;
         let node = &self.core.client().node;
         let keys = &self.core.keys;
@@ -273,7 +291,11 @@ impl Semaphore {
                     .get(1)
                     .and_then(scripts::as_text)
                     .ok_or_else(unexpected)?;
-                Err(Error::wrong_kind(&keys.name, "semaphore", &found))
+                Err(Error::wrong_kind(
+                    &keys.name,
+                    &Kind::Semaphore { total: permits }.phrase(),
+                    &engine::stored_phrase(&found),
+                ))
             }
             _ => Err(unexpected()),
         }
@@ -291,7 +313,11 @@ impl Semaphore {
     ///
     /// Dropping the future may or may not release the permits.
     pub async fn release_token(&self, token: &str) -> Result<()> {
-        self.core.release_token(token).await
+        observe::traced(
+            self.core.span(Op::ReleaseToken),
+            self.core.release_token(token),
+        )
+        .await
     }
 
     /// Takes back every permit, whoever holds it, and wakes the waiters: an
@@ -306,7 +332,7 @@ impl Semaphore {
     ///
     /// Dropping the future may or may not remove the permits.
     pub async fn force_release(&self) -> Result<bool> {
-        self.core.force_release().await
+        observe::traced(self.core.span(Op::ForceRelease), self.core.force_release()).await
     }
 
     /// The semaphore's state as Redis sees it now: its permit count and
@@ -321,7 +347,7 @@ impl Semaphore {
     ///
     /// Cancel safe: it only reads.
     pub async fn inspect(&self) -> Result<LockInfo> {
-        self.core.inspect().await
+        observe::traced(self.core.span(Op::Inspect), self.core.inspect()).await
     }
 }
 

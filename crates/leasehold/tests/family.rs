@@ -337,6 +337,55 @@ async fn a_waiting_writer_blocks_later_readers_and_its_release_wakes_them_all() 
     }
 }
 
+/// Readers of one client that wait together are admitted together at a
+/// writer's release, before a writer of another client that came after
+/// them: each waiting task holds its own place in the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_of_one_client_are_admitted_together_before_a_later_writer() {
+    let server = RedisServer::start();
+    let first = client(&server).rw_lock("cat").unwrap();
+    let w0 = first.write().acquire().await.unwrap();
+    let readers = client(&server);
+    let mut reading = Vec::new();
+    for _ in 0..3 {
+        let r = readers.rw_lock("cat").unwrap();
+        reading.push(tokio::spawn(
+            async move { r.read().acquire_timeout(LONG).await },
+        ));
+    }
+    eventually("every reader to queue", || async {
+        cmd::<u64>(&server, &["ZCARD", "leasehold:{cat}:q"]).await == 3
+    })
+    .await;
+    let later = client(&server).rw_lock("cat").unwrap();
+    let writing = tokio::spawn(async move { later.write().acquire_timeout(LONG).await });
+    eventually("the later writer to queue", || async {
+        cmd::<u64>(&server, &["ZCARD", "leasehold:{cat}:q"]).await == 4
+    })
+    .await;
+    let w0_fence = w0.fence();
+    w0.release().await.unwrap();
+    let mut guards = Vec::new();
+    for r in reading {
+        let guard = tokio::time::timeout(Duration::from_secs(10), r)
+            .await
+            .expect("a reader was not admitted with the others")
+            .unwrap()
+            .unwrap();
+        guards.push(guard);
+    }
+    let info = first.inspect().await.unwrap();
+    assert_eq!(info.holders.len(), 3);
+    assert!(info.holders.iter().all(|h| h.mode == HoldMode::Read));
+    assert!(!writing.is_finished());
+    for g in guards {
+        g.release().await.unwrap();
+    }
+    let w2 = writing.await.unwrap().unwrap();
+    assert!(w2.fence() > w0_fence);
+    w2.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn upgrade_is_refused_and_downgrade_works() {
     let server = RedisServer::start();
@@ -468,6 +517,50 @@ async fn a_big_request_is_served_in_turn() {
     got.release().await.unwrap();
 }
 
+/// Waiters of one client keep their turn against a big request of another
+/// client that came after them: a release that frees permits for them all
+/// lets them all in, and the big request waits for its own turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_one_client_keep_their_turn_before_a_later_big_request() {
+    let server = RedisServer::start();
+    let sem = client(&server).semaphore("slots", 2).unwrap();
+    let all = sem.acquire_many(2).await.unwrap();
+    let small = client(&server);
+    let mut waiting = Vec::new();
+    for _ in 0..2 {
+        let s = small.semaphore("slots", 2).unwrap();
+        waiting.push(tokio::spawn(async move { s.acquire_timeout(LONG).await }));
+    }
+    eventually("every small request to queue", || async {
+        cmd::<u64>(&server, &["ZCARD", "leasehold:{slots}:q"]).await == 2
+    })
+    .await;
+    let big = client(&server).semaphore("slots", 2).unwrap();
+    let asking = tokio::spawn(async move { big.acquire_many_timeout(2, LONG).await });
+    eventually("the big request to queue", || async {
+        cmd::<u64>(&server, &["ZCARD", "leasehold:{slots}:q"]).await == 3
+    })
+    .await;
+    all.release().await.unwrap();
+    let mut guards = Vec::new();
+    for w in waiting {
+        let guard = tokio::time::timeout(Duration::from_secs(10), w)
+            .await
+            .expect("a small request lost its turn to the big one")
+            .unwrap()
+            .unwrap();
+        guards.push(guard);
+    }
+    assert_eq!(sem.available().await.unwrap(), 0);
+    assert!(!asking.is_finished());
+    for g in guards {
+        g.release().await.unwrap();
+    }
+    let got = asking.await.unwrap().unwrap();
+    assert_eq!(got.permits(), 2);
+    got.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn permits_of_a_crashed_client_come_back_after_their_lease() {
     let server = RedisServer::start();
@@ -532,7 +625,8 @@ async fn a_name_is_one_kind_of_lock() {
         .unwrap_err();
     assert!(err.is_conflict(), "{err}");
     assert!(
-        err.to_string().contains("mutex") && err.to_string().contains("rwlock"),
+        err.to_string()
+            .contains("is in use as a mutex, not a read-write lock"),
         "{err}"
     );
     held.release().await.unwrap();
@@ -555,8 +649,22 @@ async fn a_name_is_one_kind_of_lock() {
             .unwrap_err(),
     ] {
         assert!(err.is_conflict(), "{err}");
-        assert!(err.to_string().contains("semaphore"), "{err}");
+        assert!(
+            err.to_string().contains("in use as a semaphore, not a"),
+            "{err}"
+        );
     }
+    let err = client.reentrant_mutex("x").unwrap().try_acquire().await;
+    let err = err.unwrap_err().to_string();
+    assert!(err.contains("not a reentrant mutex"), "{err}");
+    let reading = client.rw_lock("y").unwrap().read().acquire().await.unwrap();
+    let asked = client.semaphore("y", 3).unwrap().try_acquire().await;
+    let asked = asked.unwrap_err().to_string();
+    assert!(
+        asked.contains("in use as a read-write lock, not a semaphore of 3 permits"),
+        "{asked}"
+    );
+    reading.release().await.unwrap();
     // Nothing was overwritten.
     assert_eq!(
         client.semaphore("x", 2).unwrap().available().await.unwrap(),

@@ -489,6 +489,38 @@ async fn hand_written_hashes_get_clear_answers() {
     assert!(!err.to_string().contains("unexpected reply"), "{err}");
 }
 
+/// Permit counts written by hand that add up past `u32::MAX` are read
+/// without a panic: the semaphore counts as full.
+#[tokio::test]
+async fn hand_written_permit_counts_do_not_overflow() {
+    let server = RedisServer::start();
+    let time: Vec<String> = cmd(&server, &["TIME"]).await;
+    let secs: u64 = time[0].parse().unwrap();
+    let expiry = ((secs + 60) * 1000).to_string();
+    let lease = format!("{expiry} s - 4294967295 1 1700000000000000 1 host by-hand");
+    let _: i64 = cmd(
+        &server,
+        &[
+            "HSET",
+            "leasehold:{s}",
+            "kind",
+            "semaphore",
+            "permits",
+            "2",
+            "h:a",
+            &lease,
+            "h:b",
+            &lease,
+        ],
+    )
+    .await;
+    let sem = client(&server).semaphore("s", 2).unwrap();
+    assert_eq!(sem.available().await.unwrap(), 0);
+    let info = sem.inspect().await.unwrap();
+    assert_eq!(info.holders.len(), 2);
+    assert!(sem.try_acquire().await.unwrap().is_none());
+}
+
 /// Levels of a reentrant mutex are released in any order: the lock stays
 /// the owner's until the last one goes, and a late release of a level
 /// already released says so.

@@ -66,6 +66,55 @@ async fn a_wait_rides_out_a_pause_longer_than_the_command_timeout() {
     guard.release().await.unwrap();
 }
 
+/// A pause that starts while one task of a client waits: a second task of
+/// that client that asks meanwhile rides it out too, for every hash kind,
+/// instead of ending at once on the first unanswered attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_waiter_of_one_client_rides_out_a_pause() {
+    let server = RedisServer::start();
+    let holder = client_with(&server, Duration::from_millis(600), false);
+    let waiters = impatient(&server.url()); // 500 ms command timeout
+    let held = holder
+        .semaphore("job", 2)
+        .unwrap()
+        .acquire_many(2)
+        .await
+        .unwrap();
+    let first = waiters.semaphore("job", 2).unwrap();
+    let second = first.clone();
+    let first = tokio::spawn(async move { first.acquire_timeout(LONG).await });
+    waiter_listens(&server).await;
+    let _: () = cmd(&server, &["CLIENT", "PAUSE", "1500", "ALL"]).await;
+    let got = second.acquire_timeout(LONG).await;
+    let got = got.expect("the second waiter ended on the pause");
+    got.release().await.unwrap();
+    first.await.unwrap().unwrap().release().await.unwrap();
+    drop(held);
+
+    let held = holder
+        .reentrant_mutex("cfg")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let first = waiters.reentrant_mutex("cfg").unwrap();
+    let first = tokio::spawn(async move { first.acquire_timeout(LONG).await });
+    eventually("the first waiter to queue", || async {
+        cmd::<u64>(&server, &["ZCARD", "leasehold:{cfg}:q"]).await == 1
+    })
+    .await;
+    let _: () = cmd(&server, &["CLIENT", "PAUSE", "1500", "ALL"]).await;
+    let second = waiters.reentrant_mutex("cfg").unwrap();
+    let second = tokio::spawn(async move { second.acquire_timeout(LONG).await });
+    first.await.unwrap().unwrap().release().await.unwrap();
+    let got = second.await.unwrap();
+    got.expect("the second waiter ended on the pause")
+        .release()
+        .await
+        .unwrap();
+    drop(held);
+}
+
 /// A grant whose reply arrives after the lease ran out is never handed out:
 /// it is given back, and the lock is not left held by nobody.
 #[tokio::test]

@@ -87,6 +87,9 @@ impl Recorded {
 
 const MUTEX: &[(&str, &str)] = &[("primitive", "mutex")];
 const FAIR: &[(&str, &str)] = &[("primitive", "fair_mutex")];
+const READ: &[(&str, &str)] = &[("primitive", "rw_lock_read")];
+const WRITE: &[(&str, &str)] = &[("primitive", "rw_lock_write")];
+const SEMAPHORE: &[(&str, &str)] = &[("primitive", "semaphore")];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_operations_are_counted() {
@@ -182,4 +185,42 @@ async fn lock_operations_are_counted() {
     assert_eq!(m().value(LOSSES, &[("reason", "deadline_passed")]), 1.0);
     drop(unwatched);
     assert_eq!(m().value(LOSSES, &[("reason", "deadline_passed")]), 2.0);
+
+    // The read and write sides of an rw-lock, and a semaphore, are counted
+    // under their own primitive.
+    let rw = client(&server).rw_lock("cat").unwrap();
+    let reading = rw.read().acquire().await.unwrap();
+    let other = client(&server).rw_lock("cat").unwrap();
+    assert!(other.write().try_acquire().await.unwrap().is_none());
+    let err = other
+        .write()
+        .acquire_timeout(Duration::from_millis(50))
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout());
+    assert_eq!(m().value(ACQUISITIONS, READ), 1.0);
+    assert_eq!(m().value(HELD_LEASES, READ), 1.0);
+    assert_eq!(m().value(ACQUISITIONS, WRITE), 0.0);
+    assert_eq!(m().value(TIMEOUTS, WRITE), 1.0);
+    reading.release().await.unwrap();
+    assert_eq!(m().value(HELD_LEASES, READ), 0.0);
+    assert_eq!(m().samples(HOLD_SECONDS, READ), 1);
+    let writing = other.write().acquire().await.unwrap();
+    assert_eq!(m().value(ACQUISITIONS, WRITE), 1.0);
+    assert_eq!(m().samples(WAIT_SECONDS, WRITE), 1);
+    writing.release().await.unwrap();
+
+    let sem = client(&server).semaphore("slots", 2).unwrap();
+    let permits = sem.acquire_many(2).await.unwrap();
+    let err = sem
+        .acquire_timeout(Duration::from_millis(50))
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout());
+    assert_eq!(m().value(ACQUISITIONS, SEMAPHORE), 1.0);
+    assert_eq!(m().value(TIMEOUTS, SEMAPHORE), 1.0);
+    assert_eq!(m().value(HELD_LEASES, SEMAPHORE), 1.0);
+    assert_eq!(m().value(WAITING_TASKS, SEMAPHORE), 0.0);
+    permits.release().await.unwrap();
+    assert_eq!(m().value(HELD_LEASES, SEMAPHORE), 0.0);
 }

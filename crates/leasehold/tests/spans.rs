@@ -130,6 +130,92 @@ fn every_operation_has_a_span_with_its_outcome() {
 }
 
 #[test]
+fn family_operations_have_spans_with_their_primitive() {
+    let spans = Spans::default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = RedisServer::start();
+    let (read_fence, permit_fence) = tracing::subscriber::with_default(spans.clone(), || {
+        runtime.block_on(async {
+            let client = client(&server);
+            let lock = client.rw_lock("cat").unwrap();
+            let other = client.rw_lock("cat").unwrap();
+            let reading = lock.read().acquire().await.unwrap();
+            assert!(other.write().try_acquire().await.unwrap().is_none());
+            lock.inspect().await.unwrap();
+            let err = lock.release_token("no-such-token").await.unwrap_err();
+            assert!(err.is_not_held());
+            let read_fence = reading.fence();
+            reading.release().await.unwrap();
+            assert!(!lock.force_release().await.unwrap());
+
+            let sem = client.semaphore("slots", 2).unwrap();
+            let permits = sem.acquire_many(2).await.unwrap();
+            assert_eq!(sem.available().await.unwrap(), 0);
+            sem.set_permits(2).await.unwrap();
+            sem.inspect().await.unwrap();
+            let err = sem.release_token("no-such-token").await.unwrap_err();
+            assert!(err.is_not_held());
+            assert!(sem.force_release().await.unwrap());
+            let permit_fence = permits.fence();
+            assert!(permits.release().await.unwrap_err().is_not_held());
+            (read_fence, permit_fence)
+        })
+    });
+
+    let acquire = spans.named("acquire");
+    let [read, permits] = acquire.as_slice() else {
+        panic!("two acquire spans expected: {acquire:?}");
+    };
+    assert_eq!(field(read, "primitive"), "rw_lock_read");
+    assert_eq!(field(read, "outcome"), "acquired");
+    assert_eq!(field(read, "fence"), read_fence.to_string());
+    assert_eq!(field(permits, "primitive"), "semaphore");
+    assert_eq!(field(permits, "name"), "slots");
+    assert_eq!(field(permits, "outcome"), "acquired");
+    assert_eq!(field(permits, "fence"), permit_fence.to_string());
+    let tries = spans.named("try_acquire");
+    assert_eq!(tries.len(), 1);
+    assert_eq!(field(&tries[0], "primitive"), "rw_lock_write");
+    assert_eq!(field(&tries[0], "outcome"), "busy");
+
+    // Operations on a whole rw-lock, then on the semaphore.
+    for (op, outcomes) in [
+        ("inspect", ["ok", "ok"]),
+        ("release_token", ["not_held", "not_held"]),
+        ("force_release", ["ok", "ok"]),
+        ("release", ["ok", "not_held"]),
+    ] {
+        let found = spans.named(op);
+        assert_eq!(found.len(), 2, "{op}: {found:?}");
+        for (fields, (name, outcome)) in found
+            .iter()
+            .zip([("cat", outcomes[0]), ("slots", outcomes[1])])
+        {
+            assert_eq!(field(fields, "name"), name, "{op}");
+            assert_eq!(field(fields, "outcome"), outcome, "{op}");
+        }
+    }
+    for op in ["inspect", "release_token", "force_release"] {
+        let found = spans.named(op);
+        assert_eq!(field(&found[0], "primitive"), "rw_lock", "{op}");
+        assert_eq!(field(&found[1], "primitive"), "semaphore", "{op}");
+    }
+    let releases = spans.named("release");
+    assert_eq!(field(&releases[0], "primitive"), "rw_lock_read");
+    assert_eq!(field(&releases[1], "primitive"), "semaphore");
+    for op in ["available", "set_permits"] {
+        let found = spans.named(op);
+        assert_eq!(found.len(), 1, "{op}: {found:?}");
+        assert_eq!(field(&found[0], "primitive"), "semaphore", "{op}");
+        assert_eq!(field(&found[0], "name"), "slots", "{op}");
+        assert_eq!(field(&found[0], "outcome"), "ok", "{op}");
+    }
+}
+
+#[test]
 fn an_election_has_spans_for_its_own_operations() {
     let spans = Spans::default();
     let runtime = tokio::runtime::Builder::new_current_thread()

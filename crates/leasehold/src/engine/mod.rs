@@ -50,9 +50,30 @@ impl Kind {
         }
     }
 
+    /// How messages name this kind: "a semaphore of 4 permits".
+    pub(crate) fn phrase(self) -> String {
+        match self {
+            Kind::Semaphore { total } => format!("a semaphore of {total} permits"),
+            _ => stored_phrase(self.stored_name()),
+        }
+    }
+
     /// Kept in a hash with one entry per lease (see `scripts/lib.lua`).
     pub(crate) fn is_hash(self) -> bool {
         !matches!(self, Kind::Mutex | Kind::Fair)
+    }
+}
+
+/// How messages name the kind Redis keeps as `stored`: one of
+/// [`Kind::stored_name`], or the type of a key leasehold did not write.
+pub(crate) fn stored_phrase(stored: &str) -> String {
+    match stored {
+        "mutex" => "a mutex".to_owned(),
+        "reentrant" => "a reentrant mutex".to_owned(),
+        "rwlock" => "a read-write lock".to_owned(),
+        "semaphore" => "a semaphore".to_owned(),
+        "hash" => "a hash leasehold did not write".to_owned(),
+        other => format!("a Redis {other}"),
     }
 }
 

@@ -1,5 +1,5 @@
-//! Tasks of one client waiting for the same lock queue here, so that only
-//! the head of the queue talks to Redis.
+//! Tasks of one client waiting for the same `Mutex` or `FairMutex` queue
+//! here, so that only the head of the queue talks to Redis.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};

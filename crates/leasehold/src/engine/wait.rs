@@ -1,9 +1,13 @@
 //! Taking a lock: one attempt, or a wait in the lock's waiter queue.
 //!
-//! A failed attempt puts the waiting client into the queue in Redis in the
-//! same script, with a heartbeat deadline on the server's clock. A release
-//! wakes the first live waiter alone (`Mutex`), or hands it the lock
-//! (`FairMutex`), with a message on that client's own channel for the lock.
+//! A failed attempt puts the waiter into the queue in Redis in the same
+//! script, with a heartbeat deadline on the server's clock: the first
+//! waiting task of a client for a `Mutex` or `FairMutex` (the others wait
+//! behind it locally), every waiting task for the other kinds. A release
+//! wakes the first live waiter alone (`Mutex`), hands it the lock
+//! (`FairMutex`), or wakes every waiter at the front that the lock can
+//! admit now (readers, permits that fit), each with a message naming its
+//! token on its client's own channel for the lock.
 //! The waiter refreshes its heartbeat while it waits, and also wakes when
 //! the blocking lease can have run out, so a lost message only delays it.
 //! Passing faults (no answer, a lost connection, a server not ready) do not
@@ -19,7 +23,7 @@ use crate::engine::lease::local_deadline;
 use crate::engine::node::Node;
 use crate::engine::notify::Subscription;
 use crate::engine::release::{release, PendingRelease};
-use crate::engine::{new_token, pttl, scripts, Kind, Request};
+use crate::engine::{self, new_token, pttl, scripts, Kind, Request};
 use crate::error::{Error, Result};
 use crate::holder::Holder;
 use crate::keys::{millis, LockKeys, MAX_LEASE};
@@ -151,20 +155,22 @@ async fn wait_for(
 ) -> Result<Held> {
     let keys = request.keys;
     let waited = wait.unwrap_or_default();
-    let local = node.queues.queue(&keys.lock);
-    if request.kind.is_hash() && local.try_lock().is_err() {
-        // Another task of this client waits for the lock. Reentry by an
-        // owner that holds it never waits, and must not wait behind a task
-        // that waits for this very owner.
-        if let Some(held) = try_acquire(node, request).await? {
-            return Ok(held);
-        }
-    }
-    let _turn = match deadline {
-        Some(deadline) => tokio::time::timeout_at(deadline, local.lock())
-            .await
-            .map_err(|_| Error::wait_timed_out(&keys.name, waited, None))?,
-        None => local.lock().await,
+    // A mutex admits one holder at a time: the tasks of this client take
+    // turns here, and only the first of them is in the Redis queue. The
+    // hash kinds admit several at once (readers, permits) and know owners
+    // (a reentry never waits): each of their tasks holds its own place in
+    // the Redis queue, so tasks that wait together are admitted together,
+    // and keep their turn against the waiters of other clients.
+    let _turn = if request.kind.is_hash() {
+        None
+    } else {
+        let local = node.queues.queue(&keys.lock);
+        Some(match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, local.lock_owned())
+                .await
+                .map_err(|_| Error::wait_timed_out(&keys.name, waited, None))?,
+            None => local.lock_owned().await,
+        })
     };
     // A wait of zero is one attempt: it does not queue.
     let queue = deadline.is_none_or(|d| d > Instant::now());
@@ -542,7 +548,11 @@ fn read_attempt(request: &Request<'_>, reply: &redis::Value, sent_at: Instant) -
         }
         (Some(-1), 2) => {
             let found = text(1).ok_or_else(unexpected)?;
-            Err(Error::wrong_kind(name, request.kind.stored_name(), &found))
+            Err(Error::wrong_kind(
+                name,
+                &request.kind.phrase(),
+                &engine::stored_phrase(&found),
+            ))
         }
         (Some(-2), 1) => Err(Error::upgrade_refused(name)),
         (Some(-3), 2) => {

@@ -22,12 +22,22 @@ local function family()
       tokens = redis.call('ZRANGE', queue, 0, -1)
     end
     local live = {}
-    for _, t in ipairs(tokens) do
-      local record = waiter(waiters, t)
-      if record then
-        live[#live + 1] = record
-      else
-        leave_queue(queue, waiters, t)
+    -- One MGET per batch, not a GET per waiter; a batch stays well within
+    -- what unpack can put on Lua's stack.
+    for first = 1, #tokens, 512 do
+      local last = math.min(first + 511, #tokens)
+      local names = {}
+      for i = first, last do
+        names[#names + 1] = waiters .. tokens[i]
+      end
+      local records = redis.call('MGET', unpack(names))
+      for i = first, last do
+        local record = waiter_record(tokens[i], records[i - first + 1])
+        if record then
+          live[#live + 1] = record
+        else
+          leave_queue(queue, waiters, tokens[i])
+        end
       end
     end
     return live

@@ -69,9 +69,9 @@ local function leave_queue(queue, waiters, token)
   redis.call('DEL', waiters .. token)
 end
 
--- A waiter's record, or nil when its heartbeat ran out.
-local function waiter(waiters, token)
-  local record = redis.call('GET', waiters .. token)
+-- A waiter's record from the value of its key, or nil when its heartbeat
+-- ran out (the key is gone: nil or false).
+local function waiter_record(token, record)
   if not record then
     return nil
   end
@@ -82,6 +82,11 @@ local function waiter(waiters, token)
   end
   return {token = token, hand_off = hand_off, mode = mode, want = tonumber(want),
     client = client, identity = identity}
+end
+
+-- A waiter's record, or nil when its heartbeat ran out.
+local function waiter(waiters, token)
+  return waiter_record(token, redis.call('GET', waiters .. token))
 end
 
 -- The first waiter whose heartbeat has not run out, after removing the dead
