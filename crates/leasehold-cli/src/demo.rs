@@ -562,5 +562,5 @@ async fn command_calls(conn: &mut redis::aio::MultiplexedConnection) -> anyhow::
         .filter(|line| !line.starts_with("info:"))
         .filter_map(|line| line.split_once(":calls="))
         .filter_map(|(_, rest)| rest.split(',').next()?.parse::<u64>().ok())
-        .sum())
+        .fold(0u64, u64::saturating_add))
 }

@@ -74,6 +74,7 @@ impl FairMutex {
 
     /// This lock with the watchdog on or off (the client's setting by
     /// default), as [`Mutex::with_watchdog`](crate::Mutex::with_watchdog).
+    #[must_use]
     pub fn with_watchdog(mut self, on: bool) -> Self {
         self.core.watchdog = on;
         self

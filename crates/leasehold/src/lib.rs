@@ -271,8 +271,11 @@
 //! Redis does per release does not grow with the number of waiters. A waiter
 //! also wakes when the holder's lease can have run out, and once a second to
 //! refresh its heartbeat: a waiter whose heartbeat runs out (3 s: its process
-//! died) is passed over. Tasks of one client waiting for one lock queue
-//! locally, so only one of them is in the queue in Redis.
+//! died) is passed over. Tasks of one client waiting for one `Mutex` or
+//! `FairMutex` queue locally, so only one of them is in the queue in Redis;
+//! every waiting task of the other primitives has a place of its own in
+//! Redis's queue, so that readers that arrive together are let in together
+//! and a semaphore serves every request in its turn.
 //!
 //! A wait rides out passing faults: when Redis does not answer, the
 //! connection fails, or the server is still loading, the waiter keeps its

@@ -74,6 +74,7 @@ impl Mutex {
     /// This mutex with the watchdog on or off (the client's setting by
     /// default). Off, each lease is fixed: it ends after its length unless
     /// extended, and the guard reports it lost then.
+    #[must_use]
     pub fn with_watchdog(mut self, on: bool) -> Self {
         self.core.watchdog = on;
         self

@@ -4,10 +4,11 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::client::Client;
+use crate::engine::release::release_as;
 use crate::engine::Kind;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::guard::LeaseGuard;
-use crate::keys::{validate_lease, validate_wait, LockKeys};
+use crate::keys::{validate_lease, validate_token, validate_wait, LockKeys};
 use crate::mutex::{Core, LockInfo};
 use crate::observe::{self, Op};
 use crate::owner::Owner;
@@ -158,19 +159,42 @@ impl RwLock {
         }
     }
 
-    /// Releases a read or write lease taken by another process (see
-    /// [`Mutex::release_token`](crate::Mutex::release_token)).
+    /// Releases a read or write lease of this handle's [`Owner`] by its
+    /// token, say one taken by another process that shares the owner id
+    /// (see [`Mutex::release_token`](crate::Mutex::release_token)). A lease
+    /// of another owner is refused and left as it is: one owner's read lock
+    /// is never released by another. An admin who must remove a lease
+    /// whatever its owner uses `client.mutex(name)?.release_token(token)`
+    /// or [`force_release`](RwLock::force_release).
     ///
     /// # Errors
     ///
     /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the token holds
-    /// nothing.
+    /// nothing, or holds a lease of another owner.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future may or may not release the lease.
     pub async fn release_token(&self, token: &str) -> Result<()> {
-        observe::traced(self.span(Op::ReleaseToken), self.core.release_token(token)).await
+        observe::traced(self.span(Op::ReleaseToken), self.release_owned(token)).await
+    }
+
+    async fn release_owned(&self, token: &str) -> Result<()> {
+        validate_token(token)?;
+        let name = self.name();
+        let owner = self.owner.id();
+        match release_as(&self.core.client().node, &self.core.keys, token, owner).await? {
+            Some(true) => Ok(()),
+            Some(false) => Err(Error::not_held(format!(
+                "lock {name:?} has no lease held by this token: it expired, or was released or \
+                 removed"
+            ))),
+            None => Err(Error::not_held(format!(
+                "lock {name:?} is held at this token by another owner, not by {owner:?}: only \
+                 the owner's handles release its leases; use `Mutex::release_token` or \
+                 `force_release` as an admin"
+            ))),
+        }
     }
 
     /// Removes every reader and writer, and wakes the waiters: an admin
@@ -178,6 +202,8 @@ impl RwLock {
     ///
     /// # Errors
     ///
+    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name's
+    /// key is no lock (a key leasehold did not write: it is left as it is);
     /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
     /// [`ErrorKind::Server`](crate::ErrorKind::Server).
     ///

@@ -325,6 +325,8 @@ impl Semaphore {
     ///
     /// # Errors
     ///
+    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name's
+    /// key is no lock (a key leasehold did not write: it is left as it is);
     /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
     /// [`ErrorKind::Server`](crate::ErrorKind::Server).
     ///

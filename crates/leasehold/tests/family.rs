@@ -427,21 +427,32 @@ async fn upgrade_is_refused_and_downgrade_works() {
         .unwrap();
 }
 
-/// The token is what releases a read lease, from any handle; a bogus token
+/// A read lease is released by its owner's handles alone; a bogus token
 /// releases nothing.
 #[tokio::test]
-async fn a_read_lease_is_released_by_its_token_and_not_by_a_bogus_one() {
+async fn a_read_lock_of_one_owner_is_not_released_by_another_owner() {
     let server = RedisServer::start();
     let client = client(&server);
     let lock = client.rw_lock("cat").unwrap();
     let r = lock.read().acquire().await.unwrap();
     let token = r.token().to_owned();
     let stranger = client.rw_lock("cat").unwrap();
+    assert_ne!(stranger.owner(), lock.owner());
     let err = stranger.release_token("not-a-token").await.unwrap_err();
     assert!(err.is_not_held(), "{err}");
+    // Another owner's handle, even with the right token, changes nothing.
+    let err = stranger.release_token(&token).await.unwrap_err();
+    assert!(err.is_not_held(), "{err}");
+    assert!(err.to_string().contains("another owner"), "{err}");
     assert_eq!(lock.inspect().await.unwrap().holders.len(), 1);
-    // The token is what releases it, from anywhere.
-    stranger.release_token(&token).await.unwrap();
+    assert!(!r.is_lost());
+    // A handle of the same owner, as another process sharing the owner id
+    // would have, releases it.
+    let same = client
+        .rw_lock("cat")
+        .unwrap()
+        .with_owner(lock.owner().clone());
+    same.release_token(&token).await.unwrap();
     assert!(r.release().await.unwrap_err().is_not_held());
 }
 
