@@ -7,9 +7,10 @@
 -- (-2 when free but promised to an earlier waiter), last fence, the
 -- holder's record} when busy, {-1, kind} when the key holds another kind
 -- of lock.
+local L = lib()
 local holder = redis.pcall('GET', KEYS[1])
 if type(holder) == 'table' then
-  local kind = kind_of(KEYS[1])
+  local kind = L.kind_of(KEYS[1])
   if not family().drop_stale(KEYS[1], kind) then
     return {-1, kind}
   end
@@ -17,22 +18,22 @@ if type(holder) == 'table' then
 end
 if holder and holds(holder, ARGV[1]) then
   -- Handed over by a release, or taken by an attempt whose answer was lost.
-  leave_queue(KEYS[3], KEYS[4], ARGV[1])
+  L.leave_queue(KEYS[3], KEYS[4], ARGV[1])
   return {1, tonumber(redis.call('GET', KEYS[2])) or -1, redis.call('PTTL', KEYS[1])}
 end
 if not holder then
-  local head = first_live(KEYS[3], KEYS[4])
+  local head = L.first_live(KEYS[3], KEYS[4])
   if not head or head.token == ARGV[1] then
-    local now = server_us()
-    redis.call('SET', KEYS[1], ARGV[1] .. string.format(' %.0f ', now) .. ARGV[10], 'PX', ARGV[2])
+    local now, now_text = server_us()
+    redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. now_text .. ' ' .. ARGV[10], 'PX', ARGV[2])
     if head then
-      leave_queue(KEYS[3], KEYS[4], ARGV[1])
+      L.leave_queue(KEYS[3], KEYS[4], ARGV[1])
     end
-    return {1, next_fence(KEYS[2], now, ARGV[3]), tonumber(ARGV[2])}
+    return {1, next_fence(KEYS[2], now, ARGV[3], now_text), tonumber(ARGV[2])}
   end
 end
 if ARGV[4] == '1' then
-  enqueue(KEYS[3], KEYS[4], ARGV[1], ARGV[8], ARGV[5], ARGV[6], 'f', '1', ARGV[7], ARGV[10])
+  L.enqueue(KEYS[3], KEYS[4], ARGV[1], ARGV[8], ARGV[5], ARGV[6], 'f', '1', ARGV[7], ARGV[10])
 end
 -- The fence counter lets the waiter tell a hand-off after this attempt
 -- (a larger fence) from a stale message about one before it.

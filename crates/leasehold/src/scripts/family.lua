@@ -10,6 +10,7 @@ local function family()
     return family_functions
   end
   local F = {}
+  local L = lib()
 
   -- The live waiters in arrival order, after removing the dead ones; only
   -- those that arrived before `token` when it is queued.
@@ -32,11 +33,11 @@ local function family()
       end
       local records = redis.call('MGET', unpack(names))
       for i = first, last do
-        local record = waiter_record(tokens[i], records[i - first + 1])
+        local record = L.waiter_record(tokens[i], records[i - first + 1])
         if record then
           live[#live + 1] = record
         else
-          leave_queue(queue, waiters, tokens[i])
+          L.leave_queue(queue, waiters, tokens[i])
         end
       end
     end
@@ -143,7 +144,7 @@ local function family()
           return
         end
         free = free - w.want
-        wake(channels, w)
+        L.wake(channels, w)
       end
       return
     end
@@ -156,16 +157,16 @@ local function family()
       for i, w in ipairs(waiting) do
         if w.mode == 'w' then
           if i == 1 and #live == 0 then
-            wake(channels, w)
+            L.wake(channels, w)
           end
           return
         end
-        wake(channels, w)
+        L.wake(channels, w)
       end
       return
     end
     if #live == 0 then
-      wake(channels, waiting[1])
+      L.wake(channels, waiting[1])
     end
   end
 
@@ -173,11 +174,11 @@ local function family()
   -- of an rw-lock's queue together (or its first writer), else the first
   -- waiter as `wake_first` does.
   function F.wake_free(lock, fence_key, queue, waiters, retention, channels)
-    local head = first_live(queue, waiters)
+    local head = L.first_live(queue, waiters)
     if head and (head.mode == 'r' or head.mode == 'w') then
       F.wake_hash('rwlock', lock, queue, waiters, channels, {})
     else
-      wake_first(lock, fence_key, queue, waiters, retention, channels, head)
+      L.wake_first(lock, fence_key, queue, waiters, retention, channels, head)
     end
   end
 

@@ -20,9 +20,10 @@
 -- {-1, kind} when the key holds another kind of lock ('hash' for a
 -- semaphore count leasehold did not write); {-2} for a read to
 -- write upgrade; {-3, permits} when the semaphore has another permit count.
+local L = lib()
 local F = family()
 local lock, token, mode, owner = KEYS[1], ARGV[1], ARGV[9], ARGV[10]
-local kind = kind_of(lock)
+local kind = L.kind_of(lock)
 if kind ~= 'none' and kind ~= ARGV[8] and not F.drop_stale(lock, kind) then
   return {-1, kind}
 end
@@ -37,7 +38,7 @@ if ARGV[8] == 'semaphore' then
     return {-3, count}
   end
 end
-local now_us = server_us()
+local now_us, now_text = server_us()
 local now = math.floor(now_us / 1000)
 local live, pruned = F.live_holders(lock, now)
 local last_fence = tonumber(redis.call('GET', KEYS[2])) or 0
@@ -48,7 +49,7 @@ local mine, mine_w, mine_r, others = nil, nil, false, {}
 for _, e in ipairs(live) do
   if (mode == 'x' and e.token == level_of) or (mode ~= 'x' and e.token == token) then
     -- An earlier attempt with this token took it, and its answer was lost.
-    leave_queue(KEYS[3], KEYS[4], token)
+    L.leave_queue(KEYS[3], KEYS[4], token)
     if mode == 'x' then
       return {1, e.fence, e.expiry - now, e.token}
     end
@@ -81,7 +82,7 @@ if mode == 'x' then
     redis.call('HSET', lock, 'h:' .. mine.token, F.entry_value(mine), 'l:' .. token, mine.token)
     F.settle(lock, live, now, ARGV[3])
     if ARGV[7] == '1' then
-      leave_queue(KEYS[3], KEYS[4], token)
+      L.leave_queue(KEYS[3], KEYS[4], token)
     end
     return {1, mine.fence, mine.expiry - now, mine.token}
   end
@@ -94,7 +95,7 @@ elseif mode == 'w' then
   elseif mine_r then
     return {-2}
   elseif #others == 0 then
-    local head = first_live(KEYS[3], KEYS[4])
+    local head = L.first_live(KEYS[3], KEYS[4])
     if not head or head.token == token then
       fence = 'new'
     end
@@ -148,10 +149,10 @@ end
 
 if fence then
   if fence == 'new' then
-    fence = next_fence(KEYS[2], now_us, ARGV[3])
+    fence = next_fence(KEYS[2], now_us, ARGV[3], now_text)
   end
   local granted = {token = token, expiry = now + tonumber(ARGV[2]), mode = mode, owner = owner,
-    permits = tonumber(ARGV[11]), fence = fence, acquired = string.format('%.0f', now_us),
+    permits = tonumber(ARGV[11]), fence = fence, acquired = now_text,
     identity = ARGV[13]}
   redis.call('HSET', lock, 'kind', ARGV[8], 'h:' .. token, F.entry_value(granted))
   if ARGV[8] == 'semaphore' then
@@ -163,7 +164,7 @@ if fence then
   live[#live + 1] = granted
   F.settle(lock, live, now, ARGV[3])
   if ARGV[7] == '1' then
-    leave_queue(KEYS[3], KEYS[4], token)
+    L.leave_queue(KEYS[3], KEYS[4], token)
   end
   if mode == 'x' then
     return {1, fence, tonumber(ARGV[2]), token}
@@ -177,7 +178,7 @@ if pruned > 0 then
 end
 
 if ARGV[4] == '1' then
-  enqueue(KEYS[3], KEYS[4], token, ARGV[7], ARGV[5], '0', mode, ARGV[11], ARGV[6], ARGV[13])
+  L.enqueue(KEYS[3], KEYS[4], token, ARGV[7], ARGV[5], '0', mode, ARGV[11], ARGV[6], ARGV[13])
 end
 -- What blocks it: the earliest lease of another owner to run out.
 local blocker, until_ms = '', nil

@@ -6,8 +6,9 @@
 -- ARGV[1] fence retention ms, ARGV[2] channel prefix
 -- Returns 1 when a lock was removed, 0 when it was free, {-1, Redis type}
 -- when the key is no lock.
+local L = lib()
 local F = family()
-local kind = kind_of(KEYS[1])
+local kind = L.kind_of(KEYS[1])
 if kind == 'none' or kind == 'mutex' then
   local removed = redis.call('DEL', KEYS[1])
   F.wake_free(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])

@@ -5,7 +5,8 @@
 -- "<ms left> <mode> <owner> <permits> <fence> <acquired µs> <identity>"
 -- per live lease}. The pttl of a hash is its longest live lease's (-2 when
 -- none is live), not the key's: a semaphore's count outlives its leases.
-local kind = kind_of(KEYS[1])
+local L = lib()
+local kind = L.kind_of(KEYS[1])
 local fence = tonumber(redis.call('GET', KEYS[2])) or -1
 local now = math.floor(server_us() / 1000)
 local reply = {kind, redis.call('PTTL', KEYS[1]), fence, redis.call('ZCARD', KEYS[3]), -1, now}

@@ -21,18 +21,24 @@
 -- try. A waiter whose key is gone has died. The sorted set expires with the
 -- freshest heartbeat. All of them share the lock's hash tag.
 
+-- The server's clock in µs, as a number and as its exact decimal text:
+-- formatting a float of 16 digits costs the server more than the rest of
+-- a lock's fast path, so the text is built from TIME's own digits.
 local function server_us()
   local time = redis.call('TIME')
-  return tonumber(time[1]) * 1000000 + tonumber(time[2])
+  local us = time[2]
+  local text = time[1] .. string.rep('0', 6 - #us) .. us
+  return tonumber(text), text
 end
 
 -- The next fence: a hybrid logical clock, max(stored + 1, server time in
 -- µs), so fences stay monotonic when the counter is lost (restart without
 -- persistence, failover, or its retention running out) as long as the server
 -- clock does not step back. The counter expires after `retention` ms without
--- an acquisition.
-local function next_fence(key, now_us, retention)
-  local old = redis.call('SET', key, string.format('%.0f', now_us), 'PX', retention, 'GET')
+-- an acquisition. `now_text` is `now_us` as text, when the caller has it.
+local function next_fence(key, now_us, retention, now_text)
+  local old = redis.call('SET', key, now_text or string.format('%.0f', now_us), 'PX', retention,
+    'GET')
   local stored = tonumber(old)
   -- Anything leasehold did not write (NaN, infinities, beyond 2^53 where Lua
   -- numbers stop being exact) counts as a lost counter.
@@ -52,92 +58,110 @@ local function holds(value, token)
   return value == token or string.sub(value, 1, #token + 1) == token .. ' '
 end
 
--- What kind of lock `key` holds: 'none', 'mutex', a hash primitive's kind,
--- or the Redis type of a key leasehold did not write.
-local function kind_of(key)
-  local t = redis.call('TYPE', key)['ok']
-  if t == 'string' then
-    return 'mutex'
-  elseif t == 'hash' then
-    return redis.call('HGET', key, 'kind') or 'hash'
+-- The queue's functions, made on the first call to `lib()`: a closure costs
+-- the server work on every run of a script, and the fast paths (a free
+-- lock taken, a lock released that nobody waits for, a renewal) use none
+-- of them.
+local lib_functions
+
+local function lib()
+  if lib_functions then
+    return lib_functions
   end
-  return t
-end
+  local L = {}
 
-local function leave_queue(queue, waiters, token)
-  redis.call('ZREM', queue, token)
-  redis.call('DEL', waiters .. token)
-end
-
--- A waiter's record from the value of its key, or nil when its heartbeat
--- ran out (the key is gone: nil or false).
-local function waiter_record(token, record)
-  if not record then
-    return nil
+  -- What kind of lock `key` holds: 'none', 'mutex', a hash primitive's kind,
+  -- or the Redis type of a key leasehold did not write.
+  function L.kind_of(key)
+    local t = redis.call('TYPE', key)['ok']
+    if t == 'string' then
+      return 'mutex'
+    elseif t == 'hash' then
+      return redis.call('HGET', key, 'kind') or 'hash'
+    end
+    return t
   end
-  local hand_off, mode, want, client, identity =
-    string.match(record, '^(%d+) (%a) (%d+) (%S+) ?(.*)$')
-  if not hand_off then
-    return nil
+
+  function L.leave_queue(queue, waiters, token)
+    redis.call('ZREM', queue, token)
+    redis.call('DEL', waiters .. token)
   end
-  return {token = token, hand_off = hand_off, mode = mode, want = tonumber(want),
-    client = client, identity = identity}
-end
 
--- A waiter's record, or nil when its heartbeat ran out.
-local function waiter(waiters, token)
-  return waiter_record(token, redis.call('GET', waiters .. token))
-end
-
--- The first waiter whose heartbeat has not run out, after removing the dead
--- ones before it, or nil.
-local function first_live(queue, waiters)
-  while true do
-    local head = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not head then
+  -- A waiter's record from the value of its key, or nil when its heartbeat
+  -- ran out (the key is gone: nil or false).
+  function L.waiter_record(token, record)
+    if not record then
       return nil
     end
-    local record = waiter(waiters, head)
-    if record then
-      return record
+    local hand_off, mode, want, client, identity =
+      string.match(record, '^(%d+) (%a) (%d+) (%S+) ?(.*)$')
+    if not hand_off then
+      return nil
     end
-    leave_queue(queue, waiters, head)
+    return {token = token, hand_off = hand_off, mode = mode, want = tonumber(want),
+      client = client, identity = identity}
   end
-end
 
--- Puts `token` at the back of the queue unless it is in it already, and
--- refreshes its heartbeat. `known` says it may be queued already.
-local function enqueue(queue, waiters, token, known, heartbeat, hand_off, mode, want, client, identity)
-  if known ~= '1' or not redis.call('ZSCORE', queue, token) then
-    redis.call('ZADD', queue, 'NX', string.format('%.0f', server_us()), token)
+  -- A waiter's record, or nil when its heartbeat ran out.
+  function L.waiter(waiters, token)
+    return L.waiter_record(token, redis.call('GET', waiters .. token))
   end
-  redis.call('PEXPIRE', queue, heartbeat)
-  redis.call('SET', waiters .. token,
-    hand_off .. ' ' .. mode .. ' ' .. want .. ' ' .. client .. ' ' .. identity, 'PX', heartbeat)
-end
 
-local function wake(channels, record)
-  -- pcall: an ACL user without access to the channel still releases; the
-  -- waiter then learns on its own timer.
-  redis.pcall('PUBLISH', channels .. record.client, record.token)
-end
+  -- The first waiter whose heartbeat has not run out, after removing the dead
+  -- ones before it, or nil. `first`, when given, is the queue's head as the
+  -- caller just read it.
+  function L.first_live(queue, waiters, first)
+    while true do
+      local head = first or redis.call('ZRANGE', queue, 0, 0)[1]
+      first = nil
+      if not head then
+        return nil
+      end
+      local record = L.waiter(waiters, head)
+      if record then
+        return record
+      end
+      L.leave_queue(queue, waiters, head)
+    end
+  end
 
--- Wakes the first live waiter of a free lock (`head`, when the caller has
--- it already): a fair waiter ('f') is handed the lock with its fence, any
--- other is told to try.
-local function wake_first(lock, fence_key, queue, waiters, retention, channels, head)
-  head = head or first_live(queue, waiters)
-  if not head then
-    return
+  -- Puts `token` at the back of the queue unless it is in it already, and
+  -- refreshes its heartbeat. `known` says it may be queued already.
+  function L.enqueue(queue, waiters, token, known, heartbeat, hand_off, mode, want, client, identity)
+    if known ~= '1' or not redis.call('ZSCORE', queue, token) then
+      local _, now_text = server_us()
+      redis.call('ZADD', queue, 'NX', now_text, token)
+    end
+    redis.call('PEXPIRE', queue, heartbeat)
+    redis.call('SET', waiters .. token,
+      hand_off .. ' ' .. mode .. ' ' .. want .. ' ' .. client .. ' ' .. identity, 'PX', heartbeat)
   end
-  if head.mode == 'f' then
-    local now = server_us()
-    redis.call('SET', lock, head.token .. string.format(' %.0f ', now) .. head.identity,
-      'PX', head.hand_off)
-    leave_queue(queue, waiters, head.token)
-    local fence = next_fence(fence_key, now, retention)
-    redis.pcall('PUBLISH', channels .. head.client, string.format('%s %.0f', head.token, fence))
-  else
-    wake(channels, head)
+
+  function L.wake(channels, record)
+    -- pcall: an ACL user without access to the channel still releases; the
+    -- waiter then learns on its own timer.
+    redis.pcall('PUBLISH', channels .. record.client, record.token)
   end
+
+  -- Wakes `head`, the first live waiter of a free lock (from `first_live`;
+  -- nil when nobody waits): a fair waiter ('f') is handed the lock with its
+  -- fence, any other is told to try.
+  function L.wake_first(lock, fence_key, queue, waiters, retention, channels, head)
+    if not head then
+      return
+    end
+    if head.mode == 'f' then
+      local now, now_text = server_us()
+      redis.call('SET', lock, head.token .. ' ' .. now_text .. ' ' .. head.identity,
+        'PX', head.hand_off)
+      L.leave_queue(queue, waiters, head.token)
+      local fence = next_fence(fence_key, now, retention, now_text)
+      redis.pcall('PUBLISH', channels .. head.client, string.format('%s %.0f', head.token, fence))
+    else
+      L.wake(channels, head)
+    end
+  end
+
+  lib_functions = L
+  return L
 end

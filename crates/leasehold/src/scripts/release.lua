@@ -74,7 +74,7 @@ if holder and holds(holder, token) then
   redis.call('DEL', KEYS[1])
   released = 1
 elseif ARGV[2] == '1' then
-  leave_queue(KEYS[3], KEYS[4], token)
+  lib().leave_queue(KEYS[3], KEYS[4], token)
   if holder then
     return 0
   end
@@ -84,10 +84,19 @@ end
 -- The lock is free now. Readers and writers queue here once the last
 -- lease of an rw-lock is gone with its key: the readers at the front are
 -- woken together.
-local head = first_live(KEYS[3], KEYS[4])
-if head and (head.mode == 'r' or head.mode == 'w') then
+local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+if not first then
+  -- Nobody waits: the common case.
+  return released
+end
+local L = lib()
+local head = L.first_live(KEYS[3], KEYS[4], first)
+if not head then
+  return released
+end
+if head.mode == 'r' or head.mode == 'w' then
   family().wake_hash('rwlock', KEYS[1], KEYS[3], KEYS[4], ARGV[4], {})
 else
-  wake_first(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], head)
+  L.wake_first(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], head)
 end
 return released

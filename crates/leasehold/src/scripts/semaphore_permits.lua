@@ -4,8 +4,9 @@
 -- ARGV[1] permits, ARGV[2] retention ms (how long the count outlives the
 -- last lease), ARGV[3] channel prefix
 -- Returns {1} when set, {-1, kind} when the key holds another kind of lock.
+local L = lib()
 local F = family()
-local kind = kind_of(KEYS[1])
+local kind = L.kind_of(KEYS[1])
 if kind ~= 'none' and kind ~= 'semaphore' and not F.drop_stale(KEYS[1], kind) then
   return {-1, kind}
 end
