@@ -84,7 +84,7 @@ struct RunArgs {
     #[arg(long, default_value_t = 1000)]
     lease_ms: u64,
     /// Primitives to run, comma-separated: mutex, fair, reentrant, rwlock,
-    /// semaphore, or all.
+    /// semaphore, election, or all.
     #[arg(long, default_value = "all")]
     workloads: String,
     /// Locks per primitive.
