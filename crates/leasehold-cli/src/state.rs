@@ -41,14 +41,11 @@ fn hash_state(info: &leasehold::LockInfo) -> Option<String> {
             permits_in_use(info),
             info.permits.map_or("?".to_owned(), |n| n.to_string())
         )),
-        "reentrant" => Some(format!(
-            "held, {} deep",
-            plural(
-                info.holders.iter().map(|h| h.levels as usize).sum(),
-                "level",
-                "levels"
-            )
-        )),
+        "reentrant" => Some(match info.holders.iter().map(|h| h.levels as usize).sum() {
+            // Released within its hold-at-least: kept until that is over.
+            0 => "held, kept until its hold-at-least is over".to_owned(),
+            levels => format!("held, {} deep", plural(levels, "level", "levels")),
+        }),
         _ => None,
     }
 }

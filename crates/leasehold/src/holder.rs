@@ -116,7 +116,8 @@ pub struct Holder {
     /// Semaphore permits this lease holds (1 for the other primitives).
     pub permits: u32,
     /// The levels of a reentrant mutex's hold, all on this one lease (1
-    /// for the other primitives).
+    /// for the other primitives); 0 for a hold released within its
+    /// hold-at-least, kept until that is over.
     pub levels: u32,
     /// The [`Owner`](crate::Owner) of a reentrant mutex or rw-lock lease.
     pub owner: Option<String>,

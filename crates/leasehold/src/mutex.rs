@@ -428,7 +428,9 @@ impl Core {
                 (Some(redis::Value::Int(-1)), Some(found)) => Err(Error::new(
                     ErrorKind::Conflict,
                     format!(
-                        "lock {:?} is a redis {found} that leasehold did not write:                          force-release removes only locks, so it was left as it is; delete                          the key by hand if it is not needed",
+                        "lock {:?} is a redis {found} that leasehold did not write: force-release \
+                         removes only locks, so it was left as it is; delete the key by hand if \
+                         it is not needed",
                         keys.name
                     ),
                 )),

@@ -183,7 +183,15 @@ impl RwLock {
         validate_token(token)?;
         let name = self.name();
         let owner = self.owner.id();
-        match release_as(&self.core.client().node, &self.core.keys, token, owner).await? {
+        match release_as(
+            &self.core.client().node,
+            &self.core.keys,
+            token,
+            owner,
+            self.core.kind,
+        )
+        .await?
+        {
             Some(true) => Ok(()),
             Some(false) => Err(Error::not_held(format!(
                 "lock {name:?} has no lease held by this token: it expired, or was released or \

@@ -591,7 +591,11 @@ async fn hold_at_least_keeps_hash_leases_after_release() {
         .with_hold_at_least(Duration::from_millis(300))
         .unwrap();
     short.acquire().await.unwrap().release().await.unwrap();
-    assert_eq!(short.hold_count().await.unwrap(), 1);
+    // No level is held, but the hold is kept until its hold-at-least ends.
+    assert_eq!(short.hold_count().await.unwrap(), 0);
+    let kept = short.inspect().await.unwrap();
+    assert!(kept.held, "{kept:?}");
+    assert_eq!(kept.holders[0].levels, 0, "{kept:?}");
     let other = c.reentrant_mutex("x").unwrap();
     let got = other.acquire_timeout(LONG).await.unwrap();
     got.release().await.unwrap();
@@ -1053,6 +1057,7 @@ async fn force_release_refuses_a_key_that_is_no_lock() {
         ] {
             assert!(err.is_conflict(), "{err}");
             assert!(err.to_string().contains(found), "{err}");
+            assert!(!err.to_string().contains("  "), "{err}");
         }
         let key = format!("leasehold:{{{name}}}");
         assert!(cmd::<bool>(&server, &["EXISTS", &key]).await, "{name}");

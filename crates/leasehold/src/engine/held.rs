@@ -23,6 +23,15 @@ use crate::keys::validate_lease;
 /// timeouts, and never past the lease.
 const RELEASE_TRIES_FOR: u32 = 3;
 
+/// The reentrant hold a granted level belongs to.
+#[derive(Debug)]
+pub(crate) struct Hold {
+    /// The hold's token: its first level's.
+    pub(crate) token: String,
+    /// What was left of the hold's max hold when Redis granted the level.
+    pub(crate) cap_left: Option<Duration>,
+}
+
 pub(crate) struct Held {
     node: Arc<Node>,
     lease: Arc<Lease>,
@@ -44,14 +53,20 @@ impl Held {
         node: &Arc<Node>,
         request: &Request<'_>,
         token: String,
-        hold: Option<String>,
+        hold: Option<Hold>,
         fence: u64,
         sent_at: Instant,
         ttl: Duration,
     ) -> Self {
         let lease = match hold {
-            Some(hold) => node.holds.join(node, request, hold, fence, sent_at, ttl),
-            None => start(node, request, token.clone(), fence, sent_at, ttl),
+            Some(hold) => node
+                .holds
+                .join(node, request, &token, hold, fence, sent_at, ttl),
+            None => start(
+                node,
+                request,
+                Lease::new(request, token.clone(), fence, sent_at, ttl),
+            ),
         };
         Held {
             node: Arc::clone(node),
@@ -218,15 +233,8 @@ impl Drop for Held {
 }
 
 /// A new lease, renewed by the watchdog if the request asks for it.
-fn start(
-    node: &Arc<Node>,
-    request: &Request<'_>,
-    token: String,
-    fence: u64,
-    sent_at: Instant,
-    ttl: Duration,
-) -> Arc<Lease> {
-    let lease = Arc::new(Lease::new(request, token, fence, sent_at, ttl));
+fn start(node: &Arc<Node>, request: &Request<'_>, lease: Lease) -> Arc<Lease> {
+    let lease = Arc::new(lease);
     if request.renew {
         node.watchdog.register(node, Arc::clone(&lease));
     }
@@ -243,28 +251,36 @@ impl Holds {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The lease of `hold` with one more level: the one its other levels
-    /// here share, refreshed by this reentry, or a new one when there are
-    /// none (the first level, or a level of an owner shared with another
-    /// client).
+    /// The lease of `hold` with one more level, `token`: the one its other
+    /// levels here share, refreshed by this reentry, or a new one when there
+    /// are none (the first level; a level of an owner shared with another
+    /// client; a level taken while the hold was kept past its last level).
+    #[allow(clippy::too_many_arguments)]
     fn join(
         &self,
         node: &Arc<Node>,
         request: &Request<'_>,
-        hold: String,
+        token: &str,
+        hold: Hold,
         fence: u64,
         sent_at: Instant,
         ttl: Duration,
     ) -> Arc<Lease> {
         let mut holds = self.holds();
-        let key = (request.keys.lock.clone(), hold);
+        let key = (request.keys.lock.clone(), hold.token);
         if let Some(lease) = holds.get(&key).and_then(Weak::upgrade) {
             if lease.add_level() {
                 lease.refreshed(sent_at, ttl);
                 return lease;
             }
         }
-        let lease = start(node, request, key.1.clone(), fence, sent_at, ttl);
+        let mut lease = Lease::new(request, key.1.clone(), fence, sent_at, ttl);
+        if key.1 != token {
+            // A hold begun elsewhere: its own max hold and hold-at-least,
+            // which Redis keeps, bound it.
+            lease = lease.joining(sent_at, ttl, hold.cap_left);
+        }
+        let lease = start(node, request, lease);
         holds.insert(key, Arc::downgrade(&lease));
         lease
     }

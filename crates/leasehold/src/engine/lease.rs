@@ -59,6 +59,9 @@ struct Timing {
     failures: u32,
     /// The lease runs to its max hold and is renewed no more.
     capped: bool,
+    /// When the latest renewal or extend whose effect Redis may have applied
+    /// was sent: an older request's reply must not undo it.
+    latest_sent: Option<Instant>,
     loss: Option<LossReason>,
 }
 
@@ -140,6 +143,7 @@ impl Lease {
                 scheduled: None,
                 failures: 0,
                 capped: cap.is_some_and(|cap| sent_at + granted >= cap),
+                latest_sent: None,
                 loss: None,
             }),
             renewing: Arc::new(tokio::sync::Mutex::new(())),
@@ -161,6 +165,32 @@ impl Lease {
     /// One guard fewer; true when it was the last.
     pub(crate) fn drop_level(&self) -> bool {
         self.levels.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+
+    /// This lease is for a level joining a reentrant hold begun elsewhere,
+    /// granted `granted` by a request sent at `sent_at`: the hold's max
+    /// hold, `cap_left` at the grant, bounds it too, and the hold-at-least
+    /// is the one Redis recorded with the hold (released with none of its
+    /// own, the level is kept until then).
+    pub(crate) fn joining(
+        mut self,
+        sent_at: Instant,
+        granted: Duration,
+        cap_left: Option<Duration>,
+    ) -> Self {
+        self.hold_until = None;
+        if let Some(left) = cap_left {
+            let cap = sent_at + left;
+            let cap = self.cap.map_or(cap, |own| own.min(cap));
+            self.cap = Some(cap);
+            let timing = self
+                .timing
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner);
+            timing.deadline = timing.deadline.min(cap);
+            timing.capped = sent_at + granted >= cap;
+        }
+        self
     }
 
     fn timing(&self) -> MutexGuard<'_, Timing> {
@@ -279,6 +309,7 @@ impl Lease {
     /// A lease already lost stays lost: it is never reported held again.
     pub(crate) fn renewed(&self, sent_at: Instant, lease: Duration) {
         let mut timing = self.timing();
+        timing.latest_sent = timing.latest_sent.max(Some(sent_at));
         if timing.loss.is_some() || Instant::now() >= timing.deadline {
             return;
         }
@@ -306,13 +337,18 @@ impl Lease {
     /// A reentry sent at `sent_at` left the hold's lease at `ttl`, which is
     /// never less than Redis had before: the deadline moves later if that
     /// says so. Skipped while a renewal or extend is in flight, whose reply
-    /// sets the deadline as Redis has it, and for a lease already lost.
+    /// sets the deadline as Redis has it; when one was sent after the
+    /// reentry, which Redis applied after it (an extend that shortened the
+    /// lease wins); and for a lease already lost.
     pub(crate) fn refreshed(&self, sent_at: Instant, ttl: Duration) {
         let Ok(_turn) = self.renewing.try_lock() else {
             return;
         };
         let mut timing = self.timing();
-        if timing.loss.is_some() || Instant::now() >= timing.deadline {
+        if timing.loss.is_some()
+            || Instant::now() >= timing.deadline
+            || timing.latest_sent.is_some_and(|latest| latest >= sent_at)
+        {
             return;
         }
         let mut deadline = local_deadline(sent_at, ttl);
@@ -328,6 +364,7 @@ impl Lease {
     /// take effect even if its reply never arrives.
     pub(crate) fn extending(&self, sent_at: Instant, lease: Duration) {
         let mut timing = self.timing();
+        timing.latest_sent = timing.latest_sent.max(Some(sent_at));
         let deadline = local_deadline(sent_at, lease);
         let earlier = deadline < timing.deadline;
         timing.deadline = timing.deadline.min(deadline);

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::engine::lease::drift;
 use crate::engine::node::Node;
-use crate::engine::scripts;
+use crate::engine::{self, scripts, Kind};
 use crate::error::{Error, Result};
 use crate::keys::{millis, LockKeys};
 
@@ -36,20 +36,34 @@ pub(crate) async fn release(
     }
 }
 
-/// Releases `token` as [`release`] does if a lease of `owner` holds it;
-/// `Ok(None)`, changing nothing, when a lease of another owner does.
+/// Releases `token` as [`release`] does if a lease of `owner` holds it, of
+/// a lock of `kind`; `Ok(None)`, changing nothing, when a lease of another
+/// owner does. A lock of another kind is a conflict, and is left as it is.
 pub(crate) async fn release_as(
     node: &Node,
     keys: &LockKeys,
     token: &str,
     owner: &str,
+    kind: Kind,
 ) -> Result<Option<bool>> {
-    let reply = run_release(node, keys, token, false, None, Some(owner)).await?;
+    let reply = run_release(node, keys, token, false, None, Some((owner, kind))).await?;
     match scripts::as_int(&reply) {
         Some(0) => Ok(Some(false)),
         Some(1 | 2) => Ok(Some(true)),
         Some(3) => Ok(None),
-        _ => Err(Error::unexpected_reply("release", &reply)),
+        _ => match &reply {
+            redis::Value::Array(items) if items.len() == 2 => {
+                match (scripts::as_int(&items[0]), scripts::as_text(&items[1])) {
+                    (Some(-1), Some(found)) => Err(Error::wrong_kind(
+                        &keys.name,
+                        &kind.phrase(),
+                        &engine::stored_phrase(&found),
+                    )),
+                    _ => Err(Error::unexpected_reply("release", &reply)),
+                }
+            }
+            _ => Err(Error::unexpected_reply("release", &reply)),
+        },
     }
 }
 
@@ -59,7 +73,7 @@ async fn run_release(
     token: &str,
     queued: bool,
     hold_until: Option<Instant>,
-    owner: Option<&str>,
+    owner: Option<(&str, Kind)>,
 ) -> Result<redis::Value> {
     let retention = millis(node.config.fence_retention).to_string();
     let conn = node.connected().await?;
@@ -82,7 +96,10 @@ async fn run_release(
         keys.channels.as_bytes(),
         keep.as_bytes(),
     ];
-    args.extend(owner.map(str::as_bytes));
+    if let Some((owner, kind)) = owner {
+        args.push(owner.as_bytes());
+        args.push(kind.stored_name().as_bytes());
+    }
     node.eval_on(
         conn,
         "release",

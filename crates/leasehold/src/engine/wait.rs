@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::engine::held::Held;
+use crate::engine::held::{Held, Hold};
 use crate::engine::lease::local_deadline;
 use crate::engine::node::Node;
 use crate::engine::notify::Subscription;
@@ -50,7 +50,7 @@ enum Outcome {
         fence: u64,
         ttl: Duration,
         sent_at: Instant,
-        hold: Option<String>,
+        hold: Option<Hold>,
     },
     /// Held by someone else (or promised to an earlier waiter); the blocking
     /// lease runs out within `pttl` if known. `fence` is the last fence
@@ -437,6 +437,7 @@ async fn attempt(
         let permits = request.permits.to_string();
         let total = total.to_string();
         let max_hold = request.max_hold.map_or(0, millis).to_string();
+        let hold_at_least = request.hold_at_least.map_or(0, millis).to_string();
         node.eval_on(
             conn,
             "acquire",
@@ -457,6 +458,7 @@ async fn attempt(
                 total.as_bytes(),
                 identity,
                 max_hold.as_bytes(),
+                hold_at_least.as_bytes(),
             ],
         )
         .await?
@@ -507,12 +509,17 @@ fn read_attempt(request: &Request<'_>, reply: &redis::Value, sent_at: Instant) -
     let text = |i: usize| items.get(i).and_then(scripts::as_text);
     let name = &request.keys.name;
     match (code, items.len()) {
-        (Some(1), 3 | 4) => {
+        (Some(1), 3 | 5) => {
             let fence = int(1).and_then(|f| u64::try_from(f).ok());
             let ttl = int(2).and_then(pttl);
-            let hold = text(3);
+            let hold = text(3).map(|token| Hold {
+                token,
+                cap_left: int(4)
+                    .and_then(|ms| u64::try_from(ms).ok())
+                    .map(Duration::from_millis),
+            });
             match (fence, ttl) {
-                (Some(fence), Some(ttl)) if hold.is_some() == (items.len() == 4) => {
+                (Some(fence), Some(ttl)) if hold.is_some() == (items.len() == 5) => {
                     Ok(Outcome::Granted {
                         fence,
                         ttl,

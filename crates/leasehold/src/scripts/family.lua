@@ -77,12 +77,15 @@ local function family()
           redis.call('HDEL', lock, field)
           pruned = pruned + 1
         end
-      elseif prefix == 'l:' then
+      elseif prefix == 'l:' or prefix == 'k:' then
         markers[#markers + 1] = i
       end
     end
+    -- A reentrant level's marker names its hold; a hold's hold-at-least is
+    -- kept under the hold's own token.
     for _, i in ipairs(markers) do
-      if not held[all[i + 1]] then
+      local hold = string.sub(all[i], 1, 2) == 'l:' and all[i + 1] or string.sub(all[i], 3)
+      if not held[hold] then
         redis.call('HDEL', lock, all[i])
       end
     end

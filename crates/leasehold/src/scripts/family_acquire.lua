@@ -10,12 +10,16 @@
 -- ('reentrant', 'rwlock', 'semaphore'), ARGV[9] mode ('x' reentrant, 'r'
 -- read, 'w' write, 's' semaphore), ARGV[10] owner, ARGV[11] permits wanted,
 -- ARGV[12] the semaphore's permits (0 for the others), ARGV[13] identity,
--- ARGV[14] the max hold ms, or 0 for none
+-- ARGV[14] the max hold ms, or 0 for none, ARGV[15] the hold-at-least ms,
+-- or 0 for none
 -- A reentry adds a level to the owner's hold and refreshes its one lease to
 -- ARGV[2] from now: never shorter than it was, never past the max hold
--- since the hold began.
--- Returns {1, fence, lease ms} when held, with the hold's token as a fourth
--- item for a reentrant mutex; {0, pttl of what blocks it (-1
+-- since the hold began. A reentrant hold records its hold-at-least, on the
+-- server's clock, at its first level (`k:<hold token>`), for the release of
+-- its last level.
+-- Returns {1, fence, lease ms} when held, with the hold's token and the ms
+-- left until its max hold (-1 for none) as fourth and fifth items for a
+-- reentrant mutex; {0, pttl of what blocks it (-1
 -- when only waiters ahead do), last fence, a holder's record} when busy;
 -- {-1, kind} when the key holds another kind of lock ('hash' for a
 -- semaphore count leasehold did not write); {-2} for a read to
@@ -45,13 +49,22 @@ local last_fence = tonumber(redis.call('GET', KEYS[2])) or 0
 -- The hold a reentrant level of this token belongs to.
 local level_of = mode == 'x' and redis.call('HGET', lock, 'l:' .. token)
 
+-- Ms left until the max hold of the reentrant hold `e`, or -1.
+local function cap_left(e)
+  local max_hold = tonumber(ARGV[14]) or 0
+  if max_hold <= 0 then
+    return -1
+  end
+  return math.max(0, math.floor(tonumber(e.acquired) / 1000) + max_hold - now)
+end
+
 local mine, mine_w, mine_r, others = nil, nil, false, {}
 for _, e in ipairs(live) do
   if (mode == 'x' and e.token == level_of) or (mode ~= 'x' and e.token == token) then
     -- An earlier attempt with this token took it, and its answer was lost.
     L.leave_queue(KEYS[3], KEYS[4], token)
     if mode == 'x' then
-      return {1, e.fence, e.expiry - now, e.token}
+      return {1, e.fence, e.expiry - now, e.token, cap_left(e)}
     end
     return {1, e.fence, e.expiry - now}
   end
@@ -84,7 +97,7 @@ if mode == 'x' then
     if ARGV[7] == '1' then
       L.leave_queue(KEYS[3], KEYS[4], token)
     end
-    return {1, mine.fence, mine.expiry - now, mine.token}
+    return {1, mine.fence, mine.expiry - now, mine.token, cap_left(mine)}
   end
   if #others == 0 then
     fence = 'new'
@@ -160,6 +173,9 @@ if fence then
   end
   if mode == 'x' then
     redis.call('HSET', lock, 'l:' .. token, token)
+    if tonumber(ARGV[15]) > 0 then
+      redis.call('HSET', lock, 'k:' .. token, now + tonumber(ARGV[15]))
+    end
   end
   live[#live + 1] = granted
   F.settle(lock, live, now, ARGV[3])
@@ -167,7 +183,7 @@ if fence then
     L.leave_queue(KEYS[3], KEYS[4], token)
   end
   if mode == 'x' then
-    return {1, fence, tonumber(ARGV[2]), token}
+    return {1, fence, tonumber(ARGV[2]), token, -1}
   end
   return {1, fence, tonumber(ARGV[2])}
 end

@@ -8,12 +8,23 @@
 -- ARGV[1] token, ARGV[2] '1' when this token may be queued,
 -- ARGV[3] fence retention ms, ARGV[4] channel prefix,
 -- ARGV[5] ms to keep the lock held instead (its hold-at-least is not over), or 0,
--- ARGV[6] (optional) the owner a hash lease must have to be released
+-- ARGV[6] (optional) the owner a hash lease must have to be released,
+-- ARGV[7] (with ARGV[6]) the kind the lock must be
 -- Returns 1 when released, 2 when kept until ARGV[5] runs out (nobody is
 -- woken: waiters take it when it expires), 0 when the token did not hold the
--- lock, 3 when a lease of another owner than ARGV[6] holds it (nothing changes).
+-- lock, 3 when a lease of another owner than ARGV[6] holds it, {-1, kind}
+-- when the lock is of another kind than ARGV[7] (nothing changes either way).
+-- The last level of a reentrant hold is kept until the hold-at-least the
+-- hold recorded at its first level, if that is later than ARGV[5].
 local token = ARGV[1]
 local holder = redis.pcall('GET', KEYS[1])
+if ARGV[7] then
+  local found = type(holder) == 'string' and 'mutex'
+    or (type(holder) == 'table' and redis.call('HGET', KEYS[1], 'kind'))
+  if found and found ~= ARGV[7] then
+    return {-1, found}
+  end
+end
 if type(holder) == 'table' then
   -- A hash: a lease of a ReentrantMutex, an RwLock or a Semaphore.
   local F = family()
@@ -40,13 +51,26 @@ if type(holder) == 'table' then
         redis.call('HDEL', KEYS[1], 'l:' .. token)
         return 1
       end
-      if tonumber(ARGV[5]) > 0 then
-        e.expiry = now + tonumber(ARGV[5])
+      local keep = tonumber(ARGV[5])
+      if kind == 'reentrant' then
+        local kept_until = tonumber(redis.call('HGET', KEYS[1], 'k:' .. hold))
+        if kept_until and kept_until - now > keep then
+          keep = kept_until - now
+        end
+      end
+      if keep > 0 then
+        e.expiry = now + keep
+        if kind == 'reentrant' then
+          -- Kept with no level: a reentry meanwhile counts from 0 again,
+          -- and its release is the last level's.
+          e.permits = 0
+          redis.call('HDEL', KEYS[1], 'l:' .. token)
+        end
         redis.call('HSET', KEYS[1], 'h:' .. hold, F.entry_value(e))
         F.settle(KEYS[1], live, now, ARGV[3])
         return 2
       end
-      redis.call('HDEL', KEYS[1], 'h:' .. hold, 'l:' .. token)
+      redis.call('HDEL', KEYS[1], 'h:' .. hold, 'l:' .. token, 'k:' .. hold)
       table.remove(live, i)
       released = 1
       break
