@@ -584,12 +584,15 @@ fn loss_detection(inputs: &Inputs, list: &[&Section], permits: Option<u32>, foun
             continue;
         };
         let id = &inputs.workers[s.worker].id;
+        // A stop's end is logged once SIGCONT has been sent, and the holder
+        // may run, and log its loss, before that: a stop that ends after the
+        // section resumed it at the section's end at the latest.
         let resumed = inputs
             .faults
             .iter()
             .filter(|f| f.fault.stops_holder() && f.target.as_ref() == Some(id))
-            .filter(|f| f.start < s.end && f.end <= s.end)
-            .map(|f| f.end)
+            .filter(|f| f.start < s.end)
+            .map(|f| f.end.min(s.end))
             .fold(n.start, u64::max);
         let ms = |ns: u64| ns as f64 / 1e6;
         found.loss_detection_ms_max = found.loss_detection_ms_max.max(ms(s.end - n.start));
@@ -835,6 +838,13 @@ mod tests {
         assert!((found.loss_detection_ms_max - 1910.0).abs() < 1e-6);
         assert!((found.loss_detection_after_resume_ms_max - 10.0).abs() < 1e-6);
         assert_eq!(found.faults_struck_sections, 1);
+
+        // The stop's end logged a little after A, resumed, logged its loss.
+        let mut logged_late = run.clone();
+        logged_late.faults[0].end = 3115 * MS;
+        let found = check(&logged_late);
+        assert!((found.loss_detection_ms_max - 1910.0).abs() < 1e-6);
+        assert!(found.loss_detection_after_resume_ms_max.abs() < 1e-6);
 
         // B granted before A's lease could have run out: granted twice.
         let mut soon = run.clone();

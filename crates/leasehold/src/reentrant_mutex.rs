@@ -112,7 +112,12 @@ impl ReentrantMutex {
 
     /// This lock with a hold-at-least, as [`Mutex::with_hold_at_least`](crate::Mutex::with_hold_at_least),
     /// for the hold as a whole: when its last level is released before
-    /// `hold` has passed since the first, the lock is kept until then.
+    /// `hold` has passed since the first, the lock is kept until then, with
+    /// no level held (the owner taking it again meanwhile starts a new hold,
+    /// with a new fence, kept for its own hold-at-least in turn). A level
+    /// released while others hold on passes its keep to the hold, so that
+    /// whichever level goes last (another client's with the same owner, or
+    /// a cancelled acquire's, released in the background) keeps it too.
     ///
     /// # Errors
     ///

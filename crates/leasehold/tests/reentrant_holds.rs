@@ -166,3 +166,128 @@ async fn a_reentrant_handle_does_not_release_a_fair_mutex_by_token() {
         "ReentrantMutex::release_token released another kind's lease: {outcome:?}, still held: {still}"
     );
 }
+
+/// A first level that Redis granted but whose acquire was dropped keeps
+/// nothing: its hold-at-least never began, as for a mutex.
+#[tokio::test]
+async fn a_cancelled_first_level_keeps_nothing_for_its_hold_at_least() {
+    let server = RedisServer::start();
+    let c = client_with(&server, Duration::from_secs(10), true);
+    let lock = c
+        .reentrant_mutex("x")
+        .unwrap()
+        .with_hold_at_least(Duration::from_secs(5))
+        .unwrap();
+    let stranger = client(&server).reentrant_mutex("x").unwrap();
+    // Dropped after Redis granted it, before its answer was read: polled
+    // until Redis shows it held, and no further.
+    let mut cut_after_grant = false;
+    for _ in 0..20 {
+        let acquire = lock.acquire();
+        let mut acquire = std::pin::pin!(acquire);
+        let mut granted = None;
+        for _ in 0..1000 {
+            if let std::task::Poll::Ready(out) = futures_util::poll!(acquire.as_mut()) {
+                granted = Some(out.unwrap());
+                break;
+            }
+            if stranger.inspect().await.unwrap().held {
+                cut_after_grant = true;
+                break;
+            }
+        }
+        if cut_after_grant {
+            break;
+        }
+        // Answered before it could be dropped: let it go, and try again
+        // (a release of a level that got its answer keeps it).
+        let token = granted
+            .expect("neither granted nor answered")
+            .token()
+            .to_owned();
+        c.mutex("x").unwrap().release_token(&token).await.unwrap();
+    }
+    assert!(cut_after_grant, "never dropped between grant and answer");
+    c.flush().await;
+    let theirs = stranger.try_acquire().await.unwrap();
+    assert!(theirs.is_some(), "kept for a hold nobody got");
+}
+
+/// The owner taking a hold it released within its hold-at-least starts a
+/// hold of its own: kept for its own hold-at-least after its release, and
+/// capped by its own max hold.
+#[tokio::test]
+async fn taking_a_kept_hold_again_starts_a_new_hold() {
+    let server = RedisServer::start();
+    let c = client_with(&server, Duration::from_secs(10), true);
+    let hold = Duration::from_secs(2);
+    let lock = c
+        .reentrant_mutex("x")
+        .unwrap()
+        .with_hold_at_least(hold)
+        .unwrap()
+        .with_max_hold(hold)
+        .unwrap();
+    let first = lock.acquire().await.unwrap();
+    let first_fence = first.fence();
+    first.release().await.unwrap();
+    // Near the end of the first hold's hold-at-least and max hold.
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    let again = lock.acquire().await.unwrap();
+    assert!(again.fence() > first_fence, "a new hold has a new fence");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Past the first hold's max hold, well within the new one's.
+    assert!(!again.is_lost(), "capped by the first hold's max hold");
+    again.release().await.unwrap();
+    // Past the first hold's hold-at-least, within the new one's.
+    let stranger = client(&server).reentrant_mutex("x").unwrap();
+    assert!(
+        stranger.try_acquire().await.unwrap().is_none(),
+        "the new hold was not kept for its own hold-at-least"
+    );
+}
+
+/// A release of a hold's last level within its hold-at-least, sent again
+/// (its answer was lost), keeps the hold again and reports success.
+#[tokio::test]
+async fn a_kept_release_sent_again_keeps_the_hold_again() {
+    let server = RedisServer::start();
+    let c = client_with(&server, Duration::from_secs(10), true);
+    let lock = c
+        .reentrant_mutex("x")
+        .unwrap()
+        .with_hold_at_least(Duration::from_secs(5))
+        .unwrap();
+    let guard = lock.acquire().await.unwrap();
+    let token = guard.token().to_owned();
+    guard.release().await.unwrap();
+    lock.release_token(&token).await.unwrap();
+    let stranger = client(&server).reentrant_mutex("x").unwrap();
+    assert!(stranger.try_acquire().await.unwrap().is_none());
+}
+
+/// Release by token through an owner-checked face refuses a key that is no
+/// lock at all, and leaves it as it is.
+#[tokio::test]
+async fn release_token_refuses_a_key_that_is_no_lock() {
+    let server = RedisServer::start();
+    let c = client(&server);
+    let _: i64 = common::cmd(&server, &["RPUSH", "leasehold:{n}", "a"]).await;
+    for err in [
+        c.reentrant_mutex("n")
+            .unwrap()
+            .release_token("t")
+            .await
+            .unwrap_err(),
+        c.rw_lock("n")
+            .unwrap()
+            .release_token("t")
+            .await
+            .unwrap_err(),
+    ] {
+        assert!(err.is_conflict(), "{err}");
+        assert!(err.to_string().contains("list"), "{err}");
+    }
+    let len: i64 = common::cmd(&server, &["LLEN", "leasehold:{n}"]).await;
+    assert_eq!(len, 1);
+}

@@ -96,9 +96,11 @@ impl Connection {
 
     /// A healthy connection, made if there is none. The whole of it,
     /// queueing behind another caller's connect included, is bounded by one
-    /// command timeout, and a caller that queued behind a connect that
-    /// failed meanwhile takes its outcome instead of trying again. Nothing
-    /// the caller asked for is sent by this.
+    /// command timeout (and a quarter of one more, at most 250 ms, when a
+    /// TLS connect got no answer and the port is looked at), and a caller
+    /// that queued behind a connect that failed meanwhile takes its outcome
+    /// instead of trying again. Nothing the caller asked for is sent by
+    /// this.
     pub(crate) async fn get(&self) -> Result<Checkout> {
         if let Some(checkout) = self.fresh() {
             return Ok(checkout);

@@ -437,7 +437,6 @@ async fn attempt(
         let permits = request.permits.to_string();
         let total = total.to_string();
         let max_hold = request.max_hold.map_or(0, millis).to_string();
-        let hold_at_least = request.hold_at_least.map_or(0, millis).to_string();
         node.eval_on(
             conn,
             "acquire",
@@ -458,7 +457,6 @@ async fn attempt(
                 total.as_bytes(),
                 identity,
                 max_hold.as_bytes(),
-                hold_at_least.as_bytes(),
             ],
         )
         .await?

@@ -10,13 +10,12 @@
 -- ('reentrant', 'rwlock', 'semaphore'), ARGV[9] mode ('x' reentrant, 'r'
 -- read, 'w' write, 's' semaphore), ARGV[10] owner, ARGV[11] permits wanted,
 -- ARGV[12] the semaphore's permits (0 for the others), ARGV[13] identity,
--- ARGV[14] the max hold ms, or 0 for none, ARGV[15] the hold-at-least ms,
--- or 0 for none
+-- ARGV[14] the max hold ms, or 0 for none
 -- A reentry adds a level to the owner's hold and refreshes its one lease to
 -- ARGV[2] from now: never shorter than it was, never past the max hold
--- since the hold began. A reentrant hold records its hold-at-least, on the
--- server's clock, at its first level (`k:<hold token>`), for the release of
--- its last level.
+-- since the hold began. A hold its owner released within its hold-at-least
+-- (kept, with no level) is replaced: taking it again is a new hold, with
+-- its own fence, hold-at-least and max hold.
 -- Returns {1, fence, lease ms} when held, with the hold's token and the ms
 -- left until its max hold (-1 for none) as fourth and fifth items for a
 -- reentrant mutex; {0, pttl of what blocks it (-1
@@ -83,6 +82,16 @@ end
 -- The fence of this grant, or nil when it must wait. `ahead` lists the
 -- live waiters this one may not pass.
 local fence
+if mode == 'x' and mine and mine.permits == 0 and #others == 0 then
+  redis.call('HDEL', lock, 'h:' .. mine.token, 'k:' .. mine.token)
+  for i, e in ipairs(live) do
+    if e == mine then
+      table.remove(live, i)
+      break
+    end
+  end
+  mine = nil
+end
 if mode == 'x' then
   if mine and #others == 0 then
     mine.permits = mine.permits + 1
@@ -173,9 +182,6 @@ if fence then
   end
   if mode == 'x' then
     redis.call('HSET', lock, 'l:' .. token, token)
-    if tonumber(ARGV[15]) > 0 then
-      redis.call('HSET', lock, 'k:' .. token, now + tonumber(ARGV[15]))
-    end
   end
   live[#live + 1] = granted
   F.settle(lock, live, now, ARGV[3])

@@ -14,13 +14,15 @@
 -- woken: waiters take it when it expires), 0 when the token did not hold the
 -- lock, 3 when a lease of another owner than ARGV[6] holds it, {-1, kind}
 -- when the lock is of another kind than ARGV[7] (nothing changes either way).
--- The last level of a reentrant hold is kept until the hold-at-least the
--- hold recorded at its first level, if that is later than ARGV[5].
+-- A reentrant level released with a keep while other levels hold on
+-- records it (`k:<hold token>`, on the server's clock): the release of the
+-- hold's last level keeps it until then at least, whichever client or
+-- background release that is.
 local token = ARGV[1]
 local holder = redis.pcall('GET', KEYS[1])
 if ARGV[7] then
   local found = type(holder) == 'string' and 'mutex'
-    or (type(holder) == 'table' and redis.call('HGET', KEYS[1], 'kind'))
+    or (type(holder) == 'table' and lib().kind_of(KEYS[1]))
   if found and found ~= ARGV[7] then
     return {-1, found}
   end
@@ -49,6 +51,13 @@ if type(holder) == 'table' then
         e.permits = e.permits - 1
         redis.call('HSET', KEYS[1], 'h:' .. hold, F.entry_value(e))
         redis.call('HDEL', KEYS[1], 'l:' .. token)
+        if tonumber(ARGV[5]) > 0 then
+          local kept_until = now + tonumber(ARGV[5])
+          local before = tonumber(redis.call('HGET', KEYS[1], 'k:' .. hold))
+          if not before or before < kept_until then
+            redis.call('HSET', KEYS[1], 'k:' .. hold, kept_until)
+          end
+        end
         return 1
       end
       local keep = tonumber(ARGV[5])
@@ -61,10 +70,11 @@ if type(holder) == 'table' then
       if keep > 0 then
         e.expiry = now + keep
         if kind == 'reentrant' then
-          -- Kept with no level: a reentry meanwhile counts from 0 again,
-          -- and its release is the last level's.
+          -- Kept with no level. The owner taking it again meanwhile starts
+          -- a hold of its own; the marker and the keep stay, so that this
+          -- release, if tried again, keeps it as long again.
           e.permits = 0
-          redis.call('HDEL', KEYS[1], 'l:' .. token)
+          redis.call('HSET', KEYS[1], 'k:' .. hold, e.expiry)
         end
         redis.call('HSET', KEYS[1], 'h:' .. hold, F.entry_value(e))
         F.settle(KEYS[1], live, now, ARGV[3])

@@ -30,7 +30,9 @@ for i, key in ipairs(KEYS) do
       value = lease_token and redis.call('HGET', key, 'h:' .. lease_token)
     end
     local e = value and F.entry(lease_token, value)
-    if e and e.expiry > now then
+    -- A reentrant hold kept with no level (released within its
+    -- hold-at-least) is renewed no more: a late renewal must not keep it.
+    if e and e.expiry > now and e.permits > 0 then
       local shortened = now + tonumber(lease) < e.expiry
       e.expiry = now + tonumber(lease)
       local set = redis.pcall('HSET', key, 'h:' .. lease_token, F.entry_value(e))
