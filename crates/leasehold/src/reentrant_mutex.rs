@@ -37,6 +37,15 @@ use crate::owner::Owner;
 /// are the hold's. A level taken while the hold is known lost shares that
 /// loss: release every level, then take the lock anew.
 ///
+/// Each level also runs out by itself in Redis: the renewals and extends
+/// of the client that holds it keep it, and nothing else does. So a level
+/// nobody holds any more (a guard detached, a release that never got
+/// through, an abandoned acquire that Redis applied late) leaves the hold
+/// within one lease, even while its owner keeps taking the lock, instead
+/// of keeping the hold, and its fence, alive forever. Several clients may
+/// share an owner: each renews its own levels, and one that shortens the
+/// lease shortens only its own.
+///
 /// Each guard has a token of its own ([`LeaseGuard::token`]) that releases
 /// its level alone, however the levels are released: in any order, by
 /// [`release`](LeaseGuard::release), by a drop (in the background), or by

@@ -291,3 +291,69 @@ async fn release_token_refuses_a_key_that_is_no_lock() {
     let len: i64 = common::cmd(&server, &["LLEN", "leasehold:{n}"]).await;
     assert_eq!(len, 1);
 }
+
+/// A level nobody holds any more (detached here; in the field, one whose
+/// release never got through, or an abandoned attempt that Redis applied
+/// late) runs out with its own lease, even while its owner keeps taking
+/// and releasing the lock: the hold does not live on through it, and the
+/// owner's later acquisitions get new fences.
+#[tokio::test]
+async fn a_level_nobody_holds_runs_out_while_its_owner_goes_on() {
+    let server = RedisServer::start();
+    let c = client_with(&server, Duration::from_millis(600), true);
+    let lock = c.reentrant_mutex("x").unwrap();
+    let outer = lock.acquire().await.unwrap();
+    let first_fence = outer.fence();
+    let _orphan = lock.acquire().await.unwrap().detach();
+    outer.release().await.unwrap();
+    // The owner goes on taking the lock, never leaving it free for a lease.
+    let mut fences = Vec::new();
+    for _ in 0..12 {
+        let again = lock.acquire().await.unwrap();
+        fences.push(again.fence());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        again.release().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        fences.iter().any(|&f| f > first_fence),
+        "every acquisition went into the hold of the detached level: {fences:?}"
+    );
+    // And once the owner lets go, another owner gets in.
+    let stranger = client(&server).reentrant_mutex("x").unwrap();
+    let theirs = stranger
+        .acquire_timeout(Duration::from_secs(5))
+        .await
+        .unwrap();
+    theirs.release().await.unwrap();
+}
+
+/// One client shortens a hold that a level of another client (with the
+/// same owner) holds too: the hold lasts as long as the other's level, so
+/// the other client's guard never claims a lease Redis no longer has.
+#[tokio::test]
+async fn a_shortening_extend_by_one_client_leaves_the_others_level() {
+    let server = RedisServer::start();
+    let owner = Owner::from_id("job-8").unwrap();
+    let lease = Duration::from_secs(10);
+    let a = client_with(&server, lease, false)
+        .reentrant_mutex("cfg")
+        .unwrap()
+        .with_owner(owner.clone());
+    let b = client_with(&server, lease, false)
+        .reentrant_mutex("cfg")
+        .unwrap()
+        .with_owner(owner);
+    let first = a.acquire().await.unwrap();
+    let second = b.acquire().await.unwrap();
+    first.extend(Duration::from_millis(200)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!second.is_lost());
+    let stranger = client(&server).reentrant_mutex("cfg").unwrap();
+    assert!(
+        stranger.try_acquire().await.unwrap().is_none(),
+        "another owner took the lock while {:?} of the second level's lease was left",
+        second.valid_for()
+    );
+    second.release().await.unwrap();
+}

@@ -59,9 +59,13 @@ impl Held {
         ttl: Duration,
     ) -> Self {
         let lease = match hold {
-            Some(hold) => node
-                .holds
-                .join(node, request, &token, hold, fence, sent_at, ttl),
+            Some(hold) => {
+                let lease = node
+                    .holds
+                    .join(node, request, &token, hold, fence, sent_at, ttl);
+                lease.add_level_token(&token);
+                lease
+            }
             None => start(
                 node,
                 request,
@@ -122,7 +126,7 @@ impl Held {
             // The next renewal may have moved earlier.
             self.node.watchdog.schedule(lease);
         }
-        if renew_one(&self.node, &lease.keys, &lease.token, length).await? {
+        if renew_one(&self.node, &lease.keys, &lease.renewal_token(), length).await? {
             lease.renewed(sent_at, length);
         } else {
             lease.mark_lost(LossReason::TokenGone);
@@ -198,6 +202,7 @@ impl Held {
         if self.done.swap(true, Ordering::AcqRel) {
             return false;
         }
+        self.lease.remove_level_token(&self.token);
         if self.lease.drop_level() {
             if self.lease.finish() {
                 self.node.watchdog.unregister(self.lease.id);
@@ -241,14 +246,27 @@ fn start(node: &Arc<Node>, request: &Request<'_>, lease: Lease) -> Arc<Lease> {
     lease
 }
 
-/// The reentrant holds that guards of this client share, by lock key and
-/// hold token.
+type HoldMap = HashMap<(String, String), (String, Weak<Lease>)>;
+
+/// The reentrant holds this client's guards share, by lock key and hold
+/// token, each with its owner.
 #[derive(Debug, Default)]
-pub(crate) struct Holds(Mutex<HashMap<(String, String), Weak<Lease>>>);
+pub(crate) struct Holds(Mutex<HoldMap>);
 
 impl Holds {
-    fn holds(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Weak<Lease>>> {
+    fn holds(&self) -> std::sync::MutexGuard<'_, HoldMap> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The live levels this client holds of `owner`'s hold of `lock`, as
+    /// [`Lease::live_levels`] gives them; empty when it holds none.
+    pub(crate) fn live_levels(&self, lock: &str, owner: &str) -> String {
+        self.holds()
+            .iter()
+            .filter(|((key, _), (of, _))| key == lock && of == owner)
+            .find_map(|(_, (_, lease))| lease.upgrade())
+            .map(|lease| lease.live_levels())
+            .unwrap_or_default()
     }
 
     /// The lease of `hold` with one more level, `token`: the one its other
@@ -268,7 +286,7 @@ impl Holds {
     ) -> Arc<Lease> {
         let mut holds = self.holds();
         let key = (request.keys.lock.clone(), hold.token);
-        if let Some(lease) = holds.get(&key).and_then(Weak::upgrade) {
+        if let Some(lease) = holds.get(&key).and_then(|(_, lease)| lease.upgrade()) {
             if lease.add_level() {
                 lease.refreshed(sent_at, ttl);
                 return lease;
@@ -281,7 +299,7 @@ impl Holds {
             lease = lease.joining(sent_at, ttl, hold.cap_left);
         }
         let lease = start(node, request, lease);
-        holds.insert(key, Arc::downgrade(&lease));
+        holds.insert(key, (request.owner.to_owned(), Arc::downgrade(&lease)));
         lease
     }
 
@@ -294,7 +312,7 @@ impl Holds {
         let key = (lease.keys.lock.clone(), lease.token.clone());
         if holds
             .get(&key)
-            .is_some_and(|known| std::ptr::eq(known.as_ptr(), Arc::as_ptr(lease)))
+            .is_some_and(|(_, known)| std::ptr::eq(known.as_ptr(), Arc::as_ptr(lease)))
         {
             holds.remove(&key);
         }

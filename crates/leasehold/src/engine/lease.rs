@@ -99,6 +99,12 @@ pub(crate) struct Lease {
     /// client took (1 for the other kinds). The lease is finished with the
     /// last of them.
     levels: AtomicUsize,
+    /// The tokens of those levels, for a reentrant hold: each level has an
+    /// expiry of its own in Redis, which only the renewals and extends of
+    /// the client that holds it refresh, so that a level nobody holds any
+    /// more (its release failed, or an abandoned attempt was applied late)
+    /// runs out by itself instead of keeping the hold forever.
+    level_tokens: Mutex<Vec<String>>,
 }
 
 /// Clock drift allowed for: 1% of the lease plus 2 ms (the Redlock figure).
@@ -150,6 +156,41 @@ impl Lease {
             lost_tx,
             finished: AtomicBool::new(false),
             levels: AtomicUsize::new(1),
+            level_tokens: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn level_tokens(&self) -> MutexGuard<'_, Vec<String>> {
+        self.level_tokens
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A reentrant level this client holds on this lease.
+    pub(crate) fn add_level_token(&self, token: &str) {
+        self.level_tokens().push(token.to_owned());
+    }
+
+    /// A reentrant level this client no longer holds.
+    pub(crate) fn remove_level_token(&self, token: &str) {
+        self.level_tokens().retain(|t| t != token);
+    }
+
+    /// The live reentrant levels this client holds on this lease, as the
+    /// acquire script takes them: tokens separated by spaces.
+    pub(crate) fn live_levels(&self) -> String {
+        self.level_tokens().join(" ")
+    }
+
+    /// What a renewal or extend sends for this lease: its token, followed
+    /// for a reentrant hold by this client's live levels, whose own
+    /// expiries it refreshes too.
+    pub(crate) fn renewal_token(&self) -> String {
+        let levels = self.level_tokens();
+        if levels.is_empty() {
+            self.token.clone()
+        } else {
+            format!("{} {}", self.token, levels.join(" "))
         }
     }
 

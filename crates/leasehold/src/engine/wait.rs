@@ -437,6 +437,11 @@ async fn attempt(
         let permits = request.permits.to_string();
         let total = total.to_string();
         let max_hold = request.max_hold.map_or(0, millis).to_string();
+        let live_levels = if request.kind == Kind::Reentrant {
+            node.holds.live_levels(&keys.lock, request.owner)
+        } else {
+            String::new()
+        };
         node.eval_on(
             conn,
             "acquire",
@@ -457,6 +462,7 @@ async fn attempt(
                 total.as_bytes(),
                 identity,
                 max_hold.as_bytes(),
+                live_levels.as_bytes(),
             ],
         )
         .await?

@@ -228,9 +228,10 @@ async fn renew(node: &Node, leases: Vec<Due>) {
             .iter()
             .map(|(_, d, _)| millis(*d).to_string())
             .collect();
+        let tokens: Vec<String> = batch.iter().map(|(l, _, _)| l.renewal_token()).collect();
         let mut args: Vec<&[u8]> = Vec::with_capacity(batch.len() * 2);
-        for ((lease, _, _), ms) in batch.iter().zip(&lease_ms) {
-            args.push(lease.token.as_bytes());
+        for (token, ms) in tokens.iter().zip(&lease_ms) {
+            args.push(token.as_bytes());
             args.push(ms.as_bytes());
         }
         pipe.add_command(scripts::evalsha(&RENEW, &keys, &args));

@@ -60,8 +60,24 @@ local function family()
       e.fence, e.acquired, e.identity)
   end
 
+  -- A reentrant level's marker `l:<level token>`: "<hold token> <expiry
+  -- ms>". The expiry is the level's own, refreshed only by the client that
+  -- holds the level (see renew.lua); a marker written without one never
+  -- runs out by itself.
+  function F.marker(value)
+    local hold, expiry = string.match(value or '', '^(%S+) ?(%d*)$')
+    return hold, tonumber(expiry)
+  end
+
+  function F.marker_value(hold, expiry)
+    return string.format('%s %.0f', hold, expiry)
+  end
+
   -- The leases that still run at `now_ms`, and how many others were
-  -- removed; the level markers of a reentrant hold that is gone go too.
+  -- removed. The level markers of a reentrant hold that is gone go too,
+  -- and so do levels that ran out: a hold whose last level ran out is gone
+  -- with it (a hold kept past its last level counts none, and goes with its
+  -- own expiry).
   function F.live_holders(lock, now_ms)
     local all = redis.call('HGETALL', lock)
     local live, held, markers, pruned = {}, {}, {}, 0
@@ -72,7 +88,7 @@ local function family()
         local e = F.entry(string.sub(field, 3), all[i + 1])
         if e and e.expiry > now_ms then
           live[#live + 1] = e
-          held[e.token] = true
+          held[e.token] = e
         else
           redis.call('HDEL', lock, field)
           pruned = pruned + 1
@@ -81,12 +97,40 @@ local function family()
         markers[#markers + 1] = i
       end
     end
-    -- A reentrant level's marker names its hold; a hold's hold-at-least is
-    -- kept under the hold's own token.
+    -- A hold's hold-at-least is kept under the hold's own token.
+    local shrunk = {}
     for _, i in ipairs(markers) do
-      local hold = string.sub(all[i], 1, 2) == 'l:' and all[i + 1] or string.sub(all[i], 3)
-      if not held[hold] then
-        redis.call('HDEL', lock, all[i])
+      if string.sub(all[i], 1, 2) == 'k:' then
+        if not held[string.sub(all[i], 3)] then
+          redis.call('HDEL', lock, all[i])
+        end
+      else
+        local hold, expiry = F.marker(all[i + 1])
+        local e = hold and held[hold]
+        if not e then
+          redis.call('HDEL', lock, all[i])
+        elseif expiry and expiry <= now_ms and e.permits > 0 then
+          redis.call('HDEL', lock, all[i])
+          e.permits = e.permits - 1
+          shrunk[#shrunk + 1] = e
+        end
+      end
+    end
+    for _, e in ipairs(shrunk) do
+      if e.permits == 0 then
+        if held[e.token] then
+          redis.call('HDEL', lock, 'h:' .. e.token, 'k:' .. e.token)
+          held[e.token] = nil
+          pruned = pruned + 1
+          for i, l in ipairs(live) do
+            if l == e then
+              table.remove(live, i)
+              break
+            end
+          end
+        end
+      else
+        redis.call('HSET', lock, 'h:' .. e.token, F.entry_value(e))
       end
     end
     return live, pruned

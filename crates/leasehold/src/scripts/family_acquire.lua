@@ -10,7 +10,10 @@
 -- ('reentrant', 'rwlock', 'semaphore'), ARGV[9] mode ('x' reentrant, 'r'
 -- read, 'w' write, 's' semaphore), ARGV[10] owner, ARGV[11] permits wanted,
 -- ARGV[12] the semaphore's permits (0 for the others), ARGV[13] identity,
--- ARGV[14] the max hold ms, or 0 for none
+-- ARGV[14] the max hold ms, or 0 for none, ARGV[15] the reentrant levels
+-- this client holds of its owner's hold, separated by spaces
+-- Each reentrant level has an expiry of its own (see F.marker): a reentry
+-- sets its own and those of ARGV[15] to the hold's.
 -- A reentry adds a level to the owner's hold and refreshes its one lease to
 -- ARGV[2] from now: never shorter than it was, never past the max hold
 -- since the hold began. A hold its owner released within its hold-at-least
@@ -46,7 +49,7 @@ local now = math.floor(now_us / 1000)
 local live, pruned = F.live_holders(lock, now)
 local last_fence = tonumber(redis.call('GET', KEYS[2])) or 0
 -- The hold a reentrant level of this token belongs to.
-local level_of = mode == 'x' and redis.call('HGET', lock, 'l:' .. token)
+local level_of = mode == 'x' and F.marker(redis.call('HGET', lock, 'l:' .. token))
 
 -- Ms left until the max hold of the reentrant hold `e`, or -1.
 local function cap_left(e)
@@ -101,7 +104,13 @@ if mode == 'x' then
       refreshed = math.min(refreshed, math.floor(tonumber(mine.acquired) / 1000) + max_hold)
     end
     mine.expiry = math.max(mine.expiry, refreshed)
-    redis.call('HSET', lock, 'h:' .. mine.token, F.entry_value(mine), 'l:' .. token, mine.token)
+    local marker = F.marker_value(mine.token, mine.expiry)
+    redis.call('HSET', lock, 'h:' .. mine.token, F.entry_value(mine), 'l:' .. token, marker)
+    for level in string.gmatch(ARGV[15] or '', '%S+') do
+      if F.marker(redis.call('HGET', lock, 'l:' .. level)) == mine.token then
+        redis.call('HSET', lock, 'l:' .. level, marker)
+      end
+    end
     F.settle(lock, live, now, ARGV[3])
     if ARGV[7] == '1' then
       L.leave_queue(KEYS[3], KEYS[4], token)
@@ -181,7 +190,7 @@ if fence then
     redis.call('HSET', lock, 'permits', ARGV[12])
   end
   if mode == 'x' then
-    redis.call('HSET', lock, 'l:' .. token, token)
+    redis.call('HSET', lock, 'l:' .. token, F.marker_value(token, granted.expiry))
   end
   live[#live + 1] = granted
   F.settle(lock, live, now, ARGV[3])

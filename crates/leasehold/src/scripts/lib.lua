@@ -10,7 +10,8 @@
 -- the key expires with the last of them (a semaphore's lives on for its
 -- count). A reentrant mutex has one lease per owner's hold, whatever its
 -- depth: its token is the first level's, its permits field counts the
--- levels, and each level has a marker `l:<level token>` = the hold's token.
+-- levels, and each level has a marker `l:<level token>` = "<the hold's
+-- token> <the level's own expiry ms>" (see F.marker in family.lua).
 --
 -- The waiter queue of a lock is a sorted set (token -> arrival time on the
 -- server's clock, µs) plus one key per waiter, `<waiters prefix><token>`,

@@ -38,7 +38,7 @@ if type(holder) == 'table' then
   local live = F.live_holders(KEYS[1], now)
   local hold = token
   if kind == 'reentrant' then
-    hold = redis.call('HGET', KEYS[1], 'l:' .. token)
+    hold = F.marker(redis.call('HGET', KEYS[1], 'l:' .. token))
   end
   local released = 0
   for i, e in ipairs(live) do
@@ -74,7 +74,8 @@ if type(holder) == 'table' then
           -- a hold of its own; the marker and the keep stay, so that this
           -- release, if tried again, keeps it as long again.
           e.permits = 0
-          redis.call('HSET', KEYS[1], 'k:' .. hold, e.expiry)
+          redis.call('HSET', KEYS[1], 'k:' .. hold, e.expiry,
+            'l:' .. token, F.marker_value(hold, e.expiry))
         end
         redis.call('HSET', KEYS[1], 'h:' .. hold, F.entry_value(e))
         F.settle(KEYS[1], live, now, ARGV[3])
