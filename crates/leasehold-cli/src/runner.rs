@@ -134,7 +134,7 @@ async fn run_locked(
             status = child.wait() => break status,
             () = guard.lost(), if !lost => {
                 lost = true;
-                on_lost(args, group);
+                on_lost(args, group, guard.loss_reason());
                 if args.on_lost == OnLost::Term {
                     kill_timer.as_mut().reset(tokio::time::Instant::now() + TERM_GRACE);
                     kill_armed = true;
@@ -271,13 +271,18 @@ fn ending(
     }
 }
 
-fn on_lost(args: &RunArgs, group: Option<i32>) {
+fn on_lost(args: &RunArgs, group: Option<i32>, reason: Option<leasehold::LossReason>) {
+    let lost = match reason {
+        Some(reason) => format!(
+            "lease on {:?} lost while the command ran ({reason})",
+            args.name
+        ),
+        None => format!("lease on {:?} lost while the command ran", args.name),
+    };
     match args.on_lost {
         OnLost::Term => {
             eprintln!(
-                "leasehold: lease on {:?} lost while the command ran: sending SIGTERM, SIGKILL \
-                 in {}s",
-                args.name,
+                "leasehold: {lost}: sending SIGTERM, SIGKILL in {}s",
                 TERM_GRACE.as_secs()
             );
             signal_group(group, libc::SIGTERM);
@@ -285,16 +290,12 @@ fn on_lost(args: &RunArgs, group: Option<i32>) {
             signal_group(group, libc::SIGCONT);
         }
         OnLost::Kill => {
-            eprintln!(
-                "leasehold: lease on {:?} lost while the command ran: sending SIGKILL",
-                args.name
-            );
+            eprintln!("leasehold: {lost}: sending SIGKILL");
             signal_group(group, libc::SIGKILL);
         }
-        OnLost::Ignore => eprintln!(
-            "leasehold: warning: lease on {:?} lost; the command goes on unprotected",
-            args.name
-        ),
+        OnLost::Ignore => {
+            eprintln!("leasehold: warning: {lost}; the command goes on unprotected");
+        }
     }
 }
 

@@ -1154,6 +1154,12 @@ fn run_with_max_hold_ends_the_lease_at_the_cap_with_76() {
     );
     assert_eq!(out.status.code(), Some(76), "{}", stderr(&out));
     assert!(stderr(&out).contains("max hold of 1s"), "{}", stderr(&out));
+    // The line that tells of the SIGTERM says why the lease ended.
+    assert!(
+        stderr(&out).contains("lost while the command ran (it reached its max hold"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

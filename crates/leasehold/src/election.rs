@@ -136,6 +136,23 @@ impl Election {
         Ok(self)
     }
 
+    /// This election with a cap on each leadership's term (off by default):
+    /// the watchdog renews a leader's lease no further than `max` after it
+    /// won, so a leader stuck in an endless loop, but alive enough to renew,
+    /// cannot lead forever. At the cap the leadership is lost
+    /// ([`Leadership::lost`] resolves) and, once its lease has run out, the
+    /// candidate that has waited longest leads. A leader that wants to lead
+    /// again campaigns again, behind the line.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a cap
+    /// under 10 ms or over 24 h.
+    pub fn with_max_term(mut self, max: Duration) -> Result<Self> {
+        self.lock = self.lock.with_max_hold(max)?;
+        Ok(self)
+    }
+
     /// Waits as long as it takes to lead, in line behind the candidates that
     /// campaigned before, then records `value` as the leader's and announces
     /// it to the observers.
@@ -468,6 +485,13 @@ impl Leadership {
     /// The leadership was lost: act as the leader no more. Once true, stays true.
     pub fn is_lost(&self) -> bool {
         self.guard.as_ref().is_none_or(MutexGuard::is_lost)
+    }
+
+    /// Why the leadership was lost, once it is (as
+    /// [`LeaseGuard::loss_reason`](crate::LeaseGuard::loss_reason)); `None`
+    /// while it is held, or after a resignation.
+    pub fn loss_reason(&self) -> Option<crate::LossReason> {
+        self.guard.as_ref().and_then(MutexGuard::loss_reason)
     }
 
     /// Resolves when the leadership is lost (at once if it already is).

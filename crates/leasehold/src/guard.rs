@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::engine::held::Held;
+use crate::engine::lease::LossReason;
 use crate::error::Result;
 use crate::observe::{self, Op};
 
@@ -76,6 +77,13 @@ impl LeaseGuard {
     /// protected. Once true, stays true.
     pub fn is_lost(&self) -> bool {
         self.held.is_lost()
+    }
+
+    /// Why the lease was lost, once it is: Redis no longer had its token,
+    /// no renewal came before its deadline, or it reached its max hold.
+    /// `None` while it is held.
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        self.held.lease().loss()
     }
 
     /// Resolves when the lease is lost (at once if it already is). Race it

@@ -133,7 +133,8 @@
 //! (`sent_at + lease − drift`) that moves only when a renewal succeeds. When
 //! a renewal finds the lock gone, or the deadline passes without one (Redis
 //! out of reach), the lease is lost: [`MutexGuard::lost`] resolves and
-//! [`MutexGuard::is_lost`] turns true for good. A release waits for a
+//! [`MutexGuard::is_lost`] turns true for good; [`MutexGuard::loss_reason`]
+//! says why ([`LossReason`]). A release waits for a
 //! renewal in flight, so their answers are never applied out of order.
 //!
 //! # Run-once jobs
@@ -181,7 +182,8 @@
 //! ([`Mutex::with_max_hold`], and the same on every other primitive) caps
 //! it: no renewal reaches past the cap after the acquisition, the lease ends
 //! there, and [`MutexGuard::lost`] resolves with a loss that names the cap
-//! (`leasehold run --max-hold DUR` on the command line).
+//! (`leasehold run --max-hold DUR` on the command line). An election caps a
+//! leader's term the same way ([`Election::with_max_term`]).
 //!
 //! # Work under a lock in one call
 //!
@@ -376,6 +378,7 @@ pub use client::{
     DEFAULT_PREFIX, DEFAULT_URL, MAX_CLIENT_NAME_LEN, URL_ENV_VARS,
 };
 pub use election::{Election, Leader, Leadership, MAX_LEADER_VALUE_LEN};
+pub use engine::lease::LossReason;
 pub use error::{Error, ErrorKind, Result};
 pub use fair_mutex::FairMutex;
 pub use guard::{DetachedLease, LeaseGuard, MutexGuard};

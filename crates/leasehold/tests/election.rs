@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use leasehold::{ErrorKind, Leader};
+use leasehold::{ErrorKind, Leader, LossReason};
 use leasehold_testkit::{FaultProxy, RedisServer};
 use tokio::sync::watch;
 
@@ -164,7 +164,9 @@ async fn bad_input_is_refused_before_redis() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
-    let err = election.with_lease(Duration::ZERO).unwrap_err();
+    let err = election.clone().with_lease(Duration::ZERO).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    let err = election.with_max_term(Duration::ZERO).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
 }
 
@@ -190,4 +192,50 @@ async fn observers_notice_a_dead_leader_that_announced_nothing() {
     assert!(leadership.is_lost());
     drop(leadership);
     proxy.heal();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_reaches_its_max_term_gives_way_to_the_next() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(400);
+    let term = Duration::from_millis(900);
+    let first = client(&server)
+        .election("term")
+        .unwrap()
+        .with_lease(lease)
+        .unwrap()
+        .with_max_term(term)
+        .unwrap();
+    let second = client(&server)
+        .election("term")
+        .unwrap()
+        .with_lease(lease)
+        .unwrap();
+    // Taken before the campaign's request leaves, so a bound on the time
+    // since it holds however slowly the machine runs.
+    let before = std::time::Instant::now();
+    let leadership = first.campaign("stuck").await.unwrap();
+    let waiting = tokio::spawn(async move { second.campaign("next").await });
+
+    // The first leader's client stays up and renews past its first lease,
+    // yet its term ends at the cap (less the drift allowance).
+    tokio::time::timeout(BOUND, leadership.lost())
+        .await
+        .expect("a leader past its max term was never told it lost");
+    assert!(
+        before.elapsed() >= term - Duration::from_millis(20),
+        "the term ended after {:?}, before its cap of {term:?}",
+        before.elapsed()
+    );
+    assert_eq!(leadership.loss_reason(), Some(LossReason::MaxHoldReached));
+    let next = tokio::time::timeout(BOUND, waiting)
+        .await
+        .expect("the next candidate never led")
+        .unwrap()
+        .unwrap();
+    assert!(next.fence() > leadership.fence());
+    assert_eq!(value(&first.leader().await.unwrap()), Some("next"));
+    let err = leadership.resign().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotHeld);
+    next.resign().await.unwrap();
 }

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{client, client_with, cmd, eventually};
-use leasehold::ErrorKind;
+use leasehold::{ErrorKind, LossReason};
 use leasehold_testkit::RedisServer;
 use tokio::time::Instant;
 
@@ -185,6 +185,7 @@ async fn the_watchdog_stops_at_the_max_hold() {
         .await
         .expect("the lease outlived its max hold");
     assert!(guard.is_lost());
+    assert_eq!(guard.loss_reason(), Some(LossReason::MaxHoldReached));
     let err = guard.release().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotHeld, "{err:?}");
     assert!(err.to_string().contains("max hold of 1s"), "{err}");

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use common::{client, client_with, cmd, eventually, hold, raw};
-use leasehold::{Client, ErrorKind};
+use leasehold::{Client, ErrorKind, LossReason};
 use leasehold_testkit::RedisServer;
 
 const LONG: Duration = Duration::from_secs(60);
@@ -538,4 +538,31 @@ async fn redis_calls_per_acquisition_stay_flat_as_waiters_grow() {
         "{two:.1} calls per acquisition with 2 waiting clients, {sixteen:.1} with 16"
     );
     assert!(sixteen < 30.0, "{sixteen:.1} calls per acquisition with 16");
+}
+
+/// A lost guard says why: the token gone from Redis, or a deadline passed
+/// with nothing to renew it.
+#[tokio::test]
+async fn a_lost_lease_says_why() {
+    let server = RedisServer::start();
+    let renewed = client_with(&server, Duration::from_millis(300), true)
+        .mutex("taken")
+        .unwrap();
+    let guard = renewed.acquire().await.unwrap();
+    assert_eq!(guard.loss_reason(), None);
+    assert!(renewed.force_release().await.unwrap());
+    tokio::time::timeout(LONG, guard.lost())
+        .await
+        .expect("the watchdog never saw the token gone");
+    assert_eq!(guard.loss_reason(), Some(LossReason::TokenGone));
+    assert!(guard.loss_reason().unwrap().to_string().contains("token"));
+
+    let fixed = client_with(&server, Duration::from_millis(200), false)
+        .mutex("fixed")
+        .unwrap();
+    let guard = fixed.acquire().await.unwrap();
+    tokio::time::timeout(LONG, guard.lost())
+        .await
+        .expect("a fixed lease never ran out");
+    assert_eq!(guard.loss_reason(), Some(LossReason::DeadlinePassed));
 }

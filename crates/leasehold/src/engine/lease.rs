@@ -2,6 +2,7 @@
 //! that fires when it is lost.
 
 use std::borrow::Cow;
+use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -12,15 +13,33 @@ use tokio::time::Instant;
 use crate::engine::Request;
 use crate::keys::{LockKeys, MIN_LEASE};
 
-/// Why a lease stopped being held without being released.
+/// Why a lease was lost: what [`LeaseGuard::loss_reason`](crate::LeaseGuard::loss_reason)
+/// reports once [`lost`](crate::LeaseGuard::lost) has resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LossReason {
+#[non_exhaustive]
+pub enum LossReason {
     /// Redis no longer had the token: the lock expired, was removed, or was taken.
     TokenGone,
     /// The local deadline passed without a successful renewal.
     DeadlinePassed,
     /// The lease reached its max hold: nothing renews it past that.
     MaxHoldReached,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossReason::TokenGone => {
+                "redis no longer holds its token (it expired, or was removed by force-release \
+                 or by hand)"
+            }
+            LossReason::DeadlinePassed => {
+                "it was not renewed before it ran out (redis unreachable or too slow, or a fixed \
+                 lease not extended in time)"
+            }
+            LossReason::MaxHoldReached => "it reached its max hold, past which it is not renewed",
+        })
+    }
 }
 
 impl LossReason {
