@@ -489,7 +489,7 @@ impl Leadership {
 
     /// Why the leadership was lost, once it is (as
     /// [`LeaseGuard::loss_reason`](crate::LeaseGuard::loss_reason)); `None`
-    /// while it is held, or after a resignation.
+    /// while it is held.
     pub fn loss_reason(&self) -> Option<crate::LossReason> {
         self.guard.as_ref().and_then(MutexGuard::loss_reason)
     }
