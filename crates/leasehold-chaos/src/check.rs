@@ -79,6 +79,9 @@ struct Section {
     permits: u32,
     start: u64,
     end: u64,
+    /// The holder's deadline for its lease as it logged the grant; 0 when
+    /// unknown.
+    valid_until: u64,
     outcome: Option<Outcome>,
     /// The reader half of a downgrade: the acquisition of the writer
     /// section before it, not one of its own.
@@ -248,6 +251,7 @@ fn sections<'a>(inputs: &'a Inputs, found: &mut Findings) -> (Vec<Section>, Vec<
                     permits,
                     wait_start,
                     at,
+                    valid_until,
                 } => {
                     if let Some(s) = open.take() {
                         out.push(close(s, *at, None));
@@ -262,6 +266,7 @@ fn sections<'a>(inputs: &'a Inputs, found: &mut Findings) -> (Vec<Section>, Vec<
                         permits: *permits,
                         start: *at,
                         end: *at,
+                        valid_until: *valid_until,
                         outcome: None,
                         continued: false,
                     });
@@ -289,6 +294,9 @@ fn sections<'a>(inputs: &'a Inputs, found: &mut Findings) -> (Vec<Section>, Vec<
                         let reader = Section {
                             mode: Mode::Read,
                             start: *at,
+                            // A read lease of its own, whose deadline was
+                            // not logged.
+                            valid_until: 0,
                             continued: true,
                             ..s.clone()
                         };
@@ -416,9 +424,12 @@ fn granted_before(earlier: &Section, later: &Section) -> bool {
 /// granted, with `earlier` none the wiser: `earlier` was granted first,
 /// a SIGSTOP of its worker began before `later`'s grant, while `earlier`
 /// waited or held, and the lease could have run out (at the soonest, a
-/// lease after its grant or after its last renewal before the stop)
-/// before `later`'s grant and while the stop lasted. A holder that runs
-/// when its lease runs out learns it from its own clock first.
+/// lease after its grant or after its last renewal before the stop, and
+/// never before the deadline its holder logged with the grant) before
+/// `later`'s grant and while the stop lasted. A holder that runs when its
+/// lease runs out learns it from its own clock first; a grant to another
+/// before the holder's own deadline is a lock granted twice, stopped
+/// holder or not.
 fn lapsed(inputs: &Inputs, earlier: &Section, later: &Section) -> bool {
     if !granted_before(earlier, later) {
         return false;
@@ -433,7 +444,9 @@ fn lapsed(inputs: &Inputs, earlier: &Section, later: &Section) -> bool {
             let renewed = earlier
                 .wait_start
                 .max(f.start.saturating_sub(renewal_gap(lease)));
-            let runs_out = (renewed + lease).saturating_sub(expiry_slack(lease));
+            let runs_out = (renewed + lease)
+                .saturating_sub(expiry_slack(lease))
+                .max(earlier.valid_until);
             f.start < later.start
                 && f.end > earlier.wait_start
                 && f.start < earlier.end
@@ -678,6 +691,7 @@ mod tests {
             permits: 1,
             wait_start,
             at,
+            valid_until: 0,
         }
     }
 
@@ -850,6 +864,47 @@ mod tests {
         let mut soon = run.clone();
         soon.workers[1].events[0] = acq("mutex-0", x, 20, 500 * MS);
         assert_eq!(overlaps_of(&soon), (1, 0));
+    }
+
+    #[test]
+    fn a_grant_before_the_stopped_holders_own_deadline_is_unsafe() {
+        // A waited from 0, was granted with its deadline at 3000 ms and
+        // logged it at 2000 ms, then was stopped from 2050 ms for 3 leases.
+        // B, granted at 2700 ms, came before A's deadline: Redis still had
+        // A's lease, so the lock was granted twice, stop or not.
+        let x = Mode::Exclusive;
+        let a_granted = |valid_until| Event::Acquired {
+            lock: "mutex-0".into(),
+            mode: x,
+            fence: 10,
+            permits: 1,
+            wait_start: 0,
+            at: 2000 * MS,
+            valid_until,
+        };
+        let run_with = |valid_until, b_at| {
+            let mut run = inputs(vec![
+                worker(
+                    "a",
+                    vec![a_granted(valid_until), end(5100 * MS, Outcome::Lost)],
+                ),
+                worker(
+                    "b",
+                    vec![
+                        acq("mutex-0", x, 20, b_at),
+                        end(b_at + 100 * MS, Outcome::Done),
+                    ],
+                ),
+            ]);
+            run.faults.push(pause("a", 2050 * MS, 5050 * MS));
+            run
+        };
+        assert_eq!(overlaps_of(&run_with(3000 * MS, 2700 * MS)), (1, 0));
+        // Without the deadline, all the checker knows is that the grant
+        // came after A's wait began: the lease could have run out.
+        assert_eq!(overlaps_of(&run_with(0, 2700 * MS)), (0, 1));
+        // After A's deadline (and its lease), B's grant is excused.
+        assert_eq!(overlaps_of(&run_with(3000 * MS, 3100 * MS)), (0, 1));
     }
 
     #[test]
@@ -1064,6 +1119,7 @@ mod tests {
             permits: 2,
             wait_start: 0,
             at: 0,
+            valid_until: 0,
         };
         assert_eq!(check(&whole).unsafe_overlaps, 1);
     }

@@ -176,6 +176,10 @@ pub(crate) enum Event {
         permits: u32,
         wait_start: u64,
         at: u64,
+        /// The holder's own deadline for the lease as it logged the grant
+        /// (`at` + the guard's `valid_for`), which Redis's expiry of the
+        /// lease comes after: 0 when unknown, or already passed.
+        valid_until: u64,
     },
     /// A second level of the lock the open section holds was asked for (a
     /// reentry, or the read lock of a writer about to downgrade). `lost`:
@@ -226,9 +230,10 @@ impl fmt::Display for Event {
                 permits,
                 wait_start,
                 at,
+                valid_until,
             } => write!(
                 f,
-                "acq\t{lock}\t{}\t{fence}\t{permits}\t{wait_start}\t{at}",
+                "acq\t{lock}\t{}\t{fence}\t{permits}\t{wait_start}\t{at}\t{valid_until}",
                 mode.as_str()
             ),
             Event::Nested {
@@ -294,13 +299,15 @@ impl FromStr for Event {
                 .ok_or_else(|| format!("field {i} missing in {line:?}"))
         };
         match f.first().copied() {
-            Some("acq") if f.len() == 7 => Ok(Event::Acquired {
+            // Logs kept before the deadline was logged have 7 fields.
+            Some("acq") if f.len() == 7 || f.len() == 8 => Ok(Event::Acquired {
                 lock: text(1)?,
                 mode: text(2)?.parse()?,
                 fence: num(3)?,
                 permits: u32::try_from(num(4)?).map_err(|e| format!("{line:?}: {e}"))?,
                 wait_start: num(5)?,
                 at: num(6)?,
+                valid_until: if f.len() == 8 { num(7)? } else { 0 },
             }),
             Some("nest") if f.len() == 5 => Ok(Event::Nested {
                 at: num(1)?,
@@ -384,6 +391,7 @@ mod tests {
                 permits: 1,
                 wait_start: 5,
                 at: 9,
+                valid_until: 1009,
             },
             Event::Nested {
                 at: 10,
@@ -426,6 +434,17 @@ mod tests {
             panic!("{:?}", read[6]);
         };
         assert_eq!(message, "cannot reach redis ");
+        // A grant logged without the holder's deadline (an older log).
+        let old = parse_log("acq\tmutex-0\tx\t17\t1\t5\t9\n").unwrap();
+        assert!(matches!(
+            old[..],
+            [Event::Acquired {
+                fence: 17,
+                at: 9,
+                valid_until: 0,
+                ..
+            }]
+        ));
     }
 
     #[test]

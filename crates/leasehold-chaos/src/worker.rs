@@ -107,13 +107,23 @@ async fn work(args: &WorkerArgs) -> Result<()> {
                 continue;
             }
         };
+        // `at` before `valid_for`, so that their sum is never past the
+        // holder's deadline.
+        let at = mono_ns();
+        let valid = held.valid_for();
+        let valid_until = if valid.is_zero() {
+            0
+        } else {
+            at.saturating_add(u64::try_from(valid.as_nanos()).unwrap_or(u64::MAX))
+        };
         log.write(&Event::Acquired {
             lock: name.clone(),
             mode,
             fence: held.fence(),
             permits,
             wait_start,
-            at: mono_ns(),
+            at,
+            valid_until,
         })?;
         let plan = Plan {
             hold: hold_time(&mut rng, args.lease),

@@ -115,6 +115,14 @@ pub(crate) enum Held {
 }
 
 impl Held {
+    /// Time left before the lease runs out by the holder's own clock.
+    pub(crate) fn valid_for(&self) -> Duration {
+        match self {
+            Held::Lease(g) => g.valid_for(),
+            Held::Leader(l) => l.valid_for(),
+        }
+    }
+
     pub(crate) fn fence(&self) -> u64 {
         match self {
             Held::Lease(g) => g.fence(),
