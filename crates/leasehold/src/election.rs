@@ -482,6 +482,15 @@ impl Leadership {
         self.guard.as_ref().map_or(0, MutexGuard::fence)
     }
 
+    /// Time left before the leadership's lease runs out by the local clock,
+    /// if no renewal comes (as [`LeaseGuard::valid_for`](crate::LeaseGuard::valid_for));
+    /// zero once lost.
+    pub fn valid_for(&self) -> Duration {
+        self.guard
+            .as_ref()
+            .map_or(Duration::ZERO, MutexGuard::valid_for)
+    }
+
     /// The leadership was lost: act as the leader no more. Once true, stays true.
     pub fn is_lost(&self) -> bool {
         self.guard.as_ref().is_none_or(MutexGuard::is_lost)

@@ -130,6 +130,13 @@ pub(crate) fn validate_token(token: &str) -> Result<()> {
             token.len()
         )));
     }
+    if token.chars().any(char::is_whitespace) {
+        // Scripts read a space as the end of a token.
+        return Err(Error::invalid(
+            "token contains whitespace: leasehold tokens are 32 hex characters, pass the token \
+             printed by `leasehold acquire`",
+        ));
+    }
     Ok(())
 }
 

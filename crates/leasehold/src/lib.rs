@@ -319,6 +319,7 @@
 //! leasehold run nightly-report --no-wait --hold-at-least 10m -- ./report.sh
 //! leasehold run catalog --read -- ./export.sh      # --write, --fair, --semaphore N
 //! out=$(leasehold acquire deploy --lease 5m --wait 1m) || exit   # "TOKEN FENCE"
+//! read -r token fence <<<"$out"
 //! leasehold release deploy "$token"                # extend NAME TOKEN --lease DUR
 //! leasehold inspect catalog --json                 # who holds it, readers, permits, queue
 //! leasehold watch catalog deploy                   # live view

@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::client::Client;
 use crate::engine::held::Held;
-use crate::engine::release::release;
+use crate::engine::release::{release, release_as};
 use crate::engine::{self, scripts, wait, Kind, Request};
 use crate::error::{Error, ErrorKind, Result};
 use crate::guard::{LeaseGuard, MutexGuard};
@@ -394,6 +394,31 @@ impl Core {
         }
     }
 
+    /// Releases `token` only if a lease of `owner` holds it: a reentrant
+    /// mutex's level, an rw-lock's read or write lease.
+    pub(crate) async fn release_owned_token(&self, owner: &Owner, token: &str) -> Result<()> {
+        validate_token(token)?;
+        let unit = if self.kind == Kind::Reentrant {
+            "level"
+        } else {
+            "lease"
+        };
+        let name = &self.keys.name;
+        let owner = owner.id();
+        match release_as(&self.client.node, &self.keys, token, owner, self.kind).await? {
+            Some(true) => Ok(()),
+            Some(false) => Err(Error::not_held(format!(
+                "lock {name:?} has no {unit} held by this token: it expired, or was released or \
+                 removed"
+            ))),
+            None => Err(Error::not_held(format!(
+                "lock {name:?} is held at this token by another owner, not by {owner:?}: only \
+                 the owner's handles release its {unit}s; use `Mutex::release_token` or \
+                 `force_release` as an admin"
+            ))),
+        }
+    }
+
     pub(crate) async fn extend_token(&self, token: &str, lease: Duration) -> Result<()> {
         validate_token(token)?;
         validate_lease(lease)?;
@@ -521,7 +546,7 @@ impl LockInfo {
         let (pttl, fence, waiting, permits) = (int(1)?, int(2)?, int(3)?, int(4)?);
         let read_at = u64::try_from(int(5)?)
             .ok()
-            .map(|ms| UNIX_EPOCH + Duration::from_millis(ms));
+            .map(|us| UNIX_EPOCH + Duration::from_micros(us));
         let remaining = engine::pttl(pttl);
         let records = items[6.min(items.len())..]
             .iter()

@@ -4,11 +4,10 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::client::Client;
-use crate::engine::release::release_as;
 use crate::engine::Kind;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::guard::LeaseGuard;
-use crate::keys::{validate_lease, validate_token, validate_wait, LockKeys};
+use crate::keys::{validate_lease, validate_wait, LockKeys};
 use crate::mutex::{Core, LockInfo};
 use crate::observe::{self, Op};
 use crate::owner::Owner;
@@ -166,7 +165,8 @@ impl ReentrantMutex {
     }
 
     /// Waits as long as it takes for the lock; a reentry is granted at once.
-    /// Waiting works as [`Mutex::acquire`](crate::Mutex::acquire).
+    /// Waiting works as [`Mutex::acquire`](crate::Mutex::acquire), except that
+    /// each waiting task keeps its own place in the lock's queue in Redis.
     ///
     /// # Errors
     ///
@@ -204,15 +204,15 @@ impl ReentrantMutex {
     ///
     /// Cancel safe: it only reads.
     pub async fn hold_count(&self) -> Result<usize> {
-        // An inspect, and traced as one.
-        let info = observe::traced(self.core.span(Op::Inspect), self.core.inspect()).await?;
+        let info = self.inspect().await?;
         let mine = self.owner().id();
         Ok(info
             .holders
             .iter()
             .filter(|h| h.owner.as_deref() == Some(mine))
-            .map(|h| usize::try_from(h.levels).unwrap_or(usize::MAX))
-            .sum())
+            .fold(0, |n: usize, h| {
+                n.saturating_add(usize::try_from(h.levels).unwrap_or(usize::MAX))
+            }))
     }
 
     /// Releases the level that `token` holds, taken by this handle's owner
@@ -229,6 +229,8 @@ impl ReentrantMutex {
     ///
     /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the token holds
     /// no level, or holds one of another owner's hold;
+    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name
+    /// holds another kind of lock;
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
     /// token that no lease could have.
     ///
@@ -236,33 +238,11 @@ impl ReentrantMutex {
     ///
     /// Dropping the future may or may not release the level.
     pub async fn release_token(&self, token: &str) -> Result<()> {
-        observe::traced(self.core.span(Op::ReleaseToken), self.release_owned(token)).await
-    }
-
-    async fn release_owned(&self, token: &str) -> Result<()> {
-        validate_token(token)?;
-        let name = &self.core.keys.name;
-        let owner = self.owner.id();
-        match release_as(
-            &self.core.client().node,
-            &self.core.keys,
-            token,
-            owner,
-            self.core.kind,
+        observe::traced(
+            self.core.span(Op::ReleaseToken),
+            self.core.release_owned_token(&self.owner, token),
         )
-        .await?
-        {
-            Some(true) => Ok(()),
-            Some(false) => Err(Error::not_held(format!(
-                "lock {name:?} has no level held by this token: it expired, or was released or \
-                 removed"
-            ))),
-            None => Err(Error::not_held(format!(
-                "lock {name:?} is held at this token by another owner, not by {owner:?}: only \
-                 the owner's handles release its levels; use `Mutex::release_token` or \
-                 `force_release` as an admin"
-            ))),
-        }
+        .await
     }
 
     /// Removes the hold of whoever holds the lock, every level of it, and

@@ -4,11 +4,10 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::client::Client;
-use crate::engine::release::release_as;
 use crate::engine::Kind;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::guard::LeaseGuard;
-use crate::keys::{validate_lease, validate_token, validate_wait, LockKeys};
+use crate::keys::{validate_lease, validate_wait, LockKeys};
 use crate::mutex::{Core, LockInfo};
 use crate::observe::{self, Op};
 use crate::owner::Owner;
@@ -170,39 +169,21 @@ impl RwLock {
     /// # Errors
     ///
     /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the token holds
-    /// nothing, or holds a lease of another owner.
+    /// nothing, or holds a lease of another owner;
+    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name
+    /// holds another kind of lock;
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    /// token that no lease could have.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future may or may not release the lease.
     pub async fn release_token(&self, token: &str) -> Result<()> {
-        observe::traced(self.span(Op::ReleaseToken), self.release_owned(token)).await
-    }
-
-    async fn release_owned(&self, token: &str) -> Result<()> {
-        validate_token(token)?;
-        let name = self.name();
-        let owner = self.owner.id();
-        match release_as(
-            &self.core.client().node,
-            &self.core.keys,
-            token,
-            owner,
-            self.core.kind,
+        observe::traced(
+            self.span(Op::ReleaseToken),
+            self.core.release_owned_token(&self.owner, token),
         )
-        .await?
-        {
-            Some(true) => Ok(()),
-            Some(false) => Err(Error::not_held(format!(
-                "lock {name:?} has no lease held by this token: it expired, or was released or \
-                 removed"
-            ))),
-            None => Err(Error::not_held(format!(
-                "lock {name:?} is held at this token by another owner, not by {owner:?}: only \
-                 the owner's handles release its leases; use `Mutex::release_token` or \
-                 `force_release` as an admin"
-            ))),
-        }
+        .await
     }
 
     /// Removes every reader and writer, and wakes the waiters: an admin

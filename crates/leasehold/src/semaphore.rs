@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::client::Client;
-use crate::engine::{self, scripts, Kind};
+use crate::engine::{scripts, Kind};
 use crate::error::{Error, Result};
 use crate::guard::LeaseGuard;
 use crate::keys::{millis, validate_lease, validate_wait, LockKeys};
@@ -291,11 +291,7 @@ impl Semaphore {
                     .get(1)
                     .and_then(scripts::as_text)
                     .ok_or_else(unexpected)?;
-                Err(Error::wrong_kind(
-                    &keys.name,
-                    &Kind::Semaphore { total: permits }.phrase(),
-                    &engine::stored_phrase(&found),
-                ))
+                Err(Kind::Semaphore { total: permits }.conflict(&keys.name, &found))
             }
             _ => Err(unexpected()),
         }

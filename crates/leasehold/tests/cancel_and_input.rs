@@ -95,6 +95,9 @@ async fn every_refused_input_is_refused_before_anything_is_sent() {
             .map(drop),
     );
     invalid(mutex.release_token("").await);
+    // A space would end the token inside the scripts.
+    invalid(mutex.release_token("a b").await);
+    invalid(mutex.extend_token("a b", Duration::from_secs(1)).await);
     invalid(mutex.extend_token("t", Duration::ZERO).await);
     invalid(
         Client::builder("redis://127.0.0.1:1")

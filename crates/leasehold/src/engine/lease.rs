@@ -43,14 +43,14 @@ impl fmt::Display for LossReason {
 }
 
 impl LossReason {
+    /// As `Display`, told of the lease: whether the watchdog renewed it,
+    /// and its max hold.
     pub(crate) fn describe(self, renewed: bool, max_hold: Option<Duration>) -> Cow<'static, str> {
         match self {
+            LossReason::TokenGone => self.to_string().into(),
             LossReason::DeadlinePassed if !renewed => {
                 "its fixed lease ran out (the watchdog is off: extend the lease in time)".into()
             }
-            LossReason::TokenGone => "redis no longer holds its token (it expired, or was \
-                                      removed by force-release or by hand)"
-                .into(),
             LossReason::DeadlinePassed => {
                 "it could not be renewed before it ran out (redis unreachable or too slow)".into()
             }
@@ -204,12 +204,12 @@ impl Lease {
     /// What a renewal or extend sends for this lease: its token, followed
     /// for a reentrant hold by this client's live levels, whose own
     /// expiries it refreshes too.
-    pub(crate) fn renewal_token(&self) -> String {
+    pub(crate) fn renewal_token(&self) -> Cow<'_, str> {
         let levels = self.level_tokens();
         if levels.is_empty() {
-            self.token.clone()
+            Cow::Borrowed(&self.token)
         } else {
-            format!("{} {}", self.token, levels.join(" "))
+            Cow::Owned(format!("{} {}", self.token, levels.join(" ")))
         }
     }
 

@@ -40,6 +40,12 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
+    /// The error for lock `name` asked for as this kind while Redis keeps
+    /// it as `found` (the kind a script read, as `stored_phrase` takes it).
+    pub(crate) fn conflict(self, name: &str, found: &str) -> Error {
+        Error::wrong_kind(name, &self.phrase(), &stored_phrase(found))
+    }
+
     /// The name Redis keeps for this kind, as errors and `inspect` show it.
     pub(crate) fn stored_name(self) -> &'static str {
         match self {

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::engine::lease::drift;
 use crate::engine::node::Node;
-use crate::engine::{self, scripts, Kind};
+use crate::engine::{scripts, Kind};
 use crate::error::{Error, Result};
 use crate::keys::{millis, LockKeys};
 
@@ -54,11 +54,7 @@ pub(crate) async fn release_as(
         _ => match &reply {
             redis::Value::Array(items) if items.len() == 2 => {
                 match (scripts::as_int(&items[0]), scripts::as_text(&items[1])) {
-                    (Some(-1), Some(found)) => Err(Error::wrong_kind(
-                        &keys.name,
-                        &kind.phrase(),
-                        &engine::stored_phrase(&found),
-                    )),
+                    (Some(-1), Some(found)) => Err(kind.conflict(&keys.name, &found)),
                     _ => Err(Error::unexpected_reply("release", &reply)),
                 }
             }

@@ -23,7 +23,7 @@ use crate::engine::lease::local_deadline;
 use crate::engine::node::Node;
 use crate::engine::notify::Subscription;
 use crate::engine::release::{release, PendingRelease};
-use crate::engine::{self, new_token, pttl, scripts, Kind, Request};
+use crate::engine::{new_token, pttl, scripts, Kind, Request};
 use crate::error::{Error, Result};
 use crate::holder::Holder;
 use crate::keys::{millis, LockKeys, MAX_LEASE};
@@ -559,11 +559,7 @@ fn read_attempt(request: &Request<'_>, reply: &redis::Value, sent_at: Instant) -
         }
         (Some(-1), 2) => {
             let found = text(1).ok_or_else(unexpected)?;
-            Err(Error::wrong_kind(
-                name,
-                &request.kind.phrase(),
-                &engine::stored_phrase(&found),
-            ))
+            Err(request.kind.conflict(name, &found))
         }
         (Some(-2), 1) => Err(Error::upgrade_refused(name)),
         (Some(-3), 2) => {

@@ -228,7 +228,7 @@ async fn renew(node: &Node, leases: Vec<Due>) {
             .iter()
             .map(|(_, d, _)| millis(*d).to_string())
             .collect();
-        let tokens: Vec<String> = batch.iter().map(|(l, _, _)| l.renewal_token()).collect();
+        let tokens: Vec<_> = batch.iter().map(|(l, _, _)| l.renewal_token()).collect();
         let mut args: Vec<&[u8]> = Vec::with_capacity(batch.len() * 2);
         for (token, ms) in tokens.iter().zip(&lease_ms) {
             args.push(token.as_bytes());

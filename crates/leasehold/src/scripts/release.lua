@@ -35,7 +35,7 @@ if type(holder) == 'table' then
     return redis.error_reply('WRONGTYPE the lock key holds a hash leasehold did not write')
   end
   local now = math.floor(server_us() / 1000)
-  local live = F.live_holders(KEYS[1], now)
+  local live, pruned = F.live_holders(KEYS[1], now)
   local hold = token
   if kind == 'reentrant' then
     hold = F.marker(redis.call('HGET', KEYS[1], 'l:' .. token))
@@ -92,8 +92,9 @@ if type(holder) == 'table' then
     left = redis.call('ZREM', KEYS[3], token)
     redis.call('DEL', KEYS[4] .. token)
   end
-  if released == 0 and left == 0 then
-    -- Neither held nor waited: nothing changed, nobody to wake.
+  if released == 0 and left == 0 and pruned == 0 then
+    -- Neither held nor waited, and no lease ran out: nothing changed,
+    -- nobody to wake.
     return 0
   end
   F.settle(KEYS[1], live, now, ARGV[3])

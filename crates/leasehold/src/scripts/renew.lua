@@ -18,13 +18,15 @@ local function failed(reply)
   return type(reply) == 'table' and reply.err
 end
 for i, key in ipairs(KEYS) do
-  local token, levels = string.match(ARGV[2 * i - 1], '^(%S*) ?(.*)$')
+  -- A mutex's token is sent alone: only a hash lease's is split.
+  local token, levels = ARGV[2 * i - 1], ''
   local lease = ARGV[2 * i]
   local holder = redis.pcall('GET', key)
   if type(holder) == 'string' and holds(holder, token) then
     local set = redis.pcall('PEXPIRE', key, lease)
     renewed[i] = failed(set) or 1
   elseif failed(holder) and string.find(holder.err, 'WRONGTYPE', 1, true) then
+    token, levels = string.match(token, '^(%S*) ?(.*)$')
     local F = family()
     now = now or math.floor(server_us() / 1000)
     local hash = redis.call('TYPE', key)['ok'] == 'hash'
