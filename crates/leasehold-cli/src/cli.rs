@@ -97,7 +97,7 @@ pub(crate) enum Command {
     Inspect(InspectArgs),
     /// Remove a stuck lock whoever holds it, and wake its waiters (admin)
     ForceRelease(NameArgs),
-    /// Show locks live: held or free, last fence, lease left, clients waiting
+    /// Show locks live: held or free, last fence, lease left, waiters
     Watch(WatchArgs),
     /// Print a shell completion script: `leasehold completions bash > /etc/bash_completion.d/leasehold`
     Completions(CompletionsArgs),
@@ -134,7 +134,7 @@ pub(crate) struct TakeArgs {
     pub(crate) restart_grace: Option<Dur>,
     /// Print no status line while waiting for the lock (by default, after
     /// a second, one on stderr says how long the wait has lasted and what
-    /// Redis says of the lock: held, lease left, last fence, clients waiting)
+    /// Redis says of the lock: held, lease left, last fence, waiters)
     #[arg(long, short)]
     pub(crate) quiet: bool,
 }

@@ -272,13 +272,9 @@ fn ending(
 }
 
 fn on_lost(args: &RunArgs, group: Option<i32>, reason: Option<leasehold::LossReason>) {
-    let lost = match reason {
-        Some(reason) => format!(
-            "lease on {:?} lost while the command ran ({reason})",
-            args.name
-        ),
-        None => format!("lease on {:?} lost while the command ran", args.name),
-    };
+    // The guard has its reason once `lost()` resolves.
+    let why = reason.map_or(String::new(), |reason| format!(" ({reason})"));
+    let lost = format!("lease on {:?} lost while the command ran{why}", args.name);
     match args.on_lost {
         OnLost::Term => {
             eprintln!(

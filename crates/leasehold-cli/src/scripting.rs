@@ -214,7 +214,7 @@ pub(crate) async fn inspect(conn: &Connection, args: InspectArgs) -> anyhow::Res
         Some(fence) => println!("last fence:      {fence}"),
         None => println!("last fence:      none yet"),
     }
-    println!("waiting clients: {}", info.waiting_clients);
+    println!("waiters:         {}", info.waiting_clients);
     Ok(ExitCode::SUCCESS)
 }
 

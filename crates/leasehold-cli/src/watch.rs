@@ -134,5 +134,5 @@ fn describe(info: &leasehold::LockInfo) -> String {
         (true, Some(left)) => format!("held, {} of lease left", seconds(left)),
         (true, None) => "held, with no expiry".to_owned(),
     };
-    format!("{state}, {fence}, {} clients waiting", info.waiting_clients)
+    format!("{state}, {fence}, {} waiters", info.waiting_clients)
 }

@@ -414,8 +414,6 @@ fn a_semaphore_of_two_never_runs_a_third_command() {
     assert_eq!(most, 2, "{events:?}");
 }
 
-/// `acquire` with a kind flag, then `extend` and `release` with the token
-/// alone: the scripts serve every kind by token.
 /// Permit counts written by hand that add up past `u32::MAX` are shown,
 /// not a crash.
 #[test]
@@ -450,6 +448,8 @@ fn inspect_reads_hand_written_permit_counts_without_overflow() {
     assert!(stdout(&out).contains("in use"), "{}", stdout(&out));
 }
 
+/// `acquire` with a kind flag, then `extend` and `release` with the token
+/// alone: the scripts serve every kind by token.
 #[test]
 fn shared_leases_taken_by_acquire_are_extended_and_released_by_token() {
     let server = RedisServer::start();

@@ -173,8 +173,8 @@ async fn tls_with_rediss_urls() {
     assert!(err.is_config(), "{err:?}");
     assert!(!err.is_retryable(), "{err:?}");
     assert!(err.to_string().contains("rediss://"), "{err}");
-    // So does a wait: it ends at once instead of retrying.
-    let started = std::time::Instant::now();
+    // So does a wait: it ends at once instead of retrying (a wait that
+    // retried would end as a timeout, not a setting to fix).
     let err = plain
         .mutex("job")
         .unwrap()
@@ -182,10 +182,6 @@ async fn tls_with_rediss_urls() {
         .await
         .unwrap_err();
     assert!(err.is_config(), "{err:?}");
-    assert!(
-        started.elapsed() < Duration::from_secs(25),
-        "the wait retried"
-    );
 }
 
 #[tokio::test]

@@ -98,16 +98,17 @@ async fn a_reentrant_lock_held_at_several_levels_expires() {
 #[tokio::test]
 async fn the_levels_of_a_hold_share_one_lease() {
     let server = RedisServer::start();
-    let lease = Duration::from_millis(1500);
+    // Margins of over a second either way, for a slow machine.
+    let lease = Duration::from_millis(3000);
     let lock = client_with(&server, lease, false)
         .reentrant_mutex("cfg")
         .unwrap();
     let other = client(&server).reentrant_mutex("cfg").unwrap();
     let outer = lock.acquire().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    tokio::time::sleep(Duration::from_millis(1600)).await;
     let inner = lock.acquire().await.unwrap();
     // Past the end of the lease the outer level was granted with.
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    tokio::time::sleep(Duration::from_millis(1600)).await;
     assert!(!outer.is_lost() && !inner.is_lost());
     let (a, b) = (outer.valid_for(), inner.valid_for());
     assert!(a.abs_diff(b) < Duration::from_millis(50), "{a:?} {b:?}");

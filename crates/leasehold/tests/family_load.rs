@@ -5,13 +5,13 @@ mod common;
 
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::client;
 use leasehold_testkit::RedisServer;
 
 /// 50 tasks of one client (and 10 of another) on one semaphore, asking for
-/// 1 to 3 permits: every one gets in, within bounds, and the permits in use
+/// 1 to 3 permits: every one gets in before the test's time bound, and the permits in use
 /// never exceed the count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_tasks_of_one_client_all_get_permits() {
@@ -21,7 +21,6 @@ async fn fifty_tasks_of_one_client_all_get_permits() {
     let in_use = Arc::new(AtomicU32::new(0));
     let done = Arc::new(AtomicU32::new(0));
     let mut tasks = Vec::new();
-    let started = Instant::now();
     for i in 0..60u32 {
         let c = if i < 50 { a.clone() } else { b.clone() };
         let in_use = Arc::clone(&in_use);
@@ -55,7 +54,6 @@ async fn fifty_tasks_of_one_client_all_get_permits() {
             done.load(Ordering::SeqCst)
         ),
     }
-    eprintln!("took {:?}", started.elapsed());
 }
 
 /// Readers and writers of two clients, many tasks each, on one rw-lock:
@@ -146,12 +144,10 @@ async fn many_tasks_on_one_reentrant_mutex_all_get_in() {
         }));
     }
     let all = futures_util::future::join_all(tasks);
-    let started = Instant::now();
     let results = tokio::time::timeout(Duration::from_secs(90), all)
         .await
         .expect("tasks hung");
     for r in results {
         r.unwrap();
     }
-    eprintln!("took {:?}", started.elapsed());
 }

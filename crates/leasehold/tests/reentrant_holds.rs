@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, client_with};
+use common::{client, client_with, eventually};
 use leasehold::Owner;
 use leasehold_testkit::RedisServer;
 
@@ -89,7 +89,10 @@ async fn a_reentry_reply_read_after_a_shortening_extend_does_not_outlive_it() {
     let mut reentry = std::pin::pin!(reentry);
     // Sent, not read.
     assert!(futures_util::poll!(reentry.as_mut()).is_pending());
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    eventually("the reentry to count in Redis", || async {
+        lock.hold_count().await.unwrap() == 2
+    })
+    .await;
     first.extend(Duration::from_millis(100)).await.unwrap();
     let second = reentry.await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -121,7 +124,10 @@ async fn a_cancelled_reentry_does_not_cut_the_holds_hold_at_least_short() {
         let mut reentry = std::pin::pin!(reentry);
         assert!(futures_util::poll!(reentry.as_mut()).is_pending());
         // Counted in Redis; its answer is never read.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        eventually("the reentry to count in Redis", || async {
+            lock.hold_count().await.unwrap() == 2
+        })
+        .await;
         first.release().await.unwrap();
     }
     c.flush().await;
