@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use leasehold::{
-    Client, Election, FairMutex, Leadership, LeaseGuard, Mutex, ReentrantMutex, RwLock, Semaphore,
+    Client, Election, Leadership, LeaseGuard, Lock, ReentrantMutex, RwLock, Semaphore,
 };
 
 use crate::events::Mode;
@@ -99,8 +99,8 @@ impl Workload {
 /// One lock of a workload, as a worker holds its handle.
 #[derive(Debug)]
 pub(crate) enum Handle {
-    Mutex(Mutex),
-    Fair(FairMutex),
+    /// A lock with nothing of its own in a section: a mutex, fair or not.
+    Lock(Box<dyn Lock>),
     Reentrant(ReentrantMutex),
     RwLock(RwLock),
     Semaphore(Semaphore),
@@ -182,8 +182,8 @@ impl Handle {
         name: &str,
     ) -> leasehold::Result<Handle> {
         Ok(match workload {
-            Workload::Mutex => Handle::Mutex(client.mutex(name)?),
-            Workload::Fair => Handle::Fair(client.fair_mutex(name)?),
+            Workload::Mutex => Handle::Lock(Box::new(client.mutex(name)?)),
+            Workload::Fair => Handle::Lock(Box::new(client.fair_mutex(name)?)),
             Workload::Reentrant => Handle::Reentrant(client.reentrant_mutex(name)?),
             Workload::RwLock => Handle::RwLock(client.rw_lock(name)?),
             Workload::Semaphore => Handle::Semaphore(client.semaphore(name, SEMAPHORE_PERMITS)?),
@@ -196,9 +196,7 @@ impl Handle {
     /// whole one time in four.
     pub(crate) fn mode(&self, draw: u64) -> (Mode, u32) {
         match self {
-            Handle::Mutex(_) | Handle::Fair(_) | Handle::Reentrant(_) | Handle::Election(_) => {
-                (Mode::Exclusive, 1)
-            }
+            Handle::Lock(_) | Handle::Reentrant(_) | Handle::Election(_) => (Mode::Exclusive, 1),
             Handle::RwLock(_) if draw.is_multiple_of(4) => (Mode::Write, 1),
             Handle::RwLock(_) => (Mode::Read, 1),
             Handle::Semaphore(_) if draw.is_multiple_of(4) => (Mode::Permit, SEMAPHORE_PERMITS),
@@ -216,8 +214,7 @@ impl Handle {
         value: &str,
     ) -> Result<Held, WaitError> {
         let guard = match self {
-            Handle::Mutex(m) => m.acquire_timeout(wait).await?,
-            Handle::Fair(m) => m.acquire_timeout(wait).await?,
+            Handle::Lock(lock) => lock.acquire_timeout(wait).await?,
             Handle::Reentrant(m) => m.acquire_timeout(wait).await?,
             Handle::RwLock(rw) if mode == Mode::Write => rw.write().acquire_timeout(wait).await?,
             Handle::RwLock(rw) => rw.read().acquire_timeout(wait).await?,

@@ -19,7 +19,7 @@ use tokio::task::JoinSet;
 
 use crate::cli::{Connection, DemoArgs};
 use crate::exit::{self, Fail};
-use crate::kind::{Kind, Lock};
+use crate::kind::{self, Kind, Lock};
 use crate::private_redis::PrivateRedis;
 use crate::screen::{self, LiveView};
 use crate::signals::Stop;
@@ -74,7 +74,7 @@ async fn run_on(
             .lease(LEASE)
             .build()?;
         let kind = if args.fair { Kind::Fair } else { Kind::Mutex };
-        let lock = Lock::new(&client, LOCK_NAME, kind)?;
+        let lock = kind::lock(&client, LOCK_NAME, kind, kind::Holding::default())?;
         clients.push(client);
         running.spawn(worker(index, lock, Arc::clone(&board), stopped.clone()));
     }

@@ -70,145 +70,46 @@ impl Kind {
 }
 
 /// The lock `run` and `acquire` take, through the face of its kind.
-#[derive(Debug)]
-pub(crate) enum Lock {
-    Plain(leasehold::Mutex),
-    Fair(leasehold::FairMutex),
-    /// The side is chosen at each acquisition: the settings live on the
-    /// whole lock.
-    Rw(leasehold::RwLock, Side),
-    Semaphore(leasehold::Semaphore),
+pub(crate) type Lock = Box<dyn leasehold::Lock>;
+
+/// What `run` and `acquire` set on the lock besides its kind.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Holding {
+    /// Kept until this has passed since it was taken when released sooner.
+    pub(crate) at_least: Option<Duration>,
+    /// Renewed no further than this after it was taken.
+    pub(crate) at_most: Option<Duration>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Side {
-    Read,
-    Write,
+/// `face` with `holding`'s settings.
+macro_rules! held {
+    ($face:expr, $holding:expr) => {{
+        let mut face = $face;
+        if let Some(hold) = $holding.at_least {
+            face = face.with_hold_at_least(hold)?;
+        }
+        if let Some(max) = $holding.at_most {
+            face = face.with_max_hold(max)?;
+        }
+        face
+    }};
 }
 
-/// `$body` with `$face` bound to the face that takes `$lock`.
-macro_rules! on_face {
-    ($lock:expr, $face:ident => $body:expr) => {
-        match $lock {
-            Lock::Plain($face) => $body,
-            Lock::Fair($face) => $body,
-            Lock::Rw(rw, Side::Read) => {
-                let $face = rw.read();
-                $body
-            }
-            Lock::Rw(rw, Side::Write) => {
-                let $face = rw.write();
-                $body
-            }
-            Lock::Semaphore($face) => $body,
-        }
-    };
-}
-
-impl Lock {
-    pub(crate) fn new(
-        client: &leasehold::Client,
-        name: &str,
-        kind: Kind,
-    ) -> leasehold::Result<Self> {
-        Ok(match kind {
-            Kind::Mutex => Lock::Plain(client.mutex(name)?),
-            Kind::Fair => Lock::Fair(client.fair_mutex(name)?),
-            // Each process is an owner of its own.
-            Kind::Read => Lock::Rw(client.rw_lock(name)?, Side::Read),
-            Kind::Write => Lock::Rw(client.rw_lock(name)?, Side::Write),
-            Kind::Semaphore(n) => Lock::Semaphore(client.semaphore(name, n)?),
-        })
-    }
-
-    /// The same lock, kept until `hold` has passed since it was taken
-    /// when released sooner.
-    pub(crate) fn with_hold_at_least(self, hold: Duration) -> leasehold::Result<Self> {
-        Ok(match self {
-            Lock::Plain(mutex) => Lock::Plain(mutex.with_hold_at_least(hold)?),
-            Lock::Fair(mutex) => Lock::Fair(mutex.with_hold_at_least(hold)?),
-            Lock::Rw(rw, side) => Lock::Rw(rw.with_hold_at_least(hold)?, side),
-            Lock::Semaphore(sem) => Lock::Semaphore(sem.with_hold_at_least(hold)?),
-        })
-    }
-
-    /// The same lock, renewed no further than `max` after it was taken.
-    pub(crate) fn with_max_hold(self, max: Duration) -> leasehold::Result<Self> {
-        Ok(match self {
-            Lock::Plain(mutex) => Lock::Plain(mutex.with_max_hold(max)?),
-            Lock::Fair(mutex) => Lock::Fair(mutex.with_max_hold(max)?),
-            Lock::Rw(rw, side) => Lock::Rw(rw.with_max_hold(max)?, side),
-            Lock::Semaphore(sem) => Lock::Semaphore(sem.with_max_hold(max)?),
-        })
-    }
-
-    pub(crate) fn name(&self) -> &str {
-        match self {
-            Lock::Plain(mutex) => mutex.name(),
-            Lock::Fair(mutex) => mutex.name(),
-            Lock::Rw(rw, _) => rw.name(),
-            Lock::Semaphore(sem) => sem.name(),
-        }
-    }
-
-    /// The lock's state as Redis sees it now.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub(crate) async fn inspect(&self) -> leasehold::Result<leasehold::LockInfo> {
-        match self {
-            Lock::Plain(mutex) => mutex.inspect().await,
-            Lock::Fair(mutex) => mutex.inspect().await,
-            Lock::Rw(rw, _) => rw.inspect().await,
-            Lock::Semaphore(sem) => sem.inspect().await,
-        }
-    }
-
-    /// One attempt.
-    ///
-    /// # Errors
-    ///
-    /// As the face's `try_acquire`: `Conflict` when the name is in use by
-    /// another kind of lock or a semaphore of another size.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as every face's `try_acquire`.
-    pub(crate) async fn try_acquire(&self) -> leasehold::Result<Option<leasehold::LeaseGuard>> {
-        on_face!(self, face => face.try_acquire().await)
-    }
-
-    /// Waits as long as it takes.
-    ///
-    /// # Errors
-    ///
-    /// As the face's `acquire`: `Conflict` when the name is in use by
-    /// another kind of lock or a semaphore of another size.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as every face's `acquire`.
-    pub(crate) async fn acquire(&self) -> leasehold::Result<leasehold::LeaseGuard> {
-        on_face!(self, face => face.acquire().await)
-    }
-
-    /// Waits at most `wait`.
-    ///
-    /// # Errors
-    ///
-    /// As the face's `acquire_timeout`: `Conflict` when the name is in use by
-    /// another kind of lock or a semaphore of another size.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as every face's `acquire_timeout`.
-    pub(crate) async fn acquire_timeout(
-        &self,
-        wait: Duration,
-    ) -> leasehold::Result<leasehold::LeaseGuard> {
-        on_face!(self, face => face.acquire_timeout(wait).await)
-    }
+/// The lock `name` of `kind`, through the face of that kind.
+pub(crate) fn lock(
+    client: &leasehold::Client,
+    name: &str,
+    kind: Kind,
+    holding: Holding,
+) -> leasehold::Result<Lock> {
+    Ok(match kind {
+        Kind::Mutex => Box::new(held!(client.mutex(name)?, holding)),
+        Kind::Fair => Box::new(held!(client.fair_mutex(name)?, holding)),
+        // Each process is an owner of its own.
+        Kind::Read => Box::new(held!(client.rw_lock(name)?, holding).read()),
+        Kind::Write => Box::new(held!(client.rw_lock(name)?, holding).write()),
+        Kind::Semaphore(n) => Box::new(held!(client.semaphore(name, n)?, holding)),
+    })
 }
 
 /// The client name a command's leases carry, so that `inspect` shows who

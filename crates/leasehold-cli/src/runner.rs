@@ -15,7 +15,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::cli::{Connection, OnLost, RunArgs};
 use crate::exit::{self, Fail};
-use crate::kind::{self, Kind, Lock};
+use crate::kind::{self, Kind};
 use crate::scripting::take;
 use crate::{terminal, warden};
 
@@ -52,13 +52,11 @@ async fn run_locked(
     args: &RunArgs,
     kind: Kind,
 ) -> anyhow::Result<ExitCode> {
-    let mut lock = Lock::new(client, &args.name, kind)?;
-    if let Some(hold) = &args.hold_at_least {
-        lock = lock.with_hold_at_least(hold.get())?;
-    }
-    if let Some(max) = &args.max_hold {
-        lock = lock.with_max_hold(max.get())?;
-    }
+    let holding = kind::Holding {
+        at_least: args.hold_at_least.as_ref().map(|hold| hold.get()),
+        at_most: args.max_hold.as_ref().map(|max| max.get()),
+    };
+    let lock = kind::lock(client, &args.name, kind, holding)?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut hangup = signal(SignalKind::hangup())?;

@@ -101,10 +101,11 @@ pub(crate) async fn acquire(conn: &Connection, args: AcquireArgs) -> anyhow::Res
         .builder(args.lease.get(), false, grace)
         .name(kind::client_name("acquire", &args.name, kind, &[]))
         .build()?;
-    let mut lock = Lock::new(&client, &args.name, kind)?;
-    if let Some(hold) = &args.hold_at_least {
-        lock = lock.with_hold_at_least(hold.get())?;
-    }
+    let holding = kind::Holding {
+        at_least: args.hold_at_least.as_ref().map(|hold| hold.get()),
+        at_most: None,
+    };
+    let lock = kind::lock(&client, &args.name, kind, holding)?;
     let taken = take(&lock, &args.wait, &args.take).await;
     // A failed attempt may have left a release running in the background.
     client.flush().await;

@@ -8,15 +8,16 @@ use std::time::Duration;
 use redis::io::tcp::{socket2, TcpSettings};
 use redis::IntoConnectionInfo;
 
-use crate::engine::node::{Node, NodeConfig};
+use crate::core::{LockCore, Owners, Settings};
+use crate::deploy::standalone::Standalone;
+use crate::engine::{Engine, EngineConfig, Kind};
 use crate::error::{Error, Result};
 use crate::fair_mutex::FairMutex;
 use crate::keys::{validate_lease, validate_prefix, LockKeys, MAX_LEASE};
 use crate::mutex::Mutex;
-use crate::owner::Owner;
 use crate::reentrant_mutex::ReentrantMutex;
 use crate::rw_lock::RwLock;
-use crate::semaphore::Semaphore;
+use crate::semaphore::{validate_permits, Semaphore};
 
 /// The Redis leasehold talks to when nothing else is said.
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
@@ -31,8 +32,6 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a fence counter outlives the last acquisition of its lock.
 pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
-/// The longest client name a lease records; longer names are cut.
-pub const MAX_CLIENT_NAME_LEN: usize = 128;
 
 /// Settings every lock of a client starts from.
 #[derive(Debug, Clone)]
@@ -48,7 +47,8 @@ pub(crate) struct Config {
 pub struct ClientBuilder {
     url: String,
     config: Config,
-    node: NodeConfig,
+    engine: EngineConfig,
+    command_timeout: Duration,
     name: Option<String>,
     tls_root: Option<Vec<u8>>,
 }
@@ -73,7 +73,7 @@ impl ClientBuilder {
     /// Keep it well below a third of the shortest lease, so that a slow
     /// renewal is noticed while the lease still runs.
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
-        self.node.command_timeout = timeout;
+        self.command_timeout = timeout;
         self
     }
 
@@ -87,7 +87,7 @@ impl ClientBuilder {
     /// connection. Meanwhile a `try_acquire` finds every lock busy (`None`),
     /// and a wait that runs out says that the grace held it back.
     pub fn restart_grace(mut self, grace: Duration) -> Self {
-        self.node.restart_grace = Some(grace);
+        self.engine.restart_grace = Some(grace);
         self
     }
 
@@ -97,7 +97,7 @@ impl ClientBuilder {
     /// smaller than the Redis server's clock in microseconds; this assumes
     /// that clock never steps back by more than the retention.
     pub fn fence_retention(mut self, retention: Duration) -> Self {
-        self.node.fence_retention = retention;
+        self.engine.fence_retention = retention;
         self
     }
 
@@ -105,7 +105,7 @@ impl ClientBuilder {
     /// and timeout errors can say who holds a lock (default: the program's
     /// file name). Each lease also records the host, the process id and the
     /// time Redis granted it. Keep it short: control characters are
-    /// replaced and it is cut at [`MAX_CLIENT_NAME_LEN`] bytes.
+    /// replaced and it is cut at [`MAX_CLIENT_NAME_LEN`](crate::MAX_CLIENT_NAME_LEN) bytes.
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
         self
@@ -143,21 +143,21 @@ impl ClientBuilder {
     /// out-of-range lease, or a zero command timeout.
     pub fn build(mut self) -> Result<Client> {
         validate_prefix(&self.config.prefix)?;
-        self.node.identity = crate::holder::identity(self.name.as_deref());
+        self.engine.identity = crate::holder::identity(self.name.as_deref());
         validate_lease(self.config.lease)?;
-        if self.node.command_timeout.is_zero() {
+        if self.command_timeout.is_zero() {
             return Err(Error::invalid(
                 "command timeout is zero: give Redis some time to answer, e.g. 2s",
             ));
         }
-        if self.node.fence_retention < MAX_LEASE {
+        if self.engine.fence_retention < MAX_LEASE {
             return Err(Error::invalid(format!(
                 "fence retention {:?} is shorter than the longest lease (24h): a fence counter \
                  must outlive every lease, e.g. 7 days",
-                self.node.fence_retention
+                self.engine.fence_retention
             )));
         }
-        if self.node.restart_grace.is_some_and(|g| g > MAX_LEASE) {
+        if self.engine.restart_grace.is_some_and(|g| g > MAX_LEASE) {
             return Err(Error::invalid(
                 "restart grace is longer than 24h: set it to the longest lease in use",
             ));
@@ -180,7 +180,7 @@ impl ClientBuilder {
             .map_err(invalid_url)?;
         // Small requests go out at once; a peer that vanished is noticed by
         // the kernel too, not only by a command that goes unanswered.
-        let timeout = self.node.command_timeout;
+        let timeout = self.command_timeout;
         info = info.set_tcp_settings(
             TcpSettings::default()
                 .set_nodelay(true)
@@ -206,8 +206,9 @@ impl ClientBuilder {
                 })?
             }
         };
+        let deployment = Arc::new(Standalone::new(redis, self.command_timeout));
         Ok(Client {
-            node: Node::new(redis, self.node)?,
+            engine: Engine::new(deployment, self.engine)?,
             config: Arc::new(self.config),
         })
     }
@@ -228,7 +229,7 @@ impl ClientBuilder {
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    pub(crate) node: Arc<Node>,
+    pub(crate) engine: Arc<Engine>,
     pub(crate) config: Arc<Config>,
 }
 
@@ -269,12 +270,12 @@ impl Client {
                 lease: DEFAULT_LEASE,
                 watchdog: true,
             },
-            node: NodeConfig {
-                command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            engine: EngineConfig {
                 restart_grace: None,
                 fence_retention: DEFAULT_FENCE_RETENTION,
                 identity: String::new(),
             },
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
             name: None,
             tls_root: None,
         }
@@ -287,8 +288,7 @@ impl Client {
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for an empty
     /// name, a name over 1024 bytes, or one that contains `{` or `}`.
     pub fn mutex(&self, name: &str) -> Result<Mutex> {
-        let keys = LockKeys::new(&self.config.prefix, name)?;
-        Ok(Mutex::new(self.clone(), keys))
+        Ok(Mutex::new(self.core(name, Kind::Mutex, Owners::None)?))
     }
 
     /// The fair mutex called `name`: one holder at a time, fenced, granted
@@ -301,31 +301,36 @@ impl Client {
     ///
     /// As [`mutex`](Client::mutex).
     pub fn fair_mutex(&self, name: &str) -> Result<FairMutex> {
-        let keys = LockKeys::new(&self.config.prefix, name)?;
-        Ok(FairMutex::new(self.clone(), keys))
+        Ok(FairMutex::new(self.core(name, Kind::Fair, Owners::None)?))
     }
 
-    /// The reentrant mutex called `name`, owned by a fresh [`Owner`]: one
-    /// owner at a time, who may take it again.
+    /// The reentrant mutex called `name`: one owner at a time, who may take
+    /// it again. Each task that acquires through the handle is an owner of
+    /// its own (see [`ReentrantMutex::with_owner`] to name one).
     ///
     /// # Errors
     ///
     /// As [`mutex`](Client::mutex); [`ErrorKind::System`](crate::ErrorKind::System)
     /// when no randomness is left for the owner id.
     pub fn reentrant_mutex(&self, name: &str) -> Result<ReentrantMutex> {
-        let keys = LockKeys::new(&self.config.prefix, name)?;
-        Ok(ReentrantMutex::new(self.clone(), keys, Owner::new()?))
+        let owners = Owners::per_task()?;
+        Ok(ReentrantMutex::new(self.core(
+            name,
+            Kind::Reentrant,
+            owners,
+        )?))
     }
 
-    /// The read-write lock called `name`, owned by a fresh [`Owner`]: many
-    /// readers or one writer, writers not starved.
+    /// The read-write lock called `name`: many readers or one writer,
+    /// writers not starved. Each task that acquires through the handle is
+    /// an owner of its own (see [`RwLock::with_owner`] to name one).
     ///
     /// # Errors
     ///
     /// As [`reentrant_mutex`](Client::reentrant_mutex).
     pub fn rw_lock(&self, name: &str) -> Result<RwLock> {
-        let keys = LockKeys::new(&self.config.prefix, name)?;
-        Ok(RwLock::new(self.clone(), keys, Owner::new()?))
+        let owners = Owners::per_task()?;
+        Ok(RwLock::new(self.core(name, Kind::Write, owners)?))
     }
 
     /// The semaphore called `name` with `permits` permits: at most that
@@ -338,8 +343,12 @@ impl Client {
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for zero
     /// permits or more than [`MAX_PERMITS`](crate::MAX_PERMITS).
     pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        let keys = LockKeys::new(&self.config.prefix, name)?;
-        Semaphore::new(self.clone(), keys, permits)
+        validate_permits(permits)?;
+        let kind = Kind::Semaphore { total: permits };
+        Ok(Semaphore::new(
+            self.core(name, kind, Owners::None)?,
+            permits,
+        ))
     }
 
     /// Waits until the releases this client runs in the background — for
@@ -355,8 +364,20 @@ impl Client {
     ///
     /// Cancel safe: it only waits.
     pub async fn flush(&self) {
-        let limit = self.node.config.command_timeout.saturating_mul(4);
-        let _ = tokio::time::timeout(limit, self.node.background.idle()).await;
+        self.engine.flush().await;
+    }
+
+    /// The core of the lock `name` of `kind`, with this client's settings.
+    pub(crate) fn core(&self, name: &str, kind: Kind, owners: Owners) -> Result<LockCore> {
+        let keys = LockKeys::new(&self.config.prefix, name)?;
+        let settings = Settings::new(self.config.lease, self.config.watchdog);
+        Ok(LockCore::new(
+            Arc::clone(&self.engine),
+            keys,
+            kind,
+            settings,
+            owners,
+        ))
     }
 
     /// The key prefix of this client.
@@ -376,9 +397,9 @@ fn url_from_env() -> String {
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
-            .field("address", &self.node.address())
+            .field("address", &self.engine.deployment.address())
             .field("config", &self.config)
-            .field("node", &self.node.config)
+            .field("node", &self.engine.config)
             .finish_non_exhaustive()
     }
 }

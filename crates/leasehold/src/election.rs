@@ -8,20 +8,18 @@
 //! winning again at once, and a standby that has waited longest takes over.
 
 use std::fmt;
-use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::Value;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::engine::notify::Subscription;
+use crate::deploy::Subscription;
+use crate::engine::ops::{self, ElectionKeys};
 use crate::error::{Error, Result};
 use crate::fair_mutex::FairMutex;
 use crate::guard::MutexGuard;
-use crate::keys::{millis, LockKeys};
 use crate::observe::{self, Op};
 
 /// The longest value a candidate may campaign with, in bytes.
@@ -34,11 +32,6 @@ const RECHECK: Duration = Duration::from_secs(5);
 
 /// Past the lock's expiry, so that the re-read finds it gone.
 const EXPIRY_MARGIN: Duration = Duration::from_millis(10);
-
-static WIN: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("scripts/election_win.lua")));
-static LEADER: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("scripts/election_leader.lua")));
 
 impl Client {
     /// The election called `name`: candidates [`campaign`](Election::campaign)
@@ -55,13 +48,10 @@ impl Client {
     ///
     /// As [`mutex`](Client::mutex).
     pub fn election(&self, name: &str) -> Result<Election> {
-        let keys = LockKeys::new(&self.config.prefix, name)?;
+        let lock = self.fair_mutex(name)?;
         Ok(Election {
-            lock: self.fair_mutex(name)?,
-            client: self.clone(),
-            record: format!("{}:leader", keys.lock),
-            channel: format!("{}:leader:ch", keys.lock),
-            keys,
+            keys: ElectionKeys::new(&lock.core.keys),
+            lock,
         })
     }
 }
@@ -90,16 +80,13 @@ impl Client {
 #[derive(Clone)]
 pub struct Election {
     lock: FairMutex,
-    client: Client,
-    keys: LockKeys,
-    record: String,
-    channel: String,
+    keys: ElectionKeys,
 }
 
 impl fmt::Debug for Election {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Election")
-            .field("name", &self.keys.name)
+            .field("name", &self.lock.name())
             .field("lock", &self.lock)
             .finish_non_exhaustive()
     }
@@ -119,7 +106,7 @@ pub struct Leader {
 impl Election {
     /// The election's name.
     pub fn name(&self) -> &str {
-        &self.keys.name
+        &self.lock.core.keys.name
     }
 
     /// This election with another lease (the client's by default): how long
@@ -173,7 +160,7 @@ impl Election {
     /// won meanwhile is given up in the background, as
     /// [`FairMutex::acquire`].
     pub async fn campaign(&self, value: impl Into<String>) -> Result<Leadership> {
-        let span = observe::election_span(Op::Campaign, &self.keys.name, None);
+        let span = observe::election_span(Op::Campaign, &self.lock.core.keys.name, None);
         let started = std::time::Instant::now();
         let won = observe::traced(span.clone(), self.run_for(value.into())).await;
         span.record("waited", tracing::field::debug(started.elapsed()));
@@ -199,7 +186,7 @@ impl Election {
             // Dropping the guard releases what is left of it.
             return Err(Error::not_held(format!(
                 "leadership of election {:?} (fence {}) was lost before it could be announced",
-                self.keys.name,
+                self.lock.core.keys.name,
                 guard.fence()
             )));
         }
@@ -220,35 +207,24 @@ impl Election {
     /// Writes the record of the leadership that `token` holds, with its TTL,
     /// and announces it; false when the token no longer holds the lock.
     async fn write_record(&self, token: &str, fence: u64, value: &str) -> Result<bool> {
-        let fence = fence.to_string();
-        let ttl = millis(self.record_ttl()).to_string();
-        let reply = self
-            .client
-            .node
-            .eval(
-                "election record",
-                &WIN,
-                &[&self.keys.lock, &self.record],
-                &[
-                    token.as_bytes(),
-                    fence.as_bytes(),
-                    value.as_bytes(),
-                    ttl.as_bytes(),
-                    self.channel.as_bytes(),
-                ],
-            )
-            .await?;
-        match reply {
-            Value::Int(1) => Ok(true),
-            Value::Int(0) => Ok(false),
-            other => Err(Error::unexpected_reply("election record", &other)),
-        }
+        let core = &self.lock.core;
+        let ttl = self.record_ttl();
+        ops::write_leader(
+            core.engine(),
+            &core.keys,
+            &self.keys,
+            token,
+            fence,
+            value,
+            ttl,
+        )
+        .await
     }
 
     /// How long the record lives unless rewritten: the fence retention, so
     /// that it outlives every lease; the leader rewrites it at a quarter.
     fn record_ttl(&self) -> Duration {
-        self.client.node.config.fence_retention
+        self.lock.core.engine().config.fence_retention
     }
 
     /// Who leads now: the recorded value and fence while the lock is held by
@@ -264,7 +240,7 @@ impl Election {
     ///
     /// Cancel safe: it only reads.
     pub async fn leader(&self) -> Result<Option<Leader>> {
-        let span = observe::election_span(Op::Leader, &self.keys.name, None);
+        let span = observe::election_span(Op::Leader, &self.lock.core.keys.name, None);
         let leader = observe::traced(span.clone(), async { Ok(self.read().await?.0) }).await;
         if let Ok(Some(leader)) = &leader {
             span.record("fence", leader.fence);
@@ -275,36 +251,15 @@ impl Election {
     /// The leader, and how long until it must be looked at again: when the
     /// lock's lease can have run out, at most [`RECHECK`].
     async fn read(&self) -> Result<(Option<Leader>, Duration)> {
-        let reply = self
-            .client
-            .node
-            .eval("leader", &LEADER, &[&self.keys.lock, &self.record], &[])
-            .await?;
-        let unexpected = || Error::unexpected_reply("leader", &reply);
-        let Value::Array(items) = &reply else {
-            return Err(unexpected());
-        };
-        let pttl = match items.first() {
-            Some(Value::Int(pttl)) => *pttl,
-            _ => return Err(unexpected()),
-        };
+        let core = &self.lock.core;
+        let (record, pttl) = ops::read_leader(core.engine(), &core.keys, &self.keys).await?;
         let recheck = u64::try_from(pttl)
             .map_or(RECHECK, |ms| Duration::from_millis(ms) + EXPIRY_MARGIN)
             .min(RECHECK);
-        let leader = match items.as_slice() {
-            [_] => None,
-            [_, Value::BulkString(fence), Value::BulkString(value)] => {
-                let fence = std::str::from_utf8(fence)
-                    .ok()
-                    .and_then(|fence| fence.parse().ok())
-                    .ok_or_else(unexpected)?;
-                Some(Leader {
-                    value: String::from_utf8_lossy(value).into_owned(),
-                    fence,
-                })
-            }
-            _ => return Err(unexpected()),
-        };
+        let leader = record.map(|record| Leader {
+            value: record.value,
+            fence: record.fence,
+        });
         Ok((leader, recheck))
     }
 
@@ -349,11 +304,12 @@ impl Election {
     /// Cancel safe: nothing is started before it returns.
     pub async fn observe(&self) -> Result<watch::Receiver<Option<Leader>>> {
         // Listening first, so that no announcement after the read is missed.
-        let subscription = self
-            .client
-            .node
-            .notifier
-            .subscribe(&self.channel, None)
+        let core = &self.lock.core;
+        let subscription = core
+            .engine()
+            .deployment
+            .notifier(&core.keys.lock)
+            .subscribe(&self.keys.channel, None)
             .await;
         let (leader, recheck) = self.read().await?;
         let (tx, rx) = watch::channel(leader);
@@ -363,19 +319,8 @@ impl Election {
 
     /// Tells the observers to read the record again.
     async fn announce(&self) -> Result<()> {
-        let channel = self.channel.as_str();
-        self.client
-            .node
-            .connection
-            .run("election announcement", |mut conn, _| async move {
-                redis::cmd("PUBLISH")
-                    .arg(channel)
-                    .arg("")
-                    .query_async::<i64>(&mut conn)
-                    .await
-            })
-            .await
-            .map(drop)
+        let core = &self.lock.core;
+        ops::announce(core.engine(), &core.keys, &self.keys).await
     }
 }
 
@@ -458,7 +403,7 @@ pub struct Leadership {
 impl fmt::Debug for Leadership {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Leadership")
-            .field("election", &self.election.keys.name)
+            .field("election", &self.election.lock.core.keys.name)
             .field("value", &self.value)
             .field("fence", &self.fence())
             .field("lost", &self.is_lost())
@@ -469,7 +414,7 @@ impl fmt::Debug for Leadership {
 impl Leadership {
     /// The election's name.
     pub fn name(&self) -> &str {
-        &self.election.keys.name
+        &self.election.lock.core.keys.name
     }
 
     /// The value this leader campaigned with.
@@ -535,8 +480,11 @@ impl Leadership {
         let Some(guard) = self.guard.take() else {
             return Ok(());
         };
-        let span =
-            observe::election_span(Op::Resign, &self.election.keys.name, Some(guard.fence()));
+        let span = observe::election_span(
+            Op::Resign,
+            &self.election.lock.core.keys.name,
+            Some(guard.fence()),
+        );
         let election = self.election.clone();
         observe::traced(span, async move {
             let released = guard.release().await;
@@ -558,7 +506,7 @@ impl Drop for Leadership {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let election = self.election.clone();
             runtime.spawn(async move {
-                election.client.flush().await;
+                election.lock.core.engine().flush().await;
                 let _ = election.announce().await;
             });
         }

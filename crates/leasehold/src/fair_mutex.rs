@@ -1,19 +1,16 @@
 //! The fair mutex: one holder at a time, fenced, first come first served.
 
-use std::fmt;
 use std::time::Duration;
 
-use crate::client::Client;
-use crate::engine::Kind;
+use crate::core::{lock_settings, LockCore};
 use crate::error::Result;
 use crate::guard::MutexGuard;
-use crate::keys::{validate_lease, validate_wait, LockKeys};
-use crate::mutex::{Core, LockInfo};
+use crate::holder::LockInfo;
 use crate::observe::{self, Op};
 
 /// A lock with one holder at a time that is granted in the order the
 /// waiters arrived at Redis, across every process. Made by
-/// [`Client::fair_mutex`]; cheap to clone.
+/// [`Client::fair_mutex`](crate::Client::fair_mutex); cheap to clone.
 ///
 /// A waiter that finds the lock busy joins the lock's queue in Redis. A
 /// release hands the lock straight to the first live waiter — the release
@@ -39,72 +36,14 @@ use crate::observe::{self, Op};
 /// ```
 #[derive(Clone)]
 pub struct FairMutex {
-    core: Core,
+    pub(crate) core: LockCore,
 }
 
-impl fmt::Debug for FairMutex {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.core.debug("FairMutex", f)
-    }
-}
+lock_settings!(FairMutex);
 
 impl FairMutex {
-    pub(crate) fn new(client: Client, keys: LockKeys) -> Self {
-        FairMutex {
-            core: Core::new(client, keys, Kind::Fair),
-        }
-    }
-
-    /// The lock's name.
-    pub fn name(&self) -> &str {
-        &self.core.keys.name
-    }
-
-    /// This lock with another lease length (the client's by default).
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a zero
-    /// lease, one under 10 ms, or one over 24 h.
-    pub fn with_lease(mut self, lease: Duration) -> Result<Self> {
-        validate_lease(lease)?;
-        self.core.lease = lease;
-        Ok(self)
-    }
-
-    /// This lock with the watchdog on or off (the client's setting by
-    /// default), as [`Mutex::with_watchdog`](crate::Mutex::with_watchdog).
-    #[must_use]
-    pub fn with_watchdog(mut self, on: bool) -> Self {
-        self.core.watchdog = on;
-        self
-    }
-
-    /// This lock with a hold-at-least of `hold`, as
-    /// [`Mutex::with_hold_at_least`](crate::Mutex::with_hold_at_least): a
-    /// release before `hold` has passed since the acquisition keeps the lock
-    /// until then, and does not hand it to the next waiter; the first in
-    /// line takes it when it expires.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a hold
-    /// over 24 h, or longer than the max hold.
-    pub fn with_hold_at_least(mut self, hold: Duration) -> Result<Self> {
-        self.core.set_hold_at_least(hold)?;
-        Ok(self)
-    }
-
-    /// This lock with a cap on renewal, as
-    /// [`Mutex::with_max_hold`](crate::Mutex::with_max_hold).
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a cap
-    /// under 10 ms or over 24 h, or shorter than the hold-at-least.
-    pub fn with_max_hold(mut self, max: Duration) -> Result<Self> {
-        self.core.set_max_hold(max)?;
-        Ok(self)
+    pub(crate) fn new(core: LockCore) -> Self {
+        FairMutex { core }
     }
 
     /// One attempt: the guard if the lock is free and nobody waits for it,
@@ -149,7 +88,6 @@ impl FairMutex {
     ///
     /// Cancel safe, as [`acquire`](FairMutex::acquire).
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<MutexGuard> {
-        validate_wait(wait)?;
         self.core.acquire(Some(wait)).await
     }
 

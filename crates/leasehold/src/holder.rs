@@ -2,7 +2,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::client::MAX_CLIENT_NAME_LEN;
+/// The longest client name a lease records; longer names are cut.
+pub const MAX_CLIENT_NAME_LEN: usize = 128;
 
 /// "<pid> <host> <client name>": what a lease records of its holder.
 pub(crate) fn identity(name: Option<&str>) -> String {
@@ -203,6 +204,39 @@ impl Holder {
             None => "a holder that recorded no identity".to_owned(),
         }
     }
+}
+
+/// What `inspect` saw, on any kind of lock ([`Mutex::inspect`](crate::Mutex::inspect)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// The lock's name.
+    pub name: String,
+    /// Someone holds the lock.
+    pub held: bool,
+    /// The time left on the holder's lease; `None` when free (or when the key
+    /// was set by hand without an expiry).
+    pub remaining: Option<Duration>,
+    /// The last fence handed out, if any ever was.
+    pub last_fence: Option<u64>,
+    /// Waiters in the lock's waiter queue: for a `Mutex` or `FairMutex` one
+    /// per waiting client (its other tasks wait behind it locally), for the
+    /// other kinds one per waiting task. A waiter that died counts until its
+    /// heartbeat runs out.
+    pub waiting_clients: u64,
+    /// The kind of lock the name holds now: `"mutex"` (a `Mutex` or
+    /// `FairMutex`), `"reentrant"`, `"rwlock"` or `"semaphore"`; `None` when
+    /// nothing is there. A key leasehold did not write shows its Redis type.
+    pub kind: Option<String>,
+    /// Every live lease: the one holder of a mutex, the readers or the
+    /// writer of an rw-lock, each permit lease of a semaphore.
+    pub holders: Vec<Holder>,
+    /// A semaphore's permit count.
+    pub permits: Option<u32>,
+    /// When Redis read this state, by the Redis server's clock: compare a
+    /// holder's [`acquired_at`](Holder::acquired_at) with it, not with the
+    /// local clock (see [`Holder::held_for`]).
+    pub read_at: Option<SystemTime>,
 }
 
 #[cfg(test)]

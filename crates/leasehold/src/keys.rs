@@ -151,6 +151,34 @@ pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(ms).unwrap_or(u64::MAX)
 }
 
+/// The Redis Cluster hash slot of `key` (CRC16/XMODEM of its hash tag).
+pub(crate) fn hash_slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = bytes
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &bytes[open + 1..];
+            rest.iter()
+                .position(|&b| b == b'}')
+                .filter(|&close| close > 0)
+                .map(|close| &rest[..close])
+        })
+        .unwrap_or(bytes);
+    let mut crc: u16 = 0;
+    for &b in tagged {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,5 +221,21 @@ mod tests {
     fn millis_round_up() {
         assert_eq!(millis(Duration::from_micros(10_500)), 11);
         assert_eq!(millis(Duration::from_millis(30_000)), 30_000);
+    }
+}
+
+#[cfg(test)]
+mod slot_tests {
+    use super::hash_slot;
+
+    #[test]
+    fn slots_follow_the_hash_tag() {
+        // Known values from the Redis Cluster specification.
+        assert_eq!(hash_slot("123456789"), 0x31c3);
+        assert_eq!(hash_slot("foo"), 12182);
+        assert_eq!(hash_slot("{user1000}.following"), hash_slot("user1000"));
+        assert_eq!(hash_slot("leasehold:{a}:q"), hash_slot("leasehold:{a}"));
+        // An empty tag does not count: the whole key is hashed.
+        assert_ne!(hash_slot("{}a"), hash_slot("{}b"));
     }
 }

@@ -38,9 +38,9 @@
 //! it straight back, until a waiter has waited a few milliseconds and is
 //! handed the lock at the next release; a `FairMutex` always hands the lock
 //! to the first waiter in line inside the release itself, and nobody can
-//! barge in. A `ReentrantMutex` belongs to an explicit [`Owner`] (never a
-//! thread: tasks move between threads), counts its levels, and never makes
-//! a reentry wait. An `RwLock` gives every reader a lease of its own (a
+//! barge in. A `ReentrantMutex` belongs to the task that takes it (tasks
+//! that share a handle exclude each other; an explicit [`Owner`] shares a
+//! hold across tasks), counts its levels, and never makes a reentry wait. An `RwLock` gives every reader a lease of its own (a
 //! dead reader frees only its share), queues readers behind a waiting
 //! writer, allows write→read downgrade and refuses read→write upgrade at
 //! once. A `Semaphore` stores its permit count with it, gives every
@@ -359,6 +359,8 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod client;
+mod core;
+mod deploy;
 mod election;
 mod engine;
 mod error;
@@ -366,6 +368,7 @@ mod fair_mutex;
 mod guard;
 mod holder;
 mod keys;
+mod lock;
 mod mutex;
 pub mod observe;
 mod owner;
@@ -376,16 +379,17 @@ mod with_lock;
 
 pub use client::{
     Client, ClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FENCE_RETENTION, DEFAULT_LEASE,
-    DEFAULT_PREFIX, DEFAULT_URL, MAX_CLIENT_NAME_LEN, URL_ENV_VARS,
+    DEFAULT_PREFIX, DEFAULT_URL, URL_ENV_VARS,
 };
 pub use election::{Election, Leader, Leadership, MAX_LEADER_VALUE_LEN};
 pub use engine::lease::LossReason;
 pub use error::{Error, ErrorKind, Result};
 pub use fair_mutex::FairMutex;
 pub use guard::{DetachedLease, LeaseGuard, MutexGuard};
-pub use holder::{HoldMode, Holder};
+pub use holder::{HoldMode, Holder, LockInfo, MAX_CLIENT_NAME_LEN};
 pub use keys::{MAX_LEASE, MAX_NAME_LEN, MAX_PREFIX_LEN, MAX_TOKEN_LEN, MAX_WAIT, MIN_LEASE};
-pub use mutex::{LockInfo, Mutex};
+pub use lock::{Lock, LockFuture};
+pub use mutex::Mutex;
 pub use owner::{Owner, MAX_OWNER_LEN};
 /// The Redis client crate leasehold is built on, so that users name one version.
 pub use redis;

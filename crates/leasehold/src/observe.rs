@@ -45,37 +45,18 @@
 //! [`describe_metrics`] gives the recorder their units and help texts.
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tracing::Instrument;
 
-use crate::engine::lease::LossReason;
+pub use crate::engine::metrics::{
+    ACQUISITIONS, HELD_LEASES, HOLD_SECONDS, LOSSES, PRIMITIVE_LABEL, REASON_LABEL, RENEWALS,
+    RENEWAL_FAILURES, TIMEOUTS, WAITING_TASKS, WAIT_SECONDS,
+};
+
+use crate::engine::metrics::primitive;
 use crate::engine::Kind;
 use crate::error::{ErrorKind, Result};
-
-/// Counter: leases taken, labelled by `primitive`.
-pub const ACQUISITIONS: &str = "leasehold_acquisitions_total";
-/// Counter: waits for a lock that ran out, labelled by `primitive`.
-pub const TIMEOUTS: &str = "leasehold_acquire_timeouts_total";
-/// Counter: leases lost while held, labelled by `reason`.
-pub const LOSSES: &str = "leasehold_leases_lost_total";
-/// Counter: renewals by the watchdog that Redis confirmed.
-pub const RENEWALS: &str = "leasehold_renewals_total";
-/// Counter: renewals by the watchdog that got no usable answer.
-pub const RENEWAL_FAILURES: &str = "leasehold_renewal_failures_total";
-/// Histogram (seconds): from an acquire call to its lease, by `primitive`.
-pub const WAIT_SECONDS: &str = "leasehold_wait_seconds";
-/// Histogram (seconds): how long a guard held its lease, by `primitive`.
-pub const HOLD_SECONDS: &str = "leasehold_hold_seconds";
-/// Gauge: guards alive in this process, by `primitive`.
-pub const HELD_LEASES: &str = "leasehold_held_leases";
-/// Gauge: tasks waiting in `acquire` or `acquire_timeout`, by `primitive`.
-pub const WAITING_TASKS: &str = "leasehold_waiting_tasks";
-/// The label that names the kind of lock: `mutex`, `fair_mutex`,
-/// `reentrant_mutex`, `rw_lock_read`, `rw_lock_write` or `semaphore`.
-pub const PRIMITIVE_LABEL: &str = "primitive";
-/// The label that names why a lease was lost.
-pub const REASON_LABEL: &str = "reason";
 
 /// Gives the installed recorder each metric's unit and help text (the
 /// `# HELP` lines of a Prometheus scrape). Call it once, after installing
@@ -103,25 +84,6 @@ pub fn describe_metrics() {
         Unit::Count,
         "Tasks waiting in acquire or acquire_timeout"
     );
-}
-
-pub(crate) fn primitive(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Mutex => "mutex",
-        Kind::Fair => "fair_mutex",
-        Kind::Reentrant => "reentrant_mutex",
-        Kind::Read => "rw_lock_read",
-        Kind::Write => "rw_lock_write",
-        Kind::Semaphore { .. } => "semaphore",
-    }
-}
-
-fn reason(reason: LossReason) -> &'static str {
-    match reason {
-        LossReason::TokenGone => "token_gone",
-        LossReason::DeadlinePassed => "deadline_passed",
-        LossReason::MaxHoldReached => "max_hold_reached",
-    }
 }
 
 /// The operations that get a span.
@@ -275,58 +237,4 @@ impl Drop for Waiting {
     fn drop(&mut self) {
         metrics::gauge!(WAITING_TASKS, PRIMITIVE_LABEL => self.0).decrement(1.0);
     }
-}
-
-/// A lease held by a guard, as the metrics see it: counted in
-/// [`HELD_LEASES`] from its acquisition until the guard is gone (released,
-/// dropped or detached), when its hold time is recorded.
-#[derive(Debug)]
-pub(crate) struct Holding {
-    kind: Kind,
-    since: Instant,
-}
-
-impl Holding {
-    pub(crate) fn new(kind: Kind) -> Self {
-        metrics::gauge!(HELD_LEASES, PRIMITIVE_LABEL => primitive(kind)).increment(1.0);
-        Holding {
-            kind,
-            since: Instant::now(),
-        }
-    }
-
-    pub(crate) fn kind(&self) -> Kind {
-        self.kind
-    }
-
-    /// How long the lease has been held by this guard.
-    fn held_for(&self) -> Duration {
-        self.since.elapsed()
-    }
-}
-
-impl Drop for Holding {
-    fn drop(&mut self) {
-        let primitive = primitive(self.kind);
-        metrics::gauge!(HELD_LEASES, PRIMITIVE_LABEL => primitive).decrement(1.0);
-        metrics::histogram!(HOLD_SECONDS, PRIMITIVE_LABEL => primitive)
-            .record(self.held_for().as_secs_f64());
-    }
-}
-
-/// A lease was lost while held, for `why`.
-pub(crate) fn lease_lost(name: &str, why: LossReason) {
-    let reason = reason(why);
-    tracing::warn!(target: "leasehold", name, reason, "lease lost");
-    metrics::counter!(LOSSES, REASON_LABEL => reason).increment(1);
-}
-
-/// The watchdog renewed a lease.
-pub(crate) fn renewed() {
-    metrics::counter!(RENEWALS).increment(1);
-}
-
-/// A renewal by the watchdog got no usable answer.
-pub(crate) fn renewal_failed() {
-    metrics::counter!(RENEWAL_FAILURES).increment(1);
 }

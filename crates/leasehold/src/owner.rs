@@ -13,12 +13,14 @@ pub const MAX_OWNER_LEN: usize = 128;
 /// may take it again (each acquisition is a level, each release undoes one),
 /// and only its own acquisitions count as its own.
 ///
-/// An owner is an explicit id, never a thread: async tasks move between
-/// threads, and one logical owner (a request, a job) may span several
-/// tasks. Clones are the same owner. Each lock handle made by the client
-/// carries a fresh owner; give one to several handles with `with_owner`
-/// to share it, or make one from an id you keep (a job id, say) with
-/// [`Owner::from_id`] so that another process can act as the same owner.
+/// By default a handle's owner is the task that acquires through it (each
+/// tokio task, or each thread outside a task, is an owner of its own), so
+/// tasks that share a handle exclude each other. An `Owner` is for the
+/// code that wants one logical owner (a request, a job) to span several
+/// tasks: give it to a handle with `with_owner`, and every task that uses
+/// the handle acquires as that owner. Clones are the same owner. Make one
+/// from an id you keep (a job id, say) with [`Owner::from_id`] so that
+/// another process can act as the same owner.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Owner(Arc<str>);
 
@@ -59,6 +61,11 @@ impl Owner {
             )));
         }
         Ok(Owner(id.into()))
+    }
+
+    /// An owner whose id leasehold made itself, and so needs no check.
+    pub(crate) fn trusted(id: String) -> Owner {
+        Owner(id.into())
     }
 
     /// The owner's id, as Redis records it.

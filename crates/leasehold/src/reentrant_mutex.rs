@@ -1,25 +1,28 @@
 //! The reentrant mutex: one owner at a time, who may take it again.
 
-use std::fmt;
 use std::time::Duration;
 
-use crate::client::Client;
-use crate::engine::Kind;
+use crate::core::{lock_settings, LockCore, Owners};
 use crate::error::Result;
 use crate::guard::LeaseGuard;
-use crate::keys::{validate_lease, validate_wait, LockKeys};
-use crate::mutex::{Core, LockInfo};
+use crate::holder::LockInfo;
 use crate::observe::{self, Op};
 use crate::owner::Owner;
 
 /// A lock with one owner at a time, who may acquire it again while holding
 /// it: each acquisition returns a guard (a level), each release undoes one,
 /// and the lock is free when the last level is released. Made by
-/// [`Client::reentrant_mutex`]; cheap to clone, and clones share the owner.
+/// [`Client::reentrant_mutex`](crate::Client::reentrant_mutex); cheap to clone.
 ///
-/// The owner is an explicit [`Owner`], not a thread: every handle the
-/// client makes has a fresh owner, and [`with_owner`](Self::with_owner)
-/// shares one. Another owner waits (woken as [`Mutex`](crate::Mutex)
+/// **The owner follows the task**, as Redisson's follows the thread: each
+/// tokio task that acquires through a handle (outside a task, each thread)
+/// is an owner of its own. So a handle kept in application state and
+/// cloned into tasks, or shared behind an `Arc`, never lets two tasks hold
+/// the lock at once; nested acquisitions within one task are reentries.
+/// Futures polled concurrently in one task (`join!`, `select!`) are one
+/// owner: they nest. To share a hold across tasks (or processes), name the
+/// owner: [`with_owner`](Self::with_owner) with an [`Owner`] makes every
+/// task that uses the handle that owner. Another owner waits (woken as [`Mutex`](crate::Mutex)
 /// waiters are: a free lock goes to whoever asks first), or finds it busy.
 /// A reentry never waits, not even behind waiters of its own client.
 ///
@@ -64,87 +67,33 @@ use crate::owner::Owner;
 /// ```
 #[derive(Clone)]
 pub struct ReentrantMutex {
-    core: Core,
-    owner: Owner,
+    pub(crate) core: LockCore,
 }
 
-impl fmt::Debug for ReentrantMutex {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.core.debug("ReentrantMutex", f)
-    }
-}
+lock_settings!(ReentrantMutex);
 
 impl ReentrantMutex {
-    pub(crate) fn new(client: Client, keys: LockKeys, owner: Owner) -> Self {
-        let mut core = Core::new(client, keys, Kind::Reentrant);
-        core.owner = Some(owner.clone());
-        ReentrantMutex { core, owner }
+    pub(crate) fn new(core: LockCore) -> Self {
+        ReentrantMutex { core }
     }
 
-    /// The lock's name.
-    pub fn name(&self) -> &str {
-        &self.core.keys.name
+    /// The owner whose acquisitions this handle makes now: the owner named
+    /// with [`with_owner`](Self::with_owner), else the current task's.
+    #[must_use]
+    pub fn owner(&self) -> Owner {
+        // A reentrant handle always has owners.
+        self.core
+            .owners
+            .current_owner()
+            .unwrap_or_else(|| Owner::trusted("-".to_owned()))
     }
 
-    /// The owner whose acquisitions this handle makes.
-    pub fn owner(&self) -> &Owner {
-        &self.owner
-    }
-
-    /// This lock acquired on behalf of `owner`.
+    /// This lock acquired on behalf of `owner`, whichever task acquires:
+    /// every task and clone that uses the handle shares `owner`'s holds.
     #[must_use]
     pub fn with_owner(mut self, owner: Owner) -> Self {
-        self.core.owner = Some(owner.clone());
-        self.owner = owner;
+        self.core.owners = Owners::Named(owner);
         self
-    }
-
-    /// This lock with another lease length, as [`Mutex::with_lease`](crate::Mutex::with_lease).
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a zero
-    /// lease, one under 10 ms, or one over 24 h.
-    pub fn with_lease(mut self, lease: Duration) -> Result<Self> {
-        validate_lease(lease)?;
-        self.core.lease = lease;
-        Ok(self)
-    }
-
-    /// This lock with the watchdog on or off, as [`Mutex::with_watchdog`](crate::Mutex::with_watchdog).
-    #[must_use]
-    pub fn with_watchdog(mut self, on: bool) -> Self {
-        self.core.watchdog = on;
-        self
-    }
-
-    /// This lock with a hold-at-least, as [`Mutex::with_hold_at_least`](crate::Mutex::with_hold_at_least),
-    /// for the hold as a whole: when its last level is released before
-    /// `hold` has passed since the first, the lock is kept until then, with
-    /// no level held (the owner taking it again meanwhile starts a new hold,
-    /// with a new fence, kept for its own hold-at-least in turn). A level
-    /// released while others hold on passes its keep to the hold, so that
-    /// whichever level goes last (another client's with the same owner, or
-    /// a cancelled acquire's, released in the background) keeps it too.
-    ///
-    /// # Errors
-    ///
-    /// As [`Mutex::with_hold_at_least`](crate::Mutex::with_hold_at_least).
-    pub fn with_hold_at_least(mut self, hold: Duration) -> Result<Self> {
-        self.core.set_hold_at_least(hold)?;
-        Ok(self)
-    }
-
-    /// This lock with a cap on renewal, as [`Mutex::with_max_hold`](crate::Mutex::with_max_hold),
-    /// for the hold as a whole: counted from its first level, and no
-    /// reentry refreshes the lease past it.
-    ///
-    /// # Errors
-    ///
-    /// As [`Mutex::with_max_hold`](crate::Mutex::with_max_hold).
-    pub fn with_max_hold(mut self, max: Duration) -> Result<Self> {
-        self.core.set_max_hold(max)?;
-        Ok(self)
     }
 
     /// One attempt: a guard if the lock was free or already this owner's,
@@ -190,7 +139,6 @@ impl ReentrantMutex {
     ///
     /// Cancel safe, as [`acquire`](Self::acquire).
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<LeaseGuard> {
-        validate_wait(wait)?;
         self.core.acquire(Some(wait)).await
     }
 
@@ -205,7 +153,8 @@ impl ReentrantMutex {
     /// Cancel safe: it only reads.
     pub async fn hold_count(&self) -> Result<usize> {
         let info = self.inspect().await?;
-        let mine = self.owner().id();
+        let owner = self.owner();
+        let mine = owner.id();
         Ok(info
             .holders
             .iter()
@@ -240,7 +189,7 @@ impl ReentrantMutex {
     pub async fn release_token(&self, token: &str) -> Result<()> {
         observe::traced(
             self.core.span(Op::ReleaseToken),
-            self.core.release_owned_token(&self.owner, token),
+            self.core.release_token(token),
         )
         .await
     }

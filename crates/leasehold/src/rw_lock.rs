@@ -1,14 +1,12 @@
 //! The read-write lock: many readers or one writer, writers not starved.
 
-use std::fmt;
 use std::time::Duration;
 
-use crate::client::Client;
+use crate::core::{lock_settings, LockCore, Owners};
 use crate::engine::Kind;
 use crate::error::Result;
 use crate::guard::LeaseGuard;
-use crate::keys::{validate_lease, validate_wait, LockKeys};
-use crate::mutex::{Core, LockInfo};
+use crate::holder::LockInfo;
 use crate::observe::{self, Op};
 use crate::owner::Owner;
 
@@ -17,8 +15,15 @@ use crate::owner::Owner;
 const PRIMITIVE: &str = "rw_lock";
 
 /// A lock held by many readers or one writer at a time. Made by
-/// [`Client::rw_lock`]; take it through [`read`](RwLock::read) or
-/// [`write`](RwLock::write). Cheap to clone; clones share the owner.
+/// [`Client::rw_lock`](crate::Client::rw_lock); take it through [`read`](RwLock::read) or
+/// [`write`](RwLock::write). Cheap to clone.
+///
+/// **The owner follows the task**, as for [`ReentrantMutex`](crate::ReentrantMutex):
+/// tasks that share a handle (cloned, or behind an `Arc`) are different
+/// owners, so a writer task excludes every other task; within one task,
+/// a second read or write is a reentry and a read under a write is a
+/// downgrade. [`with_owner`](RwLock::with_owner) names an owner that
+/// every task using the handle shares.
 ///
 /// - **Every reader has its own lease**, renewed by the watchdog while its
 ///   guard lives: a reader that dies frees its share when its own lease
@@ -65,81 +70,33 @@ const PRIMITIVE: &str = "rw_lock";
 /// ```
 #[derive(Clone)]
 pub struct RwLock {
-    core: Core,
-    owner: Owner,
+    pub(crate) core: LockCore,
 }
 
-impl fmt::Debug for RwLock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.core.debug("RwLock", f)
-    }
-}
+lock_settings!(RwLock);
 
 impl RwLock {
-    pub(crate) fn new(client: Client, keys: LockKeys, owner: Owner) -> Self {
-        let mut core = Core::new(client, keys, Kind::Write);
-        core.owner = Some(owner.clone());
-        RwLock { core, owner }
+    pub(crate) fn new(core: LockCore) -> Self {
+        RwLock { core }
     }
 
-    /// The lock's name.
+    /// The owner whose acquisitions this handle makes now: the owner named
+    /// with [`with_owner`](Self::with_owner), else the current task's.
     #[must_use]
-    pub fn name(&self) -> &str {
-        &self.core.keys.name
+    pub fn owner(&self) -> Owner {
+        self.core
+            .owners
+            .current_owner()
+            .unwrap_or_else(|| Owner::trusted("-".to_owned()))
     }
 
-    /// The owner whose acquisitions this handle makes.
-    #[must_use]
-    pub fn owner(&self) -> &Owner {
-        &self.owner
-    }
-
-    /// This lock acquired on behalf of `owner`.
+    /// This lock acquired on behalf of `owner`, whichever task acquires:
+    /// every task and clone that uses the handle shares `owner`'s read and
+    /// write holds.
     #[must_use]
     pub fn with_owner(mut self, owner: Owner) -> Self {
-        self.core.owner = Some(owner.clone());
-        self.owner = owner;
+        self.core.owners = Owners::Named(owner);
         self
-    }
-
-    /// This lock with another lease length for every reader and writer, as
-    /// [`Mutex::with_lease`](crate::Mutex::with_lease).
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a zero
-    /// lease, one under 10 ms, or one over 24 h.
-    pub fn with_lease(mut self, lease: Duration) -> Result<Self> {
-        validate_lease(lease)?;
-        self.core.lease = lease;
-        Ok(self)
-    }
-
-    /// This lock with the watchdog on or off, as [`Mutex::with_watchdog`](crate::Mutex::with_watchdog).
-    #[must_use]
-    pub fn with_watchdog(mut self, on: bool) -> Self {
-        self.core.watchdog = on;
-        self
-    }
-
-    /// This lock with a hold-at-least, as [`Mutex::with_hold_at_least`](crate::Mutex::with_hold_at_least).
-    ///
-    /// # Errors
-    ///
-    /// As [`Mutex::with_hold_at_least`](crate::Mutex::with_hold_at_least).
-    pub fn with_hold_at_least(mut self, hold: Duration) -> Result<Self> {
-        self.core.set_hold_at_least(hold)?;
-        Ok(self)
-    }
-
-    /// This lock with a cap on renewal, as [`Mutex::with_max_hold`](crate::Mutex::with_max_hold).
-    ///
-    /// # Errors
-    ///
-    /// As [`Mutex::with_max_hold`](crate::Mutex::with_max_hold).
-    pub fn with_max_hold(mut self, max: Duration) -> Result<Self> {
-        self.core.set_max_hold(max)?;
-        Ok(self)
     }
 
     /// The read side: shared with other readers.
@@ -179,11 +136,7 @@ impl RwLock {
     ///
     /// Dropping the future may or may not release the lease.
     pub async fn release_token(&self, token: &str) -> Result<()> {
-        observe::traced(
-            self.span(Op::ReleaseToken),
-            self.core.release_owned_token(&self.owner, token),
-        )
-        .await
+        observe::traced(self.span(Op::ReleaseToken), self.core.release_token(token)).await
     }
 
     /// Removes every reader and writer, and wakes the waiters: an admin
@@ -226,11 +179,11 @@ impl RwLock {
 /// The read side of an [`RwLock`], from [`RwLock::read`].
 #[derive(Clone)]
 pub struct ReadLock {
-    core: Core,
+    pub(crate) core: LockCore,
 }
 
-impl fmt::Debug for ReadLock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl std::fmt::Debug for ReadLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.core.debug("ReadLock", f)
     }
 }
@@ -277,7 +230,6 @@ impl ReadLock {
     ///
     /// Cancel safe, as [`acquire`](Self::acquire).
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<LeaseGuard> {
-        validate_wait(wait)?;
         self.core.acquire(Some(wait)).await
     }
 }
@@ -285,11 +237,11 @@ impl ReadLock {
 /// The write side of an [`RwLock`], from [`RwLock::write`].
 #[derive(Clone)]
 pub struct WriteLock {
-    core: Core,
+    pub(crate) core: LockCore,
 }
 
-impl fmt::Debug for WriteLock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl std::fmt::Debug for WriteLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.core.debug("WriteLock", f)
     }
 }
@@ -340,7 +292,6 @@ impl WriteLock {
     ///
     /// Cancel safe, as [`acquire`](Self::acquire).
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<LeaseGuard> {
-        validate_wait(wait)?;
         self.core.acquire(Some(wait)).await
     }
 }

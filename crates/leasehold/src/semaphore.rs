@@ -1,21 +1,19 @@
 //! The semaphore: at most N permits held at once, each a lease of its own.
 
-use std::fmt;
 use std::time::Duration;
 
-use crate::client::Client;
-use crate::engine::{scripts, Kind};
+use crate::core::{lock_settings, LockCore};
+use crate::engine::ops;
 use crate::error::{Error, Result};
 use crate::guard::LeaseGuard;
-use crate::keys::{millis, validate_lease, validate_wait, LockKeys};
-use crate::mutex::{Core, LockInfo};
+use crate::holder::LockInfo;
 use crate::observe::{self, Op};
 
 /// The most permits a semaphore may have.
 pub const MAX_PERMITS: u32 = 10_000;
 
 /// At most a fixed number of permits held at once, across every process.
-/// Made by [`Client::semaphore`]; cheap to clone.
+/// Made by [`Client::semaphore`](crate::Client::semaphore); cheap to clone.
 ///
 /// - **Every acquisition is a lease** with its own token and fence, renewed
 ///   by the watchdog while its guard lives: the permits of a process that
@@ -45,75 +43,22 @@ pub const MAX_PERMITS: u32 = 10_000;
 /// ```
 #[derive(Clone)]
 pub struct Semaphore {
-    core: Core,
+    pub(crate) core: LockCore,
     total: u32,
 }
 
-impl fmt::Debug for Semaphore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.core.debug("Semaphore", f)
-    }
-}
+lock_settings!(Semaphore);
 
 impl Semaphore {
-    pub(crate) fn new(client: Client, keys: LockKeys, total: u32) -> Result<Self> {
-        validate_permits(total)?;
-        Ok(Semaphore {
-            core: Core::new(client, keys, Kind::Semaphore { total }),
-            total,
-        })
-    }
-
-    /// The semaphore's name.
-    #[must_use]
-    pub fn name(&self) -> &str {
-        &self.core.keys.name
+    /// A semaphore of `total` permits over `core` (of that kind).
+    pub(crate) fn new(core: LockCore, total: u32) -> Self {
+        Semaphore { core, total }
     }
 
     /// The permit count this handle expects the semaphore to have.
     #[must_use]
     pub fn permits(&self) -> u32 {
         self.total
-    }
-
-    /// This semaphore with another lease length for each permit lease, as
-    /// [`Mutex::with_lease`](crate::Mutex::with_lease).
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a zero
-    /// lease, one under 10 ms, or one over 24 h.
-    pub fn with_lease(mut self, lease: Duration) -> Result<Self> {
-        validate_lease(lease)?;
-        self.core.lease = lease;
-        Ok(self)
-    }
-
-    /// This semaphore with the watchdog on or off, as [`Mutex::with_watchdog`](crate::Mutex::with_watchdog).
-    #[must_use]
-    pub fn with_watchdog(mut self, on: bool) -> Self {
-        self.core.watchdog = on;
-        self
-    }
-
-    /// This semaphore with a hold-at-least, as [`Mutex::with_hold_at_least`](crate::Mutex::with_hold_at_least).
-    ///
-    /// # Errors
-    ///
-    /// As [`Mutex::with_hold_at_least`](crate::Mutex::with_hold_at_least).
-    pub fn with_hold_at_least(mut self, hold: Duration) -> Result<Self> {
-        self.core.set_hold_at_least(hold)?;
-        Ok(self)
-    }
-
-    /// This semaphore with a cap on renewal, as [`Mutex::with_max_hold`](crate::Mutex::with_max_hold).
-    ///
-    /// # Errors
-    ///
-    /// As [`Mutex::with_max_hold`](crate::Mutex::with_max_hold).
-    pub fn with_max_hold(mut self, max: Duration) -> Result<Self> {
-        self.core.set_max_hold(max)?;
-        Ok(self)
     }
 
     /// One attempt at one permit: see [`try_acquire_many`](Self::try_acquire_many).
@@ -202,11 +147,10 @@ impl Semaphore {
     ///
     /// Cancel safe, as [`acquire_many`](Self::acquire_many).
     pub async fn acquire_many_timeout(&self, n: u32, wait: Duration) -> Result<LeaseGuard> {
-        validate_wait(wait)?;
         self.asking(n)?.acquire(Some(wait)).await
     }
 
-    fn asking(&self, n: u32) -> Result<Core> {
+    fn asking(&self, n: u32) -> Result<LockCore> {
         if n == 0 || n > self.total {
             return Err(Error::invalid(format!(
                 "asked for {n} permits of semaphore {:?}, which has {}: ask for 1 to {}",
@@ -264,37 +208,7 @@ impl Semaphore {
 
     async fn store_permits(&self, permits: u32) -> Result<()> {
         validate_permits(permits)?;
-        let node = &self.core.client().node;
-        let keys = &self.core.keys;
-        let permits_arg = permits.to_string();
-        let retention = millis(node.config.fence_retention).to_string();
-        let reply = node
-            .eval(
-                "set-permits",
-                &scripts::SEMAPHORE_PERMITS,
-                &[&keys.lock, &keys.queue, &keys.waiters],
-                &[
-                    permits_arg.as_bytes(),
-                    retention.as_bytes(),
-                    keys.channels.as_bytes(),
-                ],
-            )
-            .await?;
-        let unexpected = || Error::unexpected_reply("set-permits", &reply);
-        let redis::Value::Array(items) = &reply else {
-            return Err(unexpected());
-        };
-        match items.first().and_then(scripts::as_int) {
-            Some(1) => Ok(()),
-            Some(-1) => {
-                let found = items
-                    .get(1)
-                    .and_then(scripts::as_text)
-                    .ok_or_else(unexpected)?;
-                Err(Kind::Semaphore { total: permits }.conflict(&keys.name, &found))
-            }
-            _ => Err(unexpected()),
-        }
+        ops::set_permits(self.core.engine(), &self.core.keys, permits).await
     }
 
     /// Releases a permit lease taken by another process (see
@@ -349,7 +263,7 @@ impl Semaphore {
     }
 }
 
-fn validate_permits(permits: u32) -> Result<()> {
+pub(crate) fn validate_permits(permits: u32) -> Result<()> {
     if permits == 0 || permits > MAX_PERMITS {
         return Err(Error::invalid(format!(
             "a semaphore of {permits} permits: give 1 to {MAX_PERMITS}"

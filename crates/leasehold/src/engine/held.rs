@@ -1,4 +1,4 @@
-//! A held lease together with its node: what every primitive's guard
+//! A held lease together with its engine: what every primitive's guard
 //! wraps. Extending, releasing, detaching and dropping live here once.
 //!
 //! The levels of a reentrant hold share one lease: one token, fence and
@@ -13,9 +13,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::engine::lease::{Lease, LossReason};
-use crate::engine::node::Node;
+use crate::engine::ops::renew_one;
 use crate::engine::release::{release, release_in_background, PendingRelease};
-use crate::engine::{renew_one, Request};
+use crate::engine::Engine;
+use crate::engine::Request;
 use crate::error::{Error, Result};
 use crate::keys::validate_lease;
 
@@ -33,14 +34,14 @@ pub(crate) struct Hold {
 }
 
 pub(crate) struct Held {
-    node: Arc<Node>,
+    engine: Arc<Engine>,
     lease: Arc<Lease>,
     /// What releases this guard's share: the lease's token, or a reentrant
     /// level's own.
     token: String,
     /// Released, detached or dropped: this guard counts on the lease no more.
     done: AtomicBool,
-    pub(crate) holding: crate::observe::Holding,
+    pub(crate) holding: crate::engine::metrics::Holding,
 }
 
 impl Held {
@@ -50,7 +51,7 @@ impl Held {
     /// keeps the settings of the first. A lease is handed to the watchdog
     /// when its request asks for renewal.
     pub(crate) fn take(
-        node: &Arc<Node>,
+        engine: &Arc<Engine>,
         request: &Request<'_>,
         token: String,
         hold: Option<Hold>,
@@ -60,24 +61,25 @@ impl Held {
     ) -> Self {
         let lease = match hold {
             Some(hold) => {
-                let lease = node
+                let lease = engine
+                    .leases
                     .holds
-                    .join(node, request, &token, hold, fence, sent_at, ttl);
+                    .join(engine, request, &token, hold, fence, sent_at, ttl);
                 lease.add_level_token(&token);
                 lease
             }
             None => start(
-                node,
+                engine,
                 request,
                 Lease::new(request, token.clone(), fence, sent_at, ttl),
             ),
         };
         Held {
-            node: Arc::clone(node),
+            engine: Arc::clone(engine),
             lease,
             token,
             done: AtomicBool::new(false),
-            holding: crate::observe::Holding::new(request.kind),
+            holding: crate::engine::metrics::Holding::new(request.kind),
         }
     }
 
@@ -124,15 +126,15 @@ impl Held {
         lease.extending(sent_at, length);
         if lease.renew {
             // The next renewal may have moved earlier.
-            self.node.watchdog.schedule(lease);
+            self.engine.leases.watchdog.schedule(lease);
         }
-        if renew_one(&self.node, &lease.keys, &lease.renewal_token(), length).await? {
+        if renew_one(&self.engine, &lease.keys, &lease.renewal_token(), length).await? {
             lease.renewed(sent_at, length);
         } else {
             lease.mark_lost(LossReason::TokenGone);
         }
         if lease.renew {
-            self.node.watchdog.schedule(lease);
+            self.engine.leases.watchdog.schedule(lease);
         }
         match lease.loss() {
             Some(reason) => Err(self.lost_error(reason)),
@@ -146,21 +148,21 @@ impl Held {
         // From here the drop does nothing and, after the last level, the
         // watchdog lets go: this call owns the release.
         self.finish();
-        let (node, lease) = (&self.node, &self.lease);
+        let (engine, lease) = (&self.engine, &self.lease);
         // Dropped before an answer, the release goes on in the background.
         let pending =
-            PendingRelease::arm(node, &lease.keys, &self.token).keep_until(lease.hold_until);
+            PendingRelease::arm(engine, &lease.keys, &self.token).keep_until(lease.hold_until);
         // A renewal in flight is seen through first, so that its answer is
         // never applied after the release's.
         let _turn = Arc::clone(&lease.renewing).lock_owned().await;
-        let timeout = node.config.command_timeout;
+        let timeout = engine.command_timeout();
         let give_up = (Instant::now() + timeout * RELEASE_TRIES_FOR).min(lease.deadline().max(
             // At least one try, whatever is left of the lease.
             Instant::now() + timeout,
         ));
         let mut pause = Duration::from_millis(25);
         let released = loop {
-            match release(node, &lease.keys, &self.token, false, lease.hold_until).await {
+            match release(engine, &lease.keys, &self.token, false, lease.hold_until).await {
                 Ok(released) => break released,
                 Err(error) if error.is_transient() && Instant::now() + pause < give_up => {
                     tokio::time::sleep(pause).await;
@@ -205,9 +207,9 @@ impl Held {
         self.lease.remove_level_token(&self.token);
         if self.lease.drop_level() {
             if self.lease.finish() {
-                self.node.watchdog.unregister(self.lease.id);
+                self.engine.leases.watchdog.unregister(self.lease.id);
             }
-            self.node.holds.forget(&self.lease);
+            self.engine.leases.holds.forget(&self.lease);
         }
         true
     }
@@ -227,7 +229,7 @@ impl Drop for Held {
     fn drop(&mut self) {
         if self.finish() {
             release_in_background(
-                Arc::clone(&self.node),
+                Arc::clone(&self.engine),
                 self.lease.keys.clone(),
                 self.token.clone(),
                 false,
@@ -238,10 +240,10 @@ impl Drop for Held {
 }
 
 /// A new lease, renewed by the watchdog if the request asks for it.
-fn start(node: &Arc<Node>, request: &Request<'_>, lease: Lease) -> Arc<Lease> {
+fn start(engine: &Arc<Engine>, request: &Request<'_>, lease: Lease) -> Arc<Lease> {
     let lease = Arc::new(lease);
     if request.renew {
-        node.watchdog.register(node, Arc::clone(&lease));
+        engine.leases.watchdog.register(engine, Arc::clone(&lease));
     }
     lease
 }
@@ -276,7 +278,7 @@ impl Holds {
     #[allow(clippy::too_many_arguments)]
     fn join(
         &self,
-        node: &Arc<Node>,
+        engine: &Arc<Engine>,
         request: &Request<'_>,
         token: &str,
         hold: Hold,
@@ -298,7 +300,7 @@ impl Holds {
             // which Redis keeps, bound it.
             lease = lease.joining(sent_at, ttl, hold.cap_left);
         }
-        let lease = start(node, request, lease);
+        let lease = start(engine, request, lease);
         holds.insert(key, (request.owner.to_owned(), Arc::downgrade(&lease)));
         lease
     }

@@ -331,7 +331,7 @@ impl Lease {
             };
             timing.loss = Some(reason);
             drop(timing);
-            crate::observe::lease_lost(&self.keys.name, reason);
+            crate::engine::metrics::lease_lost(&self.keys.name, reason);
             self.signal();
             return Some(reason);
         }
@@ -343,7 +343,7 @@ impl Lease {
         if timing.loss.is_none() {
             timing.loss = Some(reason);
             drop(timing);
-            crate::observe::lease_lost(&self.keys.name, reason);
+            crate::engine::metrics::lease_lost(&self.keys.name, reason);
             self.signal();
         }
     }
@@ -439,7 +439,7 @@ impl Lease {
     /// at a tenth of the lease and doubles, at most a second, so several
     /// tries fit before the deadline.
     pub(crate) fn retry_renewal_later(&self) {
-        crate::observe::renewal_failed();
+        crate::engine::metrics::renewal_failed();
         let mut timing = self.timing();
         let doublings = timing.failures.min(4);
         timing.failures = timing.failures.saturating_add(1);

@@ -1,23 +1,102 @@
-//! The lease engine under every primitive: one Redis deployment (`node`),
-//! its scripts, waiting, releasing, and the watchdog. It knows nothing of
-//! the public faces built on it.
+//! The lease engine under every primitive: taking, holding, renewing and
+//! releasing leases, waiting in the queue, and the admin operations, over
+//! one [`Deployment`]. It knows nothing of the public faces built on it.
 
-pub(crate) mod conn;
 pub(crate) mod held;
 pub(crate) mod lease;
-pub(crate) mod node;
-pub(crate) mod notify;
-pub(crate) mod probe;
+pub(crate) mod metrics;
+pub(crate) mod ops;
 pub(crate) mod queue;
 pub(crate) mod release;
 pub(crate) mod scripts;
+pub(crate) mod state;
 pub(crate) mod wait;
 pub(crate) mod watchdog;
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
+use crate::deploy::{Deployment, Route, ServerInfo};
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
+
+/// How an engine behaves, fixed when it is made.
+#[derive(Debug, Clone)]
+pub(crate) struct EngineConfig {
+    /// No lock is granted by a server that has been up for less than this.
+    pub(crate) restart_grace: Option<Duration>,
+    /// How long a fence counter outlives the last acquisition.
+    pub(crate) fence_retention: Duration,
+    /// "<pid> <host> <client name>", recorded with every lease and waiter.
+    pub(crate) identity: String,
+}
+
+/// One client's engine: its deployment, its leases, and its settings.
+/// Every primitive of a client works through one `Engine`.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub(crate) deployment: Arc<dyn Deployment>,
+    pub(crate) config: EngineConfig,
+    /// Names this client's notification channels: a release publishes to
+    /// the one waiter it wakes, on its client's channel alone.
+    pub(crate) id: String,
+    pub(crate) leases: state::LeaseState,
+}
+
+impl Engine {
+    pub(crate) fn new(
+        deployment: Arc<dyn Deployment>,
+        config: EngineConfig,
+    ) -> Result<Arc<Engine>> {
+        Ok(Arc::new(Engine {
+            deployment,
+            config,
+            id: new_token()?,
+            leases: state::LeaseState::default(),
+        }))
+    }
+
+    pub(crate) fn command_timeout(&self) -> Duration {
+        self.deployment.command_timeout()
+    }
+
+    /// A healthy route to the server of `keys`, for a request that must
+    /// arm something first.
+    pub(crate) async fn route(&self, keys: &LockKeys) -> Result<Route> {
+        self.deployment.route(&keys.lock).await
+    }
+
+    /// Runs one script on the server of `keys`.
+    pub(crate) async fn eval(
+        &self,
+        keys: &LockKeys,
+        operation: &str,
+        script: &redis::Script,
+        key_list: &[&str],
+        args: &[&[u8]],
+    ) -> Result<redis::Value> {
+        let route = self.route(keys).await?;
+        route.eval(operation, script, key_list, args).await
+    }
+
+    /// Waits until the releases this client runs in the background are
+    /// done, at most four command timeouts.
+    pub(crate) async fn flush(&self) {
+        let limit = self.command_timeout().saturating_mul(4);
+        let _ = tokio::time::timeout(limit, self.leases.background.idle()).await;
+    }
+
+    /// How long from now no lock may be granted by the server behind
+    /// `server`, under the restart grace.
+    pub(crate) fn restart_grace_left(&self, server: &ServerInfo) -> Option<Duration> {
+        let grace = self.config.restart_grace?;
+        let ends = server.started + grace;
+        let left = ends.saturating_duration_since(Instant::now());
+        (!left.is_zero()).then_some(left)
+    }
+}
 
 /// Which primitive a request is for, and so how the lock is taken and
 /// handed on.
@@ -123,34 +202,4 @@ pub(crate) fn new_token() -> Result<String> {
 /// Reads a PTTL reply: negative values mean no expiry or no key.
 pub(crate) fn pttl(ms: i64) -> Option<Duration> {
     u64::try_from(ms).ok().map(Duration::from_millis)
-}
-
-/// Sets the lease of `token` to `lease` if it still holds the lock.
-pub(crate) async fn renew_one(
-    node: &node::Node,
-    keys: &LockKeys,
-    token: &str,
-    lease: Duration,
-) -> Result<bool> {
-    let ms = crate::keys::millis(lease).to_string();
-    let reply = node
-        .eval(
-            "extend",
-            &scripts::RENEW,
-            &[&keys.lock],
-            &[token.as_bytes(), ms.as_bytes()],
-        )
-        .await?;
-    let outcome = match &reply {
-        redis::Value::Array(items) if items.len() == 1 => scripts::renewal(&items[0]),
-        _ => return Err(Error::unexpected_reply("extend", &reply)),
-    };
-    match outcome {
-        scripts::Renewal::Renewed => Ok(true),
-        scripts::Renewal::NotHeld => Ok(false),
-        scripts::Renewal::Refused(why) => Err(Error::new(
-            ErrorKind::Server,
-            format!("redis refused to extend lock {:?}: {why}", keys.name),
-        )),
-    }
 }

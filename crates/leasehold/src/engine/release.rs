@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::engine::lease::drift;
-use crate::engine::node::Node;
+use crate::engine::Engine;
 use crate::engine::{scripts, Kind};
 use crate::error::{Error, Result};
 use crate::keys::{millis, LockKeys};
@@ -21,13 +21,13 @@ use crate::keys::{millis, LockKeys};
 /// instead, and nobody is woken. `Ok(false)` when the token did not hold
 /// the lock.
 pub(crate) async fn release(
-    node: &Node,
+    engine: &Engine,
     keys: &LockKeys,
     token: &str,
     queued: bool,
     hold_until: Option<Instant>,
 ) -> Result<bool> {
-    let reply = run_release(node, keys, token, queued, hold_until, None).await?;
+    let reply = run_release(engine, keys, token, queued, hold_until, None).await?;
     match scripts::as_int(&reply) {
         Some(0) => Ok(false),
         // 2: kept until the hold ends.
@@ -40,13 +40,13 @@ pub(crate) async fn release(
 /// a lock of `kind`; `Ok(None)`, changing nothing, when a lease of another
 /// owner does. A lock of another kind is a conflict, and is left as it is.
 pub(crate) async fn release_as(
-    node: &Node,
+    engine: &Engine,
     keys: &LockKeys,
     token: &str,
     owner: &str,
     kind: Kind,
 ) -> Result<Option<bool>> {
-    let reply = run_release(node, keys, token, false, None, Some((owner, kind))).await?;
+    let reply = run_release(engine, keys, token, false, None, Some((owner, kind))).await?;
     match scripts::as_int(&reply) {
         Some(0) => Ok(Some(false)),
         Some(1 | 2) => Ok(Some(true)),
@@ -64,15 +64,15 @@ pub(crate) async fn release_as(
 }
 
 async fn run_release(
-    node: &Node,
+    engine: &Engine,
     keys: &LockKeys,
     token: &str,
     queued: bool,
     hold_until: Option<Instant>,
     owner: Option<(&str, Kind)>,
 ) -> Result<redis::Value> {
-    let retention = millis(node.config.fence_retention).to_string();
-    let conn = node.connected().await?;
+    let retention = millis(engine.config.fence_retention).to_string();
+    let route = engine.route(keys).await?;
     // Measured after the connect, as late as can be: the lock is then kept
     // a little longer than asked, never shorter.
     let keep = hold_until.map_or(Duration::ZERO, |until| {
@@ -96,14 +96,14 @@ async fn run_release(
         args.push(owner.as_bytes());
         args.push(kind.stored_name().as_bytes());
     }
-    node.eval_on(
-        conn,
-        "release",
-        &scripts::RELEASE,
-        &[&keys.lock, &keys.fence, &keys.queue, &keys.waiters],
-        &args,
-    )
-    .await
+    route
+        .eval(
+            "release",
+            &scripts::RELEASE,
+            &[&keys.lock, &keys.fence, &keys.queue, &keys.waiters],
+            &args,
+        )
+        .await
 }
 
 /// Releases a token in the background unless disarmed: armed around every
@@ -111,7 +111,7 @@ async fn run_release(
 /// failed request whose command may have reached Redis never leaves the
 /// lock held by nobody, nor a waiter in the queue that nobody refreshes.
 pub(crate) struct PendingRelease {
-    node: Arc<Node>,
+    engine: Arc<Engine>,
     keys: LockKeys,
     token: String,
     queued: bool,
@@ -120,9 +120,9 @@ pub(crate) struct PendingRelease {
 }
 
 impl PendingRelease {
-    pub(crate) fn arm(node: &Arc<Node>, keys: &LockKeys, token: &str) -> Self {
+    pub(crate) fn arm(engine: &Arc<Engine>, keys: &LockKeys, token: &str) -> Self {
         PendingRelease {
-            node: Arc::clone(node),
+            engine: Arc::clone(engine),
             keys: keys.clone(),
             token: token.to_owned(),
             queued: false,
@@ -151,7 +151,7 @@ impl Drop for PendingRelease {
     fn drop(&mut self) {
         if self.armed {
             release_in_background(
-                Arc::clone(&self.node),
+                Arc::clone(&self.engine),
                 self.keys.clone(),
                 std::mem::take(&mut self.token),
                 self.queued,
@@ -186,19 +186,30 @@ impl Background {
 
 /// Counts one background release for as long as its future exists, even if
 /// a shutting-down runtime drops it unpolled.
-struct Ticket(Arc<Node>);
+struct Ticket(Arc<Engine>);
 
 impl Ticket {
-    fn new(node: Arc<Node>) -> Self {
-        node.background.pending.fetch_add(1, Ordering::AcqRel);
-        Ticket(node)
+    fn new(engine: Arc<Engine>) -> Self {
+        engine
+            .leases
+            .background
+            .pending
+            .fetch_add(1, Ordering::AcqRel);
+        Ticket(engine)
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        if self.0.background.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.background.done.notify_waiters();
+        if self
+            .0
+            .leases
+            .background
+            .pending
+            .fetch_sub(1, Ordering::AcqRel)
+            == 1
+        {
+            self.0.leases.background.done.notify_waiters();
         }
     }
 }
@@ -207,7 +218,7 @@ impl Drop for Ticket {
 /// the waiter's heartbeat) is the safety net. Without a runtime only the
 /// expiry is left.
 pub(crate) fn release_in_background(
-    node: Arc<Node>,
+    engine: Arc<Engine>,
     keys: LockKeys,
     token: String,
     queued: bool,
@@ -216,12 +227,12 @@ pub(crate) fn release_in_background(
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    let ticket = Ticket::new(node);
+    let ticket = Ticket::new(engine);
     handle.spawn(async move {
-        let node = &ticket.0;
+        let engine = &ticket.0;
         // Three tries, 50 ms and 200 ms apart.
         for pause in [50, 200] {
-            if release(node, &keys, &token, queued, hold_until)
+            if release(engine, &keys, &token, queued, hold_until)
                 .await
                 .is_ok()
             {
@@ -229,6 +240,6 @@ pub(crate) fn release_in_background(
             }
             tokio::time::sleep(Duration::from_millis(pause)).await;
         }
-        let _ = release(node, &keys, &token, queued, hold_until).await;
+        let _ = release(engine, &keys, &token, queued, hold_until).await;
     });
 }

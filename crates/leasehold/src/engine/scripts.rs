@@ -25,6 +25,19 @@ macro_rules! with_family {
     };
 }
 
+/// A script made of the shared functions of `lib.lua` and one operation
+/// that meets no hash primitive.
+macro_rules! with_lib {
+    ($file:literal) => {
+        LazyLock::new(|| {
+            redis::Script::new(concat!(
+                include_str!("../scripts/lib.lua"),
+                include_str!(concat!("../scripts/", $file))
+            ))
+        })
+    };
+}
+
 pub(crate) static ACQUIRE: LazyLock<redis::Script> = with_family!("acquire.lua");
 pub(crate) static RELEASE: LazyLock<redis::Script> = with_family!("release.lua");
 pub(crate) static FAIR_ACQUIRE: LazyLock<redis::Script> = with_family!("fair_acquire.lua");
@@ -34,6 +47,9 @@ pub(crate) static SEMAPHORE_PERMITS: LazyLock<redis::Script> =
     with_family!("semaphore_permits.lua");
 pub(crate) static RENEW: LazyLock<redis::Script> = with_family!("renew.lua");
 pub(crate) static INSPECT: LazyLock<redis::Script> = with_family!("inspect.lua");
+pub(crate) static ELECTION_WIN: LazyLock<redis::Script> = with_lib!("election_win.lua");
+pub(crate) static ELECTION_LEADER: LazyLock<redis::Script> = with_lib!("election_leader.lua");
+pub(crate) static ANNOUNCE: LazyLock<redis::Script> = with_lib!("announce.lua");
 
 /// The EVALSHA command for `script`, for use in a pipeline.
 pub(crate) fn evalsha(script: &redis::Script, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {

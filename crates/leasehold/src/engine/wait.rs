@@ -18,11 +18,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::deploy::Subscription;
 use crate::engine::held::{Held, Hold};
 use crate::engine::lease::local_deadline;
-use crate::engine::node::Node;
-use crate::engine::notify::Subscription;
 use crate::engine::release::{release, PendingRelease};
+use crate::engine::Engine;
 use crate::engine::{new_token, pttl, scripts, Kind, Request};
 use crate::error::{Error, Result};
 use crate::holder::Holder;
@@ -70,10 +70,13 @@ enum Outcome {
 ///
 /// Cancel safe: a request that may have taken the lock is undone in the
 /// background.
-pub(crate) async fn try_acquire(node: &Arc<Node>, request: &Request<'_>) -> Result<Option<Held>> {
+pub(crate) async fn try_acquire(
+    engine: &Arc<Engine>,
+    request: &Request<'_>,
+) -> Result<Option<Held>> {
     let token = new_token()?;
     let mut pending = None;
-    match attempt(node, request, &token, false, false, &mut pending).await? {
+    match attempt(engine, request, &token, false, false, &mut pending).await? {
         Outcome::Granted {
             fence,
             ttl,
@@ -82,13 +85,13 @@ pub(crate) async fn try_acquire(node: &Arc<Node>, request: &Request<'_>) -> Resu
         } => {
             if !usable(sent_at, ttl) {
                 // `pending` releases it on the way out.
-                return Err(late_grant(node, request));
+                return Err(late_grant(engine, request));
             }
             if let Some(pending) = pending {
                 pending.disarm();
             }
             Ok(Some(Held::take(
-                node, request, token, hold, fence, sent_at, ttl,
+                engine, request, token, hold, fence, sent_at, ttl,
             )))
         }
         Outcome::Busy { .. } | Outcome::InGrace { .. } => {
@@ -105,18 +108,18 @@ pub(crate) async fn try_acquire(node: &Arc<Node>, request: &Request<'_>) -> Resu
 /// Cancel safe: dropping the future leaves nothing held and takes the
 /// waiter out of the queue, in the background.
 pub(crate) async fn acquire(
-    node: &Arc<Node>,
+    engine: &Arc<Engine>,
     request: &Request<'_>,
     wait: Option<Duration>,
 ) -> Result<Held> {
     let deadline = wait.map(|wait| Instant::now() + wait);
     let mut seen = Seen::default();
-    let waiting = wait_for(node, request, wait, deadline, &mut seen);
+    let waiting = wait_for(engine, request, wait, deadline, &mut seen);
     let Some(deadline) = deadline else {
         return waiting.await;
     };
     // A request in flight when the wait runs out gets one command timeout.
-    match tokio::time::timeout_at(deadline + node.config.command_timeout, waiting).await {
+    match tokio::time::timeout_at(deadline + engine.command_timeout(), waiting).await {
         Ok(result) => result,
         Err(_) => Err(seen.give_up(request, wait.unwrap_or_default())),
     }
@@ -147,7 +150,7 @@ impl Seen {
 }
 
 async fn wait_for(
-    node: &Arc<Node>,
+    engine: &Arc<Engine>,
     request: &Request<'_>,
     wait: Option<Duration>,
     deadline: Option<Instant>,
@@ -164,7 +167,7 @@ async fn wait_for(
     let _turn = if request.kind.is_hash() {
         None
     } else {
-        let local = node.queues.queue(&keys.lock);
+        let local = engine.leases.queues.queue(&keys.lock);
         Some(match deadline {
             Some(deadline) => tokio::time::timeout_at(deadline, local.lock_owned())
                 .await
@@ -174,12 +177,15 @@ async fn wait_for(
     };
     // A wait of zero is one attempt: it does not queue.
     let queue = deadline.is_none_or(|d| d > Instant::now());
-    let channel = format!("{}{}", keys.channels, node.id);
+    let channel = format!("{}{}", keys.channels, engine.id);
     let mut token = new_token()?;
     let mut pending: Option<PendingRelease> = None;
     // Listening before the first attempt costs nothing when the channel is
     // still subscribed from an earlier wait, and no message can slip by.
-    let mut subscription: Option<Subscription> = node.notifier.listen_if_confirmed(&channel);
+    let mut subscription: Option<Subscription> = engine
+        .deployment
+        .notifier(&keys.lock)
+        .listen_if_confirmed(&channel);
     let mut backoff = FIRST_BACKOFF;
     // When this wait first found the lock busy.
     let mut queued_at: Option<Instant> = None;
@@ -189,7 +195,7 @@ async fn wait_for(
         // it ran, so its lease started after that send time; a message with
         // a smaller one is stale (delayed, or read late) and grants nothing.
         let (blocked_for, busy_sent, busy_fence) = match attempt(
-            node,
+            engine,
             request,
             &token,
             queue,
@@ -209,7 +215,9 @@ async fn wait_for(
                     if let Some(pending) = pending.take() {
                         pending.disarm();
                     }
-                    return Ok(Held::take(node, request, token, hold, fence, sent_at, ttl));
+                    return Ok(Held::take(
+                        engine, request, token, hold, fence, sent_at, ttl,
+                    ));
                 }
                 // The answer came too late to use: let the lease go (in the
                 // background, through `pending`) and wait on afresh.
@@ -236,7 +244,7 @@ async fn wait_for(
                 seen.in_grace = true;
                 pause(left, deadline).await;
                 if deadline.is_some_and(|d| Instant::now() >= d) {
-                    leave(node, keys, &mut pending, &token).await;
+                    leave(engine, keys, &mut pending, &token).await;
                     return Err(seen.give_up(request, waited));
                 }
                 continue;
@@ -245,7 +253,7 @@ async fn wait_for(
                 // Keep the queue turn and try again on a healed connection.
                 seen.last_error = Some(error);
                 if deadline.is_some_and(|d| Instant::now() >= d) {
-                    leave(node, keys, &mut pending, &token).await;
+                    leave(engine, keys, &mut pending, &token).await;
                     return Err(seen.give_up(request, waited));
                 }
                 pause(backoff_step(&mut backoff), deadline).await;
@@ -255,13 +263,19 @@ async fn wait_for(
         };
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
-            leave(node, keys, &mut pending, &token).await;
+            leave(engine, keys, &mut pending, &token).await;
             return Err(seen.give_up(request, waited));
         }
         let Some(listening) = subscription.as_mut() else {
             // Listen once the fast path failed; the next attempt covers a
             // release that happened before the subscription was confirmed.
-            subscription = Some(node.notifier.subscribe(&channel, deadline).await);
+            subscription = Some(
+                engine
+                    .deployment
+                    .notifier(&keys.lock)
+                    .subscribe(&channel, deadline)
+                    .await,
+            );
             continue;
         };
         // One millisecond past the PTTL, so the key has surely expired; and
@@ -284,7 +298,7 @@ async fn wait_for(
                         pending.disarm();
                     }
                     return Ok(Held::take(
-                        node, request, token, None, fence, busy_sent, ttl,
+                        engine, request, token, None, fence, busy_sent, ttl,
                     ));
                 }
                 // Stale, or too little left to trust from this message: the
@@ -303,11 +317,16 @@ fn starving(queued_at: Option<Instant>) -> bool {
 /// release can no longer hand the lock to a waiter that is gone (it would
 /// hold the lock and burn a fence until the leave). If Redis does not answer,
 /// `pending` leaves in the background.
-async fn leave(node: &Node, keys: &LockKeys, pending: &mut Option<PendingRelease>, token: &str) {
+async fn leave(
+    engine: &Engine,
+    keys: &LockKeys,
+    pending: &mut Option<PendingRelease>,
+    token: &str,
+) {
     let Some(queued) = pending.take() else {
         return;
     };
-    if release(node, keys, token, true, None).await.is_ok() {
+    if release(engine, keys, token, true, None).await.is_ok() {
         queued.disarm();
     }
 }
@@ -372,13 +391,13 @@ fn usable(sent_at: Instant, ttl: Duration) -> bool {
     local_deadline(sent_at, ttl) > Instant::now() + ttl / 10
 }
 
-fn late_grant(node: &Node, request: &Request<'_>) -> Error {
+fn late_grant(engine: &Engine, request: &Request<'_>) -> Error {
     Error::new(
         crate::error::ErrorKind::Connection,
         format!(
             "redis at {} answered so late that the lease on lock {:?} had almost run out; it \
              was given back: check the network and the server's load",
-            node.address(),
+            engine.deployment.address(),
             request.keys.name
         ),
     )
@@ -398,7 +417,7 @@ fn backoff_step(backoff: &mut Duration) -> Duration {
 /// to be handed the lock at a release if `hand_over` (a fair lock always
 /// is). Arms `pending` before anything is sent.
 async fn attempt(
-    node: &Arc<Node>,
+    engine: &Arc<Engine>,
     request: &Request<'_>,
     token: &str,
     queue: bool,
@@ -408,21 +427,21 @@ async fn attempt(
     let keys = request.keys;
     // Nothing can be held before the request leaves: connect first, then
     // arm the release that undoes a request cut off on its way.
-    let conn = node.connected().await?;
-    if let Some(left) = node.restart_grace_left(&conn.server) {
+    let route = engine.route(keys).await?;
+    if let Some(left) = engine.restart_grace_left(route.server()) {
         return Ok(Outcome::InGrace { left });
     }
     // Sent before: this token may hold the lock or be queued already.
     let sent_before = pending.is_some();
-    let armed = pending.get_or_insert_with(|| PendingRelease::arm(node, keys, token));
+    let armed = pending.get_or_insert_with(|| PendingRelease::arm(engine, keys, token));
     if queue {
         armed.queued();
     }
     let lease_ms = millis(request.lease).to_string();
-    let retention = millis(node.config.fence_retention).to_string();
+    let retention = millis(engine.config.fence_retention).to_string();
     let heartbeat = millis(WAITER_HEARTBEAT).to_string();
     let hand_off = millis(hand_off_lease(request)).to_string();
-    let identity = node.config.identity.as_bytes();
+    let identity = engine.config.identity.as_bytes();
     let queue_flag: &[u8] = if queue { b"1" } else { b"0" };
     let sent_flag: &[u8] = if sent_before { b"1" } else { b"0" };
     let keys_list = [keys.lock.as_str(), &keys.fence, &keys.queue, &keys.waiters];
@@ -438,58 +457,58 @@ async fn attempt(
         let total = total.to_string();
         let max_hold = request.max_hold.map_or(0, millis).to_string();
         let live_levels = if request.kind == Kind::Reentrant {
-            node.holds.live_levels(&keys.lock, request.owner)
+            engine.leases.holds.live_levels(&keys.lock, request.owner)
         } else {
             String::new()
         };
-        node.eval_on(
-            conn,
-            "acquire",
-            &scripts::FAMILY_ACQUIRE,
-            &keys_list,
-            &[
-                token.as_bytes(),
-                lease_ms.as_bytes(),
-                retention.as_bytes(),
-                queue_flag,
-                heartbeat.as_bytes(),
-                node.id.as_bytes(),
-                sent_flag,
-                request.kind.stored_name().as_bytes(),
-                mode,
-                request.owner.as_bytes(),
-                permits.as_bytes(),
-                total.as_bytes(),
-                identity,
-                max_hold.as_bytes(),
-                live_levels.as_bytes(),
-            ],
-        )
-        .await?
+        route
+            .eval(
+                "acquire",
+                &scripts::FAMILY_ACQUIRE,
+                &keys_list,
+                &[
+                    token.as_bytes(),
+                    lease_ms.as_bytes(),
+                    retention.as_bytes(),
+                    queue_flag,
+                    heartbeat.as_bytes(),
+                    engine.id.as_bytes(),
+                    sent_flag,
+                    request.kind.stored_name().as_bytes(),
+                    mode,
+                    request.owner.as_bytes(),
+                    permits.as_bytes(),
+                    total.as_bytes(),
+                    identity,
+                    max_hold.as_bytes(),
+                    live_levels.as_bytes(),
+                ],
+            )
+            .await?
     } else {
         let script = match request.kind {
             Kind::Fair => &scripts::FAIR_ACQUIRE,
             _ => &scripts::ACQUIRE,
         };
-        node.eval_on(
-            conn,
-            "acquire",
-            script,
-            &keys_list,
-            &[
-                token.as_bytes(),
-                lease_ms.as_bytes(),
-                retention.as_bytes(),
-                queue_flag,
-                heartbeat.as_bytes(),
-                hand_off.as_bytes(),
-                node.id.as_bytes(),
-                sent_flag,
-                if hand_over { b"f" } else { b"m" },
-                identity,
-            ],
-        )
-        .await?
+        route
+            .eval(
+                "acquire",
+                script,
+                &keys_list,
+                &[
+                    token.as_bytes(),
+                    lease_ms.as_bytes(),
+                    retention.as_bytes(),
+                    queue_flag,
+                    heartbeat.as_bytes(),
+                    hand_off.as_bytes(),
+                    engine.id.as_bytes(),
+                    sent_flag,
+                    if hand_over { b"f" } else { b"m" },
+                    identity,
+                ],
+            )
+            .await?
     };
     let outcome = read_attempt(request, &reply, sent_at);
     if !sent_before && outcome.as_ref().is_err_and(Error::is_conflict) {

@@ -1,4 +1,4 @@
-//! One task per node renews every held lease at a third of its length.
+//! One task per engine renews every held lease at a third of its length.
 //!
 //! Leases wait in a queue ordered by renewal time, so an acquire or release
 //! costs the same with twenty thousand leases held as with none; the task
@@ -16,10 +16,11 @@ use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::deploy::Route;
 use crate::engine::lease::{Lease, LossReason};
-use crate::engine::node::Node;
 use crate::engine::scripts::{self, RENEW};
-use crate::keys::millis;
+use crate::engine::Engine;
+use crate::keys::{hash_slot, millis};
 
 /// Leases per renew script: one script blocks Redis while it runs, so big
 /// batches are cut into pieces that share one pipeline.
@@ -49,12 +50,12 @@ impl Watchdog {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(crate) fn register(self: &Arc<Self>, node: &Arc<Node>, lease: Arc<Lease>) {
+    pub(crate) fn register(self: &Arc<Self>, engine: &Arc<Engine>, lease: Arc<Lease>) {
         {
             let mut task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
             if task.as_ref().is_none_or(JoinHandle::is_finished) {
                 if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                    *task = Some(handle.spawn(run(Arc::downgrade(node), Arc::clone(self))));
+                    *task = Some(handle.spawn(run(Arc::downgrade(engine), Arc::clone(self))));
                 }
             }
         }
@@ -142,12 +143,12 @@ type Due = (Arc<Lease>, OwnedMutexGuard<()>);
 /// A due lease with the length it is renewed to.
 type Renewal = (Arc<Lease>, Duration, OwnedMutexGuard<()>);
 
-async fn run(node: Weak<Node>, watchdog: Arc<Watchdog>) {
+async fn run(engine: Weak<Engine>, watchdog: Arc<Watchdog>) {
     loop {
         let (due, next) = watchdog.due();
-        // The task holds the node only while it renews, so that dropping the
+        // The task holds the engine only while it renews, so that dropping the
         // last handle to the client ends the task.
-        let Some(inner) = node.upgrade() else {
+        let Some(inner) = engine.upgrade() else {
             return;
         };
         if !due.is_empty() {
@@ -163,42 +164,32 @@ async fn run(node: Weak<Node>, watchdog: Arc<Watchdog>) {
     }
 }
 
-/// The Redis Cluster hash slot of `key` (CRC16/XMODEM of its hash tag).
-fn slot(key: &str) -> u16 {
-    let bytes = key.as_bytes();
-    let tagged = bytes
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let rest = &bytes[open + 1..];
-            rest.iter()
-                .position(|&b| b == b'}')
-                .filter(|&close| close > 0)
-                .map(|close| &rest[..close])
-        })
-        .unwrap_or(bytes);
-    let mut crc: u16 = 0;
-    for &b in tagged {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
+/// Renews `leases`: one round per server that serves them, in parallel.
+async fn renew(engine: &Engine, leases: Vec<Due>) {
+    let mut servers: BTreeMap<usize, Vec<Due>> = BTreeMap::new();
+    for due in leases {
+        let server = engine.deployment.server_of(&due.0.keys.lock);
+        servers.entry(server).or_default().push(due);
     }
-    crc % 16384
+    let rounds = servers
+        .into_values()
+        .map(|leases| renew_on_server(engine, leases));
+    futures_util::future::join_all(rounds).await;
 }
 
-async fn renew(node: &Node, leases: Vec<Due>) {
-    let cluster = match node.connected().await {
-        Ok(conn) => conn.server.cluster,
+/// Renews `leases`, all served by one server: one pipeline.
+async fn renew_on_server(engine: &Engine, leases: Vec<Due>) {
+    let Some(first) = leases.first() else {
+        return;
+    };
+    let route = match engine.deployment.route(&first.0.keys.lock).await {
+        Ok(route) => route,
         Err(_) => {
-            retry_later(node, leases.iter().map(|(lease, _)| lease));
+            retry_later(engine, leases.iter().map(|(lease, _)| lease));
             return;
         }
     };
+    let cluster = route.server().cluster;
     // Lengths are cut at the max hold from the moment the round is sent,
     // not from when it came due: a reconnect in between would otherwise
     // carry the lease past its cap.
@@ -207,13 +198,17 @@ async fn renew(node: &Node, leases: Vec<Due>) {
     for (lease, turn) in leases {
         let Some(length) = lease.renewal_length(sent_at) else {
             // At its max hold: left to run out, and reported lost then.
-            node.watchdog.unregister(lease.id);
+            engine.leases.watchdog.unregister(lease.id);
             tokio::spawn(lease.report_loss_at_deadline());
             continue;
         };
         let due = (lease, length, turn);
         // One script may only touch one slot on a cluster-mode server.
-        let group = if cluster { slot(&due.0.keys.lock) } else { 0 };
+        let group = if cluster {
+            hash_slot(&due.0.keys.lock)
+        } else {
+            0
+        };
         groups.entry(group).or_default().push(due);
     }
     let batches: Vec<&[Renewal]> = groups
@@ -236,9 +231,9 @@ async fn renew(node: &Node, leases: Vec<Due>) {
         }
         pipe.add_command(scripts::evalsha(&RENEW, &keys, &args));
     }
-    let Some(replies) = send_renewals(node, &pipe).await else {
+    let Some(replies) = send_renewals(&route, &pipe).await else {
         retry_later(
-            node,
+            engine,
             batches.iter().flat_map(|b| b.iter().map(|(l, _, _)| l)),
         );
         return;
@@ -249,7 +244,7 @@ async fn renew(node: &Node, leases: Vec<Due>) {
         let outcomes = match replies.get(i) {
             Some(Value::Array(items)) if items.len() == batch.len() => items,
             _ => {
-                retry_later(node, batch.iter().map(|(lease, _, _)| lease));
+                retry_later(engine, batch.iter().map(|(lease, _, _)| lease));
                 continue;
             }
         };
@@ -260,60 +255,33 @@ async fn renew(node: &Node, leases: Vec<Due>) {
             }
             match scripts::renewal(outcome) {
                 scripts::Renewal::Renewed => {
-                    crate::observe::renewed();
+                    crate::engine::metrics::renewed();
                     lease.renewed(sent_at, *length);
                 }
                 scripts::Renewal::NotHeld => lease.mark_lost(LossReason::TokenGone),
                 scripts::Renewal::Refused(_) => lease.retry_renewal_later(),
             }
-            node.watchdog.enqueue(lease);
+            engine.leases.watchdog.enqueue(lease);
         }
     }
 }
 
-fn retry_later<'a>(node: &Node, leases: impl Iterator<Item = &'a Arc<Lease>>) {
+fn retry_later<'a>(engine: &Engine, leases: impl Iterator<Item = &'a Arc<Lease>>) {
     for lease in leases {
         lease.retry_renewal_later();
-        node.watchdog.enqueue(lease);
+        engine.leases.watchdog.enqueue(lease);
     }
 }
 
 /// Sends the renewal pipeline; loads the script and sends again if the
 /// server lost it. `None` when Redis did not answer usefully.
-async fn send_renewals(node: &Node, pipe: &redis::Pipeline) -> Option<Vec<Value>> {
+async fn send_renewals(route: &Route, pipe: &redis::Pipeline) -> Option<Vec<Value>> {
     for _ in 0..2 {
-        let replies: Vec<Value> = node
-            .connection
-            .run("lease renewal", |mut conn, _| async move {
-                pipe.query_async(&mut conn).await
-            })
-            .await
-            .ok()?;
+        let replies = route.pipeline("lease renewal", pipe).await.ok()?;
         if !replies.iter().any(scripts::is_noscript) {
             return Some(replies);
         }
-        node.connection
-            .run("loading the renew script", |mut conn, _| async move {
-                RENEW.prepare_invoke().load_async(&mut conn).await
-            })
-            .await
-            .ok()?;
+        route.load("loading the renew script", &RENEW).await.ok()?;
     }
     None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::slot;
-
-    #[test]
-    fn slots_follow_the_hash_tag() {
-        // Known values from the Redis Cluster specification.
-        assert_eq!(slot("123456789"), 0x31c3);
-        assert_eq!(slot("foo"), 12182);
-        assert_eq!(slot("{user1000}.following"), slot("user1000"));
-        assert_eq!(slot("leasehold:{a}:q"), slot("leasehold:{a}"));
-        // An empty tag does not count: the whole key is hashed.
-        assert_ne!(slot("{}a"), slot("{}b"));
-    }
 }

@@ -14,7 +14,5 @@ if type(holder) ~= 'string' or string.sub(holder, 1, #ARGV[1] + 1) ~= ARGV[1] ..
   return 0
 end
 redis.call('SET', KEYS[2], ARGV[2] .. ' ' .. ARGV[1] .. ' ' .. ARGV[3], 'PX', ARGV[4])
--- pcall: an ACL user without access to the channel still leads; observers
--- then learn on their own timer.
-redis.pcall('PUBLISH', ARGV[5], ARGV[2])
+publish(ARGV[5], ARGV[2])
 return 1

@@ -54,6 +54,13 @@ local function next_fence(key, now_us, retention, now_text)
   return now_us
 end
 
+-- Publishes `message` on `channel`: the one place a script sends a
+-- notification. pcall: an ACL user without access to the channel still
+-- takes and releases locks; listeners then learn on their own timers.
+local function publish(channel, message)
+  redis.pcall('PUBLISH', channel, message)
+end
+
 -- Whether a string lock's value is held by `token`.
 local function holds(value, token)
   return value == token or string.sub(value, 1, #token + 1) == token .. ' '
@@ -139,9 +146,7 @@ local function lib()
   end
 
   function L.wake(channels, record)
-    -- pcall: an ACL user without access to the channel still releases; the
-    -- waiter then learns on its own timer.
-    redis.pcall('PUBLISH', channels .. record.client, record.token)
+    publish(channels .. record.client, record.token)
   end
 
   -- Wakes `head`, the first live waiter of a free lock (from `first_live`;
@@ -157,7 +162,7 @@ local function lib()
         'PX', head.hand_off)
       L.leave_queue(queue, waiters, head.token)
       local fence = next_fence(fence_key, now, retention, now_text)
-      redis.pcall('PUBLISH', channels .. head.client, string.format('%s %.0f', head.token, fence))
+      publish(channels .. head.client, string.format('%s %.0f', head.token, fence))
     else
       L.wake(channels, head)
     end

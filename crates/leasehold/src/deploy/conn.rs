@@ -13,7 +13,7 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
 use tokio::time::Instant;
 
-use crate::engine::probe;
+use crate::deploy::probe;
 use crate::error::{Error, Result};
 
 /// A connection unused this long is checked with PING before it is trusted
@@ -55,6 +55,7 @@ struct Slot {
 }
 
 /// One live connection handed out for a command, with what it was made for.
+#[derive(Clone)]
 pub(crate) struct Checkout {
     pub(crate) conn: MultiplexedConnection,
     generation: u64,
@@ -241,19 +242,9 @@ impl Connection {
         Some(found.error(&self.address))
     }
 
-    /// Runs `f` on a healthy connection, bounded by the command timeout. A
-    /// connection that timed out or failed is dropped, so the next command
-    /// gets a new one.
-    pub(crate) async fn run<T, F, Fut>(&self, operation: &str, f: F) -> Result<T>
-    where
-        F: FnOnce(MultiplexedConnection, ServerInfo) -> Fut,
-        Fut: Future<Output = redis::RedisResult<T>>,
-    {
-        let checkout = self.get().await?;
-        self.run_on(checkout, operation, f).await
-    }
-
-    /// As [`run`](Self::run), on a connection already taken with [`get`](Self::get).
+    /// Runs `f` on a connection taken with [`get`](Self::get), bounded by
+    /// the command timeout. A connection that timed out or failed is
+    /// dropped, so the next command gets a new one.
     pub(crate) async fn run_on<T, F, Fut>(
         &self,
         checkout: Checkout,

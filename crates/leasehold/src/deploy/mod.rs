@@ -1,0 +1,136 @@
+//! Deployments: how commands, scripts, pipelines and notifications reach
+//! Redis, and what is known of each server behind them. The engine above
+//! talks to every topology through [`Deployment`] alone and never asks
+//! which one it has.
+//!
+//! Every lock keeps all its keys in one hash slot, so every request the
+//! engine makes concerns one key's slot: a deployment answers "which server
+//! serves this key now" ([`Deployment::route`]), and the request goes there.
+//!
+//! - [`standalone`]: one Redis server (or a cluster-mode server that holds
+//!   every slot).
+//!
+//! A Redis Cluster routes by slot and follows redirections, a
+//! Sentinel-managed master follows failovers; both stand behind the same
+//! trait. A quorum of independent masters (Redlock) is several standalone
+//! deployments side by side, each asked in parallel by the engine.
+
+pub(crate) mod conn;
+pub(crate) mod notify;
+pub(crate) mod probe;
+pub(crate) mod standalone;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub(crate) use conn::ServerInfo;
+pub(crate) use notify::{Notifier, Subscription};
+
+use crate::error::Result;
+
+/// A future a deployment returns: boxed, so that the trait stays usable
+/// as `dyn Deployment`. One allocation per request, against a network
+/// round trip.
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One Redis deployment, as the engine sees it.
+pub(crate) trait Deployment: Send + Sync + fmt::Debug {
+    /// Where requests go, for messages: host and port, never a password.
+    fn address(&self) -> &str;
+
+    /// How long one command may take before it counts as not answered.
+    fn command_timeout(&self) -> Duration;
+
+    /// A healthy route to the server that serves `key` now, made (and
+    /// checked) if need be, with what is known of that server. Nothing the
+    /// caller asked for is sent by this, so a caller can arm what must
+    /// undo its request before anything leaves.
+    fn route<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Route>>;
+
+    /// Which server of the deployment serves `key` now, as a small number:
+    /// the watchdog sends one renewal pipeline per server.
+    fn server_of(&self, key: &str) -> usize;
+
+    /// The notifications of `key`'s shard: the channel a release publishes
+    /// on is heard through it.
+    fn notifier(&self, key: &str) -> &Notifier;
+}
+
+/// A checked-out connection to one server, for one request (or one
+/// pipeline) on keys it serves.
+#[derive(Clone)]
+pub(crate) struct Route {
+    connection: Arc<conn::Connection>,
+    checkout: conn::Checkout,
+}
+
+impl fmt::Debug for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Route")
+            .field("address", &self.connection.address)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Route {
+    pub(crate) fn new(connection: Arc<conn::Connection>, checkout: conn::Checkout) -> Self {
+        Route {
+            connection,
+            checkout,
+        }
+    }
+
+    /// What is known of the server behind this route.
+    pub(crate) fn server(&self) -> &ServerInfo {
+        &self.checkout.server
+    }
+
+    /// Runs one script; NOSCRIPT is answered by loading it and sending it
+    /// again. Bounded by the command timeout.
+    pub(crate) async fn eval(
+        self,
+        operation: &str,
+        script: &redis::Script,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> Result<redis::Value> {
+        self.connection
+            .run_on(self.checkout, operation, |mut conn, _| async move {
+                let mut invocation = script.prepare_invoke();
+                for key in keys {
+                    invocation.key(*key);
+                }
+                for arg in args {
+                    invocation.arg(*arg);
+                }
+                invocation.invoke_async(&mut conn).await
+            })
+            .await
+    }
+
+    /// Sends a pipeline of commands on keys this server serves.
+    pub(crate) async fn pipeline(
+        &self,
+        operation: &str,
+        pipe: &redis::Pipeline,
+    ) -> Result<Vec<redis::Value>> {
+        self.connection
+            .run_on(self.checkout.clone(), operation, |mut conn, _| async move {
+                pipe.query_async(&mut conn).await
+            })
+            .await
+    }
+
+    /// Loads `script` into the server's script cache.
+    pub(crate) async fn load(&self, operation: &str, script: &redis::Script) -> Result<()> {
+        self.connection
+            .run_on(self.checkout.clone(), operation, |mut conn, _| async move {
+                script.prepare_invoke().load_async(&mut conn).await
+            })
+            .await
+            .map(drop)
+    }
+}

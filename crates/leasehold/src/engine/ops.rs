@@ -1,0 +1,344 @@
+//! The engine's operations besides taking and holding a lease: renewing
+//! or releasing by token, force-release, inspect, a semaphore's permit
+//! count, and an election's record. Each is one script on the server of
+//! the lock's keys.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use redis::Value;
+
+use crate::engine::release::{release, release_as};
+use crate::engine::{scripts, Engine, Kind};
+use crate::error::{Error, ErrorKind, Result};
+use crate::holder::{Holder, LockInfo};
+use crate::keys::{millis, LockKeys};
+
+/// Sets the lease of `token` to `lease` if it still holds the lock.
+pub(crate) async fn renew_one(
+    engine: &Engine,
+    keys: &LockKeys,
+    token: &str,
+    lease: Duration,
+) -> Result<bool> {
+    let ms = millis(lease).to_string();
+    let reply = engine
+        .eval(
+            keys,
+            "extend",
+            &scripts::RENEW,
+            &[&keys.lock],
+            &[token.as_bytes(), ms.as_bytes()],
+        )
+        .await?;
+    let outcome = match &reply {
+        Value::Array(items) if items.len() == 1 => scripts::renewal(&items[0]),
+        _ => return Err(Error::unexpected_reply("extend", &reply)),
+    };
+    match outcome {
+        scripts::Renewal::Renewed => Ok(true),
+        scripts::Renewal::NotHeld => Ok(false),
+        scripts::Renewal::Refused(why) => Err(Error::new(
+            ErrorKind::Server,
+            format!("redis refused to extend lock {:?}: {why}", keys.name),
+        )),
+    }
+}
+
+/// The error for a token that does not hold the lock `name`.
+fn token_not_held(name: &str) -> Error {
+    Error::not_held(format!(
+        "lock {name:?} is not held by this token: it expired, or was released or removed"
+    ))
+}
+
+/// Releases the lock if `token` holds it.
+pub(crate) async fn release_token(engine: &Engine, keys: &LockKeys, token: &str) -> Result<()> {
+    if release(engine, keys, token, false, None).await? {
+        Ok(())
+    } else {
+        Err(token_not_held(&keys.name))
+    }
+}
+
+/// Sets the lease of `token` to `lease`, or says that it holds nothing.
+pub(crate) async fn extend_token(
+    engine: &Engine,
+    keys: &LockKeys,
+    token: &str,
+    lease: Duration,
+) -> Result<()> {
+    if renew_one(engine, keys, token, lease).await? {
+        Ok(())
+    } else {
+        Err(token_not_held(&keys.name))
+    }
+}
+
+/// Releases `token` only if a lease of `owner` holds it: a reentrant
+/// mutex's level, an rw-lock's read or write lease.
+pub(crate) async fn release_owned_token(
+    engine: &Engine,
+    keys: &LockKeys,
+    kind: Kind,
+    owner: &str,
+    token: &str,
+) -> Result<()> {
+    let unit = if kind == Kind::Reentrant {
+        "level"
+    } else {
+        "lease"
+    };
+    let name = &keys.name;
+    match release_as(engine, keys, token, owner, kind).await? {
+        Some(true) => Ok(()),
+        Some(false) => Err(Error::not_held(format!(
+            "lock {name:?} has no {unit} held by this token: it expired, or was released or \
+             removed"
+        ))),
+        None => Err(Error::not_held(format!(
+            "lock {name:?} is held at this token by another owner, not by {owner:?}: only \
+             the owner's handles release its {unit}s; use `Mutex::release_token` or \
+             `force_release` as an admin"
+        ))),
+    }
+}
+
+/// Removes the lock whoever holds it and wakes its waiters; whether a lock
+/// was there.
+pub(crate) async fn force_release(engine: &Engine, keys: &LockKeys) -> Result<bool> {
+    let retention = millis(engine.config.fence_retention).to_string();
+    let reply = engine
+        .eval(
+            keys,
+            "force-release",
+            &scripts::FORCE_RELEASE,
+            &[&keys.lock, &keys.fence, &keys.queue, &keys.waiters],
+            &[retention.as_bytes(), keys.channels.as_bytes()],
+        )
+        .await?;
+    if let Value::Array(items) = &reply {
+        return match (items.first(), items.get(1).and_then(scripts::as_text)) {
+            (Some(Value::Int(-1)), Some(found)) => Err(Error::new(
+                ErrorKind::Conflict,
+                format!(
+                    "lock {:?} is a redis {found} that leasehold did not write: force-release \
+                     removes only locks, so it was left as it is; delete the key by hand if \
+                     it is not needed",
+                    keys.name
+                ),
+            )),
+            _ => Err(Error::unexpected_reply("force-release", &reply)),
+        };
+    }
+    scripts::flag("force-release", &reply)
+}
+
+/// The lock's state as Redis sees it now.
+pub(crate) async fn inspect(engine: &Engine, keys: &LockKeys) -> Result<LockInfo> {
+    let reply = engine
+        .eval(
+            keys,
+            "inspect",
+            &scripts::INSPECT,
+            &[&keys.lock, &keys.fence, &keys.queue],
+            &[],
+        )
+        .await?;
+    lock_info(&keys.name, &reply)
+}
+
+/// Reads the reply of `scripts/inspect.lua`.
+fn lock_info(name: &str, reply: &Value) -> Result<LockInfo> {
+    let unexpected = || Error::unexpected_reply("inspect", reply);
+    let redis::Value::Array(items) = reply else {
+        return Err(unexpected());
+    };
+    let int = |i: usize| {
+        items
+            .get(i)
+            .and_then(scripts::as_int)
+            .ok_or_else(unexpected)
+    };
+    let kind = items
+        .first()
+        .and_then(scripts::as_text)
+        .ok_or_else(unexpected)?;
+    let (lock_pttl, fence, waiting, permits) = (int(1)?, int(2)?, int(3)?, int(4)?);
+    let read_at = u64::try_from(int(5)?)
+        .ok()
+        .map(|us| UNIX_EPOCH + Duration::from_micros(us));
+    let remaining = crate::engine::pttl(lock_pttl);
+    let records = items[6.min(items.len())..]
+        .iter()
+        .filter_map(scripts::as_text);
+    let holders: Vec<Holder> = if kind == "mutex" {
+        records
+            .map(|record| Holder::from_mutex_record(&record, remaining))
+            .collect()
+    } else {
+        records
+            .filter_map(|record| Holder::from_hash_record(&record, true))
+            .collect()
+    };
+    let held = match kind.as_str() {
+        "none" => false,
+        "reentrant" | "rwlock" | "semaphore" => !holders.is_empty(),
+        _ => true,
+    };
+    Ok(LockInfo {
+        name: name.to_owned(),
+        held,
+        remaining: if held { remaining } else { None },
+        last_fence: u64::try_from(fence).ok(),
+        waiting_clients: u64::try_from(waiting).unwrap_or(0),
+        kind: (kind != "none").then_some(kind),
+        holders,
+        permits: u32::try_from(permits).ok(),
+        read_at,
+    })
+}
+
+/// Stores a semaphore's permit count, and wakes the waiters it may admit.
+pub(crate) async fn set_permits(engine: &Engine, keys: &LockKeys, permits: u32) -> Result<()> {
+    let permits_arg = permits.to_string();
+    let retention = millis(engine.config.fence_retention).to_string();
+    let reply = engine
+        .eval(
+            keys,
+            "set-permits",
+            &scripts::SEMAPHORE_PERMITS,
+            &[&keys.lock, &keys.queue, &keys.waiters],
+            &[
+                permits_arg.as_bytes(),
+                retention.as_bytes(),
+                keys.channels.as_bytes(),
+            ],
+        )
+        .await?;
+    let unexpected = || Error::unexpected_reply("set-permits", &reply);
+    let Value::Array(items) = &reply else {
+        return Err(unexpected());
+    };
+    match items.first().and_then(scripts::as_int) {
+        Some(1) => Ok(()),
+        Some(-1) => {
+            let found = items
+                .get(1)
+                .and_then(scripts::as_text)
+                .ok_or_else(unexpected)?;
+            Err(Kind::Semaphore { total: permits }.conflict(&keys.name, &found))
+        }
+        _ => Err(unexpected()),
+    }
+}
+
+/// Where an election keeps its leader's record and announces changes,
+/// beside its lock's keys.
+#[derive(Debug, Clone)]
+pub(crate) struct ElectionKeys {
+    pub(crate) record: String,
+    pub(crate) channel: String,
+}
+
+impl ElectionKeys {
+    pub(crate) fn new(keys: &LockKeys) -> Self {
+        ElectionKeys {
+            record: format!("{}:leader", keys.lock),
+            channel: format!("{}:leader:ch", keys.lock),
+        }
+    }
+}
+
+/// Writes the record of the leadership that `token` holds, for `ttl`, and
+/// announces it; false when the token no longer holds the lock.
+pub(crate) async fn write_leader(
+    engine: &Engine,
+    keys: &LockKeys,
+    election: &ElectionKeys,
+    token: &str,
+    fence: u64,
+    value: &str,
+    ttl: Duration,
+) -> Result<bool> {
+    let fence = fence.to_string();
+    let ttl = millis(ttl).to_string();
+    let reply = engine
+        .eval(
+            keys,
+            "election record",
+            &scripts::ELECTION_WIN,
+            &[&keys.lock, &election.record],
+            &[
+                token.as_bytes(),
+                fence.as_bytes(),
+                value.as_bytes(),
+                ttl.as_bytes(),
+                election.channel.as_bytes(),
+            ],
+        )
+        .await?;
+    scripts::flag("election record", &reply)
+}
+
+/// Who leads an election, as its record says: the value and fence, while
+/// the leadership that wrote them holds the lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LeaderRecord {
+    pub(crate) value: String,
+    pub(crate) fence: u64,
+}
+
+/// The leader now, and the lock's PTTL (negative: no key, or no expiry).
+pub(crate) async fn read_leader(
+    engine: &Engine,
+    keys: &LockKeys,
+    election: &ElectionKeys,
+) -> Result<(Option<LeaderRecord>, i64)> {
+    let reply = engine
+        .eval(
+            keys,
+            "leader",
+            &scripts::ELECTION_LEADER,
+            &[&keys.lock, &election.record],
+            &[],
+        )
+        .await?;
+    let unexpected = || Error::unexpected_reply("leader", &reply);
+    let Value::Array(items) = &reply else {
+        return Err(unexpected());
+    };
+    let pttl = items
+        .first()
+        .and_then(scripts::as_int)
+        .ok_or_else(unexpected)?;
+    let leader = match items.as_slice() {
+        [_] => None,
+        [_, fence, value] => {
+            let fence = scripts::as_text(fence)
+                .and_then(|fence| fence.parse().ok())
+                .ok_or_else(unexpected)?;
+            let value = scripts::as_text(value).ok_or_else(unexpected)?;
+            Some(LeaderRecord { value, fence })
+        }
+        _ => return Err(unexpected()),
+    };
+    Ok((leader, pttl))
+}
+
+/// Tells an election's observers to read its record again.
+pub(crate) async fn announce(
+    engine: &Engine,
+    keys: &LockKeys,
+    election: &ElectionKeys,
+) -> Result<()> {
+    engine
+        .eval(
+            keys,
+            "election announcement",
+            &scripts::ANNOUNCE,
+            &[&keys.lock],
+            &[election.channel.as_bytes(), b""],
+        )
+        .await
+        .map(drop)
+}
