@@ -62,12 +62,12 @@ impl Fake<'_> {
             .arg(60_000)
             .arg(self.client)
             .arg(if known { "1" } else { "0" })
-            .arg(self.kind)
+            .arg("1 test-host fake")
             .arg(self.mode)
+            .arg(self.kind)
             .arg(format!("owner-{}", self.token))
             .arg(self.want)
             .arg(self.total)
-            .arg("1 test-host fake")
             .invoke_async(conn)
             .await
             .unwrap();

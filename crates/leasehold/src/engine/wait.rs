@@ -440,76 +440,61 @@ async fn attempt(
     let lease_ms = millis(request.lease).to_string();
     let retention = millis(engine.config.fence_retention).to_string();
     let heartbeat = millis(WAITER_HEARTBEAT).to_string();
-    let hand_off = millis(hand_off_lease(request)).to_string();
-    let identity = engine.config.identity.as_bytes();
-    let queue_flag: &[u8] = if queue { b"1" } else { b"0" };
-    let sent_flag: &[u8] = if sent_before { b"1" } else { b"0" };
-    let keys_list = [keys.lock.as_str(), &keys.fence, &keys.queue, &keys.waiters];
-    let sent_at = Instant::now();
-    let reply = if request.kind.is_hash() {
-        let (mode, total): (&[u8], u32) = match request.kind {
-            Kind::Read => (b"r", 0),
-            Kind::Write => (b"w", 0),
-            Kind::Semaphore { total } => (b"s", total),
-            _ => (b"x", 0),
-        };
-        let permits = request.permits.to_string();
-        let total = total.to_string();
-        let max_hold = request.max_hold.map_or(0, millis).to_string();
-        let live_levels = if request.kind == Kind::Reentrant {
-            engine.leases.holds.live_levels(&keys.lock, request.owner)
-        } else {
-            String::new()
-        };
-        route
-            .eval(
-                "acquire",
-                &scripts::FAMILY_ACQUIRE,
-                &keys_list,
-                &[
-                    token.as_bytes(),
-                    lease_ms.as_bytes(),
-                    retention.as_bytes(),
-                    queue_flag,
-                    heartbeat.as_bytes(),
-                    engine.id.as_bytes(),
-                    sent_flag,
-                    request.kind.stored_name().as_bytes(),
-                    mode,
-                    request.owner.as_bytes(),
-                    permits.as_bytes(),
-                    total.as_bytes(),
-                    identity,
-                    max_hold.as_bytes(),
-                    live_levels.as_bytes(),
-                ],
-            )
-            .await?
-    } else {
-        let script = match request.kind {
-            Kind::Fair => &scripts::FAIR_ACQUIRE,
-            _ => &scripts::ACQUIRE,
-        };
-        route
-            .eval(
-                "acquire",
-                script,
-                &keys_list,
-                &[
-                    token.as_bytes(),
-                    lease_ms.as_bytes(),
-                    retention.as_bytes(),
-                    queue_flag,
-                    heartbeat.as_bytes(),
-                    hand_off.as_bytes(),
-                    engine.id.as_bytes(),
-                    sent_flag,
-                    if hand_over { b"f" } else { b"m" },
-                    identity,
-                ],
-            )
-            .await?
+    let mode: &[u8] = match request.kind {
+        Kind::Mutex if !hand_over => b"m",
+        Kind::Mutex | Kind::Fair => b"f",
+        Kind::Reentrant => b"x",
+        Kind::Read => b"r",
+        Kind::Write => b"w",
+        Kind::Semaphore { .. } => b"s",
     };
+    // The arguments every acquire script takes first (see `lib.lua`).
+    let mut args: Vec<&[u8]> = vec![
+        token.as_bytes(),
+        lease_ms.as_bytes(),
+        retention.as_bytes(),
+        if queue { b"1" } else { b"0" },
+        heartbeat.as_bytes(),
+        engine.id.as_bytes(),
+        if sent_before { b"1" } else { b"0" },
+        engine.config.identity.as_bytes(),
+        mode,
+    ];
+    let keys_list = [keys.lock.as_str(), &keys.fence, &keys.queue, &keys.waiters];
+    // What follows is the script's own.
+    let (script, own) = match request.kind {
+        Kind::Mutex | Kind::Fair => {
+            let script = if request.kind == Kind::Fair {
+                &scripts::FAIR_ACQUIRE
+            } else {
+                &scripts::ACQUIRE
+            };
+            (script, vec![millis(hand_off_lease(request)).to_string()])
+        }
+        Kind::Reentrant | Kind::Read | Kind::Write | Kind::Semaphore { .. } => {
+            let total = match request.kind {
+                Kind::Semaphore { total } => total,
+                _ => 0,
+            };
+            let live_levels = if request.kind == Kind::Reentrant {
+                engine.leases.holds.live_levels(&keys.lock, request.owner)
+            } else {
+                String::new()
+            };
+            let own = vec![
+                request.kind.stored_name().to_owned(),
+                request.owner.to_owned(),
+                request.permits.to_string(),
+                total.to_string(),
+                request.max_hold.map_or(0, millis).to_string(),
+                live_levels,
+            ];
+            (&scripts::FAMILY_ACQUIRE, own)
+        }
+    };
+    args.extend(own.iter().map(String::as_bytes));
+    let sent_at = Instant::now();
+    let reply = route.eval("acquire", script, &keys_list, &args).await?;
     let outcome = read_attempt(request, &reply, sent_at);
     if !sent_before && outcome.as_ref().is_err_and(Error::is_conflict) {
         // Refused before it could hold or queue anything.

@@ -1,14 +1,11 @@
 -- Take a free lock and hand out its fence (Mutex: a free lock goes to
 -- whoever asks; waiters queue so that a release wakes only one of them).
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix
--- ARGV[1] token, ARGV[2] lease ms, ARGV[3] fence retention ms,
--- ARGV[4] '1' to queue when busy, ARGV[5] heartbeat ms,
--- ARGV[6] hand-off lease ms, ARGV[7] the waiting client's id,
--- ARGV[8] '1' when this token was sent before (it may hold or be queued),
+-- ARGV[1..9] as every acquire script takes them (see lib.lua), with
 -- ARGV[9] 'f' for a waiter that has waited long enough to be handed the lock
 -- at the next release (it starves otherwise: a releaser that asks again at
--- once wins nearly every race), 'm' to be woken to try,
--- ARGV[10] the holder's identity
+-- once wins nearly every race), 'm' to be woken to try;
+-- ARGV[10] hand-off lease ms
 -- The waiter's record keeps the mode it sent last.
 -- Returns {1, fence, lease ms} when held, {0, pttl of the holder, last
 -- fence, the holder's record} when busy, {-1, kind} when the key holds
@@ -16,9 +13,9 @@
 -- The fast path (a free lock) makes no closure: each costs the server work
 -- on every run.
 local now, now_text = server_us()
-local value = ARGV[1] .. ' ' .. now_text .. ' ' .. ARGV[10]
+local value = ARGV[1] .. ' ' .. now_text .. ' ' .. ARGV[8]
 if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
-  if ARGV[8] == '1' then
+  if ARGV[7] == '1' then
     lib().leave_queue(KEYS[3], KEYS[4], ARGV[1])
   end
   return {1, next_fence(KEYS[2], now, ARGV[3], now_text), tonumber(ARGV[2])}
@@ -30,20 +27,20 @@ if type(holder) ~= 'string' then
   -- A hash lock with no live lease is removed, and the lock taken.
   if family().drop_stale(KEYS[1], kind)
       and redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
-    if ARGV[8] == '1' then
+    if ARGV[7] == '1' then
       L.leave_queue(KEYS[3], KEYS[4], ARGV[1])
     end
     return {1, next_fence(KEYS[2], now, ARGV[3], now_text), tonumber(ARGV[2])}
   end
   return {-1, kind}
 end
-if ARGV[8] == '1' and holds(holder, ARGV[1]) then
+if ARGV[7] == '1' and holds(holder, ARGV[1]) then
   -- An earlier attempt with this token took it, and its answer was lost.
   L.leave_queue(KEYS[3], KEYS[4], ARGV[1])
   return {1, tonumber(redis.call('GET', KEYS[2])) or -1, redis.call('PTTL', KEYS[1])}
 end
 if ARGV[4] == '1' then
-  L.enqueue(KEYS[3], KEYS[4], ARGV[1], ARGV[8], ARGV[5], ARGV[6], ARGV[9], '1', ARGV[7], ARGV[10])
+  L.enqueue(KEYS[3], KEYS[4], ARGV[1], ARGV[7], ARGV[5], ARGV[10], ARGV[9], '1', ARGV[6], ARGV[8])
 end
 -- The fence counter lets the waiter tell a hand-off after this attempt
 -- (a larger fence) from a stale message about one before it.

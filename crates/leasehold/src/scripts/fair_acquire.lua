@@ -1,8 +1,8 @@
 -- Take a fair lock: it goes to the first live waiter, and to a newcomer only
 -- when nobody waits. A release hands it to the head of the queue itself
 -- (see wake_first in lib.lua); this script also reports such a hand-off.
--- KEYS and ARGV as acquire.lua (ARGV[9] unused); ARGV[6] is the lease a
--- release hands over.
+-- KEYS and ARGV as acquire.lua (ARGV[9] is always 'f'); ARGV[10] is the
+-- lease a release hands over.
 -- Returns {1, fence, remaining lease ms} when held, {0, pttl of the holder
 -- (-2 when free but promised to an earlier waiter), last fence, the
 -- holder's record} when busy, {-1, kind} when the key holds another kind
@@ -25,7 +25,7 @@ if not holder then
   local head = L.first_live(KEYS[3], KEYS[4])
   if not head or head.token == ARGV[1] then
     local now, now_text = server_us()
-    redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. now_text .. ' ' .. ARGV[10], 'PX', ARGV[2])
+    redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. now_text .. ' ' .. ARGV[8], 'PX', ARGV[2])
     if head then
       L.leave_queue(KEYS[3], KEYS[4], ARGV[1])
     end
@@ -33,7 +33,7 @@ if not holder then
   end
 end
 if ARGV[4] == '1' then
-  L.enqueue(KEYS[3], KEYS[4], ARGV[1], ARGV[8], ARGV[5], ARGV[6], 'f', '1', ARGV[7], ARGV[10])
+  L.enqueue(KEYS[3], KEYS[4], ARGV[1], ARGV[7], ARGV[5], ARGV[10], 'f', '1', ARGV[6], ARGV[8])
 end
 -- The fence counter lets the waiter tell a hand-off after this attempt
 -- (a larger fence) from a stale message about one before it.

@@ -4,14 +4,12 @@
 -- semaphore waiter; a queued semaphore waiter passes none whose permits
 -- would no longer fit. Reentry by the same owner never waits.
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix
--- ARGV[1] token, ARGV[2] lease ms, ARGV[3] fence retention ms,
--- ARGV[4] '1' to queue when busy, ARGV[5] heartbeat ms, ARGV[6] client id,
--- ARGV[7] '1' when this token was sent before, ARGV[8] kind
--- ('reentrant', 'rwlock', 'semaphore'), ARGV[9] mode ('x' reentrant, 'r'
--- read, 'w' write, 's' semaphore), ARGV[10] owner, ARGV[11] permits wanted,
--- ARGV[12] the semaphore's permits (0 for the others), ARGV[13] identity,
--- ARGV[14] the max hold ms, or 0 for none, ARGV[15] the reentrant levels
--- this client holds of its owner's hold, separated by spaces
+-- ARGV[1..9] as every acquire script takes them (see lib.lua), with
+-- ARGV[9] the mode ('x' reentrant, 'r' read, 'w' write, 's' semaphore);
+-- ARGV[10] kind ('reentrant', 'rwlock', 'semaphore'), ARGV[11] owner,
+-- ARGV[12] permits wanted, ARGV[13] the semaphore's permits (0 for the
+-- others), ARGV[14] the max hold ms, or 0 for none, ARGV[15] the reentrant
+-- levels this client holds of its owner's hold, separated by spaces
 -- Each reentrant level has an expiry of its own (see F.marker): a reentry
 -- sets its own and those of ARGV[15] to the hold's.
 -- A reentry adds a level to the owner's hold and refreshes its one lease to
@@ -28,14 +26,14 @@
 -- write upgrade; {-3, permits} when the semaphore has another permit count.
 local L = lib()
 local F = family()
-local lock, token, mode, owner = KEYS[1], ARGV[1], ARGV[9], ARGV[10]
+local lock, token, mode, owner = KEYS[1], ARGV[1], ARGV[9], ARGV[11]
 local kind = L.kind_of(lock)
-if kind ~= 'none' and kind ~= ARGV[8] and not F.drop_stale(lock, kind) then
+if kind ~= 'none' and kind ~= ARGV[10] and not F.drop_stale(lock, kind) then
   return {-1, kind}
 end
-if ARGV[8] == 'semaphore' then
+if ARGV[10] == 'semaphore' then
   local stored = redis.call('HGET', lock, 'permits')
-  if stored and stored ~= ARGV[12] then
+  if stored and stored ~= ARGV[13] then
     local count = tonumber(stored)
     if not count or count < 1 or count ~= math.floor(count) then
       -- Not a count leasehold wrote.
@@ -70,7 +68,7 @@ for _, e in ipairs(live) do
     end
     return {1, e.fence, e.expiry - now}
   end
-  if e.owner == owner and ARGV[8] ~= 'semaphore' then
+  if e.owner == owner and ARGV[10] ~= 'semaphore' then
     mine = e
     if e.mode == 'w' then
       mine_w = e
@@ -161,7 +159,7 @@ else
   -- those ahead of it only while their permits still fit after its own:
   -- a release wakes every waiter that fits at once, and they come back in
   -- any order.
-  local free = tonumber(ARGV[12])
+  local free = tonumber(ARGV[13])
   for _, e in ipairs(others) do
     free = free - e.permits
   end
@@ -173,7 +171,7 @@ else
     end
     free = free - w.want
   end
-  if tonumber(ARGV[11]) <= free then
+  if tonumber(ARGV[12]) <= free then
     fence = 'new'
   end
 end
@@ -183,11 +181,11 @@ if fence then
     fence = next_fence(KEYS[2], now_us, ARGV[3], now_text)
   end
   local granted = {token = token, expiry = now + tonumber(ARGV[2]), mode = mode, owner = owner,
-    permits = tonumber(ARGV[11]), fence = fence, acquired = now_text,
-    identity = ARGV[13]}
-  redis.call('HSET', lock, 'kind', ARGV[8], 'h:' .. token, F.entry_value(granted))
-  if ARGV[8] == 'semaphore' then
-    redis.call('HSET', lock, 'permits', ARGV[12])
+    permits = tonumber(ARGV[12]), fence = fence, acquired = now_text,
+    identity = ARGV[8]}
+  redis.call('HSET', lock, 'kind', ARGV[10], 'h:' .. token, F.entry_value(granted))
+  if ARGV[10] == 'semaphore' then
+    redis.call('HSET', lock, 'permits', ARGV[13])
   end
   if mode == 'x' then
     redis.call('HSET', lock, 'l:' .. token, F.marker_value(token, granted.expiry))
@@ -209,7 +207,7 @@ if pruned > 0 then
 end
 
 if ARGV[4] == '1' then
-  L.enqueue(KEYS[3], KEYS[4], token, ARGV[7], ARGV[5], '0', mode, ARGV[11], ARGV[6], ARGV[13])
+  L.enqueue(KEYS[3], KEYS[4], token, ARGV[7], ARGV[5], '0', mode, ARGV[12], ARGV[6], ARGV[8])
 end
 -- What blocks it: the earliest lease of another owner to run out.
 local blocker, until_ms = '', nil

@@ -22,6 +22,14 @@
 -- try. A waiter whose key is gone has died. The sorted set expires with the
 -- freshest heartbeat. All of them share the lock's hash tag.
 
+-- Every acquire script takes the same first arguments:
+-- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix
+-- ARGV[1] token, ARGV[2] lease ms, ARGV[3] fence retention ms,
+-- ARGV[4] '1' to queue when busy, ARGV[5] heartbeat ms, ARGV[6] the
+-- waiting client's id, ARGV[7] '1' when this token was sent before (it may
+-- hold or be queued), ARGV[8] the holder's identity, ARGV[9] the waiter's
+-- mode; what follows is the script's own.
+
 -- The server's clock in µs, as a number and as its exact decimal text:
 -- formatting a float of 16 digits costs the server more than the rest of
 -- a lock's fast path, so the text is built from TIME's own digits.
