@@ -25,11 +25,12 @@ pub(crate) struct Cli {
 
 const EXIT_CODES: &str = "Exit codes: the command's own for `run` when the lease held; \
 0 done; 1 unexpected error, or `demo` lost an update; 2 usage; 65 the name is in use by \
-another kind of lock, or by a semaphore of another size; 69 Redis unreachable (or, \
-for `demo`, redis-server not installed); 75 lock busy (wait ran out or \
+another kind of lock, or by a semaphore of another size; 69 Redis unreachable or not \
+ready (or, for `demo`, redis-server not installed); 75 lock busy (wait ran out or \
 --no-wait); 76 lease lost or its release unanswered (unless --on-lost ignore), lease ran out \
 before the command could start, or token no longer holds the lock; 77 Redis refused the \
-credentials; 78 Redis refused the connection settings (database number, TLS); 128+N a signal \
+credentials; 78 Redis refused the connection settings (database number, TLS), or the URL names a \
+replica, a Sentinel or a node of a Redis Cluster that sends the lock elsewhere; 128+N a signal \
 ended `run`'s wait or stopped `demo`. With --json a failure also prints {\"error\", \"message\", \
 \"exit\"} on stdout.";
 
@@ -266,6 +267,12 @@ pub(crate) struct DemoArgs {
     /// Use the fair lock (FairMutex): the workers are served in the order they lined up
     #[arg(long)]
     pub(crate) fair: bool,
+    // Declared here, hidden, so that the demo's help and manual page do not
+    // offer the global --url: clap gives a subcommand that has an argument
+    // of the same name its own instead of the global one.
+    /// Refused: the demo starts a redis-server of its own
+    #[arg(long, hide = true)]
+    pub(crate) url: Option<String>,
     /// From the global --json: print only the summary, as one JSON object
     #[arg(skip)]
     pub(crate) json: bool,

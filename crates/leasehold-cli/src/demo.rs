@@ -20,6 +20,7 @@ use tokio::task::JoinSet;
 use crate::cli::{Connection, DemoArgs};
 use crate::exit::{self, Fail};
 use crate::kind::{self, Kind, Lock};
+use crate::plural;
 use crate::private_redis::PrivateRedis;
 use crate::screen::{self, LiveView};
 use crate::signals::Stop;
@@ -33,11 +34,12 @@ const LINE_PERIOD: Duration = Duration::from_secs(1);
 const BAR_WIDTH: f64 = 30.0;
 
 pub(crate) async fn demo(conn: &Connection, args: DemoArgs) -> anyhow::Result<ExitCode> {
-    if conn.url_given() {
+    if conn.url_given() || args.url.is_some() {
         return Err(Fail {
             code: exit::USAGE,
-            message: "the demo runs on a redis-server of its own and takes no --url; \
-                      point the other commands at your Redis"
+            message: "the demo starts a redis-server of its own and takes no --url: run it \
+                      without --url, and give --url to the other commands (run, acquire, ...) \
+                      to use your Redis"
                 .to_owned(),
         }
         .into());
@@ -152,8 +154,9 @@ async fn run_on(
         return Err(Fail {
             code: exit::FAILURE,
             message: format!(
-                "{} of {} updates were lost: the lock did not keep the workers apart",
-                summary.lost_updates, summary.acquisitions
+                "{} lost in {}: the lock did not keep the workers apart",
+                plural::count(summary.lost_updates, "update", "updates"),
+                plural::count(summary.acquisitions, "acquisition", "acquisitions")
             ),
         }
         .into());
@@ -362,9 +365,9 @@ fn frame(
 ) -> Vec<String> {
     let mut lines = vec![
         format!(
-            "lock {LOCK_NAME:?} ({}), {} workers, {:.1} s of {} s; Ctrl-C stops",
+            "lock {LOCK_NAME:?} ({}), {}, {:.1} s of {} s; Ctrl-C stops",
             kind(args),
-            args.workers,
+            plural::count(args.workers, "worker", "workers"),
             elapsed.as_secs_f64().min(run_for.as_secs_f64()),
             run_for.as_secs()
         ),
@@ -373,12 +376,12 @@ fn frame(
             None => "holder   none (between hand-offs)".to_owned(),
         },
         format!(
-            "rate     {per_second:.0} hand-offs/s, {} acquisitions, counter {} ({})",
-            s.acquisitions,
+            "rate     {per_second:.0} hand-offs/s, {}, counter {} ({})",
+            plural::count(s.acquisitions, "acquisition", "acquisitions"),
             s.counter.value,
             match s.lost_updates() {
                 0 => "no update lost".to_owned(),
-                n => format!("{n} updates lost"),
+                n => format!("{} lost", plural::count(n, "update", "updates")),
             }
         ),
         format!(
@@ -414,9 +417,9 @@ fn frame(
 
 fn line(s: &Snapshot, per_second: f64, elapsed: Duration) -> String {
     let mut text = format!(
-        "{:>4.1}s  {} acquisitions ({per_second:.0}/s), counter {}, ",
+        "{:>4.1}s  {} ({per_second:.0}/s), counter {}, ",
         elapsed.as_secs_f64(),
-        s.acquisitions,
+        plural::count(s.acquisitions, "acquisition", "acquisitions"),
         s.counter.value
     );
     match s.holder {
@@ -486,8 +489,8 @@ impl<'a> Summary<'a> {
         let s = self.snapshot;
         let seconds = self.elapsed.as_secs_f64();
         let mut text = format!(
-            "\n{} workers took lock {LOCK_NAME:?} ({}) for {seconds:.1} s\n",
-            args.workers,
+            "\n{} took lock {LOCK_NAME:?} ({}) for {seconds:.1} s\n",
+            plural::count(args.workers, "worker", "workers"),
             kind(args)
         );
         let _ = writeln!(
@@ -525,8 +528,10 @@ impl<'a> Summary<'a> {
             lost => {
                 let _ = writeln!(
                     text,
-                    "counter       {} for {} acquisitions: {lost} updates LOST",
-                    s.counter.value, self.acquisitions
+                    "counter       {} for {}: {} LOST",
+                    s.counter.value,
+                    plural::count(self.acquisitions, "acquisition", "acquisitions"),
+                    plural::count(lost, "update", "updates")
                 );
             }
         }

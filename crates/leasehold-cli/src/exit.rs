@@ -5,7 +5,8 @@ pub(crate) const USAGE: u8 = 2;
 /// EX_DATAERR: the name is in use by another kind of lock (or by a
 /// semaphore of another size). Waiting would never end, so it is not busy.
 pub(crate) const CONFLICT: u8 = 65;
-/// EX_UNAVAILABLE: Redis cannot be reached.
+/// EX_UNAVAILABLE: Redis cannot be reached, or is not ready (loading, busy,
+/// failing over).
 pub(crate) const UNAVAILABLE: u8 = 69;
 /// EX_TEMPFAIL: the lock is busy; try again later.
 pub(crate) const BUSY: u8 = 75;
@@ -13,7 +14,9 @@ pub(crate) const BUSY: u8 = 75;
 pub(crate) const LOST: u8 = 76;
 /// EX_NOPERM: Redis refused the credentials (or the ACL user's rights).
 pub(crate) const AUTH: u8 = 77;
-/// EX_CONFIG: Redis refused the connection's settings (database, TLS).
+/// EX_CONFIG: Redis refused the connection's settings (database, TLS), or
+/// the URL names a server that cannot hold the locks: a replica, a
+/// Sentinel, a node of a Redis Cluster that sends the lock elsewhere.
 pub(crate) const CONFIG: u8 = 78;
 pub(crate) const CANNOT_EXECUTE: u8 = 126;
 pub(crate) const NOT_FOUND: u8 = 127;

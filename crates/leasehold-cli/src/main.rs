@@ -10,11 +10,11 @@
 //! | 1 | an unexpected error (an odd reply from Redis); `demo`: an update was lost |
 //! | 2 | usage: a bad flag, duration, lease or lock name |
 //! | 65 | the name is in use by another kind of lock (a mutex asked for `--read`, say), or by a semaphore of another size |
-//! | 69 | Redis cannot be reached (`demo`: `redis-server` is not installed) |
+//! | 69 | Redis cannot be reached, or is not ready: loading, busy, failing over (`demo`: `redis-server` is not installed) |
 //! | 75 | the lock is held by someone else and the wait ran out (or `--no-wait`) |
 //! | 76 | `run`: the lease was lost while the command ran, or the release after it got no answer (both unless `--on-lost ignore`), or the lease ran out before the command could start (nothing was run); `release` / `extend`: the token no longer holds the lock |
 //! | 77 | Redis refused the credentials: a wrong or missing password or user, or an ACL user without the rights |
-//! | 78 | Redis refused the connection settings: a database number it does not have, TLS on a port without it, an untrusted certificate |
+//! | 78 | Redis refused the connection settings: a database number it does not have, TLS on a port without it, an untrusted certificate; or the URL names a read-only replica, a Sentinel, or a node of a Redis Cluster that sends the lock to another node |
 //! | 128+N | `run`: signal N ended the wait before the lock was taken; `demo`: signal N stopped it early |
 //! | 127 / 126 | `run`: the command was not found / could not be executed |
 //!
@@ -34,6 +34,7 @@ mod duration;
 mod exit;
 mod kind;
 mod leader;
+mod plural;
 mod private_redis;
 mod runner;
 mod screen;

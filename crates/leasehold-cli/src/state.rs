@@ -5,6 +5,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
+use crate::plural;
+
 /// The lock's kind, for people.
 fn kind_label(kind: Option<&str>) -> String {
     match kind {
@@ -22,29 +24,25 @@ fn kind_label(kind: Option<&str>) -> String {
 /// whose one holder says it all.
 fn hash_state(info: &leasehold::LockInfo) -> Option<String> {
     let count = |mode: HoldMode| info.holders.iter().filter(|h| h.mode == mode).count();
-    let plural = |n: usize, one: &str, many: &str| {
-        if n == 1 {
-            format!("1 {one}")
-        } else {
-            format!("{n} {many}")
-        }
-    };
     match info.kind.as_deref()? {
         _ if info.holders.is_empty() => Some("free".to_owned()),
         "rwlock" if count(HoldMode::Write) > 0 => Some("held by a writer".to_owned()),
         "rwlock" => Some(format!(
             "held by {}",
-            plural(count(HoldMode::Read), "reader", "readers")
+            plural::count(count(HoldMode::Read), "reader", "readers")
         )),
         "semaphore" => Some(format!(
-            "{} of {} permits in use",
+            "{} of {} in use",
             permits_in_use(info),
-            info.permits.map_or("?".to_owned(), |n| n.to_string())
+            info.permits
+                .map_or("? permits".to_owned(), |n| plural::count(
+                    n, "permit", "permits"
+                ))
         )),
         "reentrant" => Some(match info.holders.iter().map(|h| h.levels as usize).sum() {
             // Released within its hold-at-least: kept until that is over.
             0 => "held, kept until its hold-at-least is over".to_owned(),
-            levels => format!("held, {} deep", plural(levels, "level", "levels")),
+            levels => format!("held, {} deep", plural::count(levels, "level", "levels")),
         }),
         _ => None,
     }
@@ -102,7 +100,10 @@ pub(crate) fn lines(info: &leasehold::LockInfo, mutex_state: String) -> Vec<Stri
     for holder in &info.holders {
         let mut line = format!("  {:<15}{}", role(holder), holder.describe());
         if holder.mode == HoldMode::Permits {
-            line.push_str(&format!(", {} permit(s)", holder.permits));
+            line.push_str(&format!(
+                ", {}",
+                plural::count(holder.permits, "permit", "permits")
+            ));
         }
         if let Some(at) = holder.acquired_at {
             line.push_str(&format!(", since {}", rfc3339(at)));

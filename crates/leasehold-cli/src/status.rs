@@ -93,10 +93,11 @@ fn describe(info: &leasehold::LockInfo) -> String {
     if let Some(fence) = info.last_fence {
         parts.push(format!("last fence {fence}"));
     }
-    parts.push(match info.waiting_clients {
-        1 => "1 waiter".to_owned(),
-        n => format!("{n} waiters"),
-    });
+    parts.push(crate::plural::count(
+        info.waiting_clients,
+        "waiter",
+        "waiters",
+    ));
     parts.join(", ")
 }
 

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use crate::cli::{Connection, WatchArgs};
+use crate::plural;
 use crate::screen::{self, LiveView};
 use crate::scripting::{info_json, seconds};
 use crate::signals::Stop;
@@ -134,5 +135,8 @@ fn describe(info: &leasehold::LockInfo) -> String {
         (true, Some(left)) => format!("held, {} of lease left", seconds(left)),
         (true, None) => "held, with no expiry".to_owned(),
     };
-    format!("{state}, {fence}, {} waiters", info.waiting_clients)
+    format!(
+        "{state}, {fence}, {}",
+        plural::count(info.waiting_clients, "waiter", "waiters")
+    )
 }

@@ -1198,7 +1198,200 @@ fn refused_credentials_exit_77_and_a_refused_database_78() {
             assert_eq!(out.status.code(), Some(code), "{args:?}: {}", stderr(&out));
             assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
             assert!(!stderr(&out).contains("wrong"), "{}", stderr(&out));
+            // What Redis said, in its words, without the client's dump of
+            // a pipeline or the names of its error kinds.
+            for noise in ["Pipeline", "Index 0", "AuthenticationFailed"] {
+                assert!(!stderr(&out).contains(noise), "{}", stderr(&out));
+            }
         }
     }
+    let out = leasehold(&format!("redis://127.0.0.1:{port}"), &["acquire", "job"]);
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "leasehold: redis at 127.0.0.1:{port} requires a password (connect): put it in the \
+             URL, redis://:PASSWORD@host:port or redis://USER:PASSWORD@host:port: NOAUTH \
+             Authentication required.\n"
+        )
+    );
+    let out = leasehold(
+        &format!("redis://:wrong@127.0.0.1:{port}"),
+        &["acquire", "job"],
+    );
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "leasehold: redis at 127.0.0.1:{port} refused the credentials (connect): check the \
+             user and password in the URL (redis://USER:PASSWORD@host:port): Password \
+             authentication failed\n"
+        )
+    );
     assert!(!ran.exists(), "the command ran without the lock");
+}
+
+/// A Redis Sentinel that watches no master, on a free loopback port; killed
+/// when dropped.
+struct Sentinel {
+    port: u16,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Sentinel {
+    /// Starts one and waits until it answers PING.
+    fn start() -> Sentinel {
+        let dir = tempfile::tempdir().unwrap();
+        // A Sentinel needs a configuration file it can rewrite.
+        let config = dir.path().join("sentinel.conf");
+        std::fs::write(&config, "").unwrap();
+        let log = dir.path().join("sentinel.log");
+        let port = leasehold_testkit::free_port();
+        let child = Command::new(leasehold_testkit::redis_server_path().unwrap())
+            .arg(&config)
+            .arg("--sentinel")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(dir.path())
+            .arg("--logfile")
+            .arg(&log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let sentinel = Sentinel {
+            port,
+            child,
+            _dir: dir,
+        };
+        // Logged once its listener is bound: the port is its own.
+        eventually("the sentinel to answer PING", || {
+            std::fs::read_to_string(&log).is_ok_and(|l| l.contains("Sentinel ID is"))
+                && sentinel.answers_ping()
+        });
+        sentinel
+    }
+
+    fn answers_ping(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+        let mut reply = [0u8; 5];
+        stream.write_all(b"PING\r\n").is_ok()
+            && stream.read_exact(&mut reply).is_ok()
+            && &reply == b"+PONG"
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A URL that names a replica or a Sentinel is a setting to fix (78): the
+/// message says what to point it at, and nothing runs.
+#[test]
+fn a_replica_or_a_sentinel_url_exits_78_and_runs_nothing() {
+    // No wait for more replicas before the first sync.
+    let master = RedisServer::start_with_args(&["--repl-diskless-sync-delay", "0"]);
+    let replica =
+        RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+    // Until its first sync a replica may answer LOADING, which passes.
+    eventually("the replica's first sync", || {
+        replica
+            .command(&["INFO", "replication"])
+            .unwrap()
+            .contains("master_link_status:up")
+    });
+    let sentinel = Sentinel::start();
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let touch = format!("touch '{}'", ran.display());
+    let run = ["run", "job", "--", "sh", "-c", &touch];
+    let acquire = ["acquire", "job", "--wait", "30s"];
+    let cases = [
+        (
+            (replica.url(), replica.addr().to_string()),
+            "is a read-only replica and refused acquire: point the URL at its master",
+            &[&run[..], &acquire][..],
+        ),
+        (
+            (sentinel.url(), sentinel.addr()),
+            "is a Sentinel, not a data node: point the URL at the master it watches",
+            &[&run[..], &acquire, &["inspect", "job"]],
+        ),
+    ];
+    for ((url, addr), says, commands) in cases {
+        for args in commands {
+            let out = leasehold(&url, args);
+            assert_eq!(out.status.code(), Some(78), "{args:?}: {}", stderr(&out));
+            let expected = format!("leasehold: redis at {addr} {says}");
+            assert!(stderr(&out).starts_with(&expected), "{}", stderr(&out));
+            assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+        }
+        let out = leasehold(&url, &["acquire", "job", "--json"]);
+        assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+        let failure: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(failure["error"], "config", "{failure}");
+    }
+    assert!(!ran.exists(), "the command ran without the lock");
+}
+
+/// The demo brings its own server: its help offers no --url, and a --url
+/// before or after `demo` is refused with the reason, before any server is
+/// started.
+#[test]
+fn demo_takes_no_url_and_does_not_offer_one() {
+    let help = demo(&["demo", "--help"]);
+    assert!(help.status.success(), "{}", stderr(&help));
+    assert!(stdout(&help).contains("--workers"), "{}", stdout(&help));
+    assert!(!stdout(&help).contains("--url"), "{}", stdout(&help));
+    let url = unreachable_url();
+    for args in [&["demo", "--url", &url][..], &["--url", &url, "demo"]] {
+        let out = demo(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert_eq!(
+            stderr(&out),
+            "leasehold: the demo starts a redis-server of its own and takes no --url: run it \
+             without --url, and give --url to the other commands (run, acquire, ...) to use \
+             your Redis\n"
+        );
+    }
+}
+
+/// `watch` off a terminal prints a line when a lock changes; its count of
+/// waiters is in words.
+#[test]
+fn watch_lines_count_waiters_in_words() {
+    use std::io::{BufRead, BufReader};
+
+    let server = RedisServer::start();
+    let url = server.url();
+    let (token, _) = acquire(&url, "job", "1m");
+    let waiter = spawn(&url, &["acquire", "job", "--wait", "2m", "--quiet"]);
+    queued(&server, "job", 1);
+    let mut watch = spawn(&url, &["watch", "job"]);
+    let mut line = String::new();
+    BufReader::new(watch.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    watch.kill().unwrap();
+    watch.wait().unwrap();
+    assert!(line.ends_with(", 1 waiter\n"), "{line:?}");
+    let out = leasehold(&url, &["release", "job", &token]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = waiter.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
 }

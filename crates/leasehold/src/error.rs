@@ -20,8 +20,10 @@ pub enum ErrorKind {
     NotHeld,
     /// An argument was refused before anything was sent to Redis.
     InvalidInput,
-    /// Redis could not be reached, or did not answer within the command
-    /// timeout. Worth trying again later.
+    /// Redis could not be reached, did not answer within the command
+    /// timeout, or was not ready: loading its data, busy with a script, or
+    /// in a cluster or replica that is failing over (LOADING, BUSY,
+    /// TRYAGAIN, CLUSTERDOWN, MASTERDOWN). Worth trying again later.
     Connection,
     /// Redis refused the credentials (a wrong or missing password or user),
     /// or the user may not run what leasehold needs (ACL). Trying again does
@@ -29,9 +31,15 @@ pub enum ErrorKind {
     Auth,
     /// Redis refused the connection's settings: a database number it does
     /// not have, TLS on a port without it or a certificate it cannot prove.
-    /// Trying again does not help: fix the URL or the TLS settings.
+    /// Or the URL names a server that cannot hold the locks as it is: a
+    /// read-only replica (READONLY), a Sentinel, or a node of a Redis
+    /// Cluster that sends the lock's slot to another node (MOVED, ASK),
+    /// which leasehold does not follow yet. Trying again does not help: fix
+    /// the URL or the TLS settings.
     Config,
-    /// Redis answered with an error, or with a reply leasehold does not understand.
+    /// Redis answered with an error, or with a reply leasehold does not
+    /// understand. Trying again does not help; the message and the
+    /// [`redis_error`](Error::redis_error) say what Redis said.
     Server,
     /// The operating system refused something leasehold needs (randomness for tokens).
     System,
@@ -195,7 +203,7 @@ impl Error {
         self.kind == ErrorKind::InvalidInput
     }
 
-    /// Redis could not be reached or did not answer in time.
+    /// Redis could not be reached, did not answer in time, or was not ready.
     pub fn is_connection(&self) -> bool {
         self.kind == ErrorKind::Connection
     }
@@ -210,7 +218,8 @@ impl Error {
         self.kind == ErrorKind::Auth
     }
 
-    /// Redis refused the connection's settings (database number, TLS).
+    /// Redis refused the connection's settings (database number, TLS), or
+    /// the URL names a replica, a Sentinel or another cluster node's slot.
     pub fn is_config(&self) -> bool {
         self.kind == ErrorKind::Config
     }
@@ -222,8 +231,8 @@ impl Error {
     }
 
     /// Trying the same operation again later may succeed: Redis was out of
-    /// reach, or the lock was busy for the whole wait. False for refused
-    /// credentials and settings, which only a fix makes work.
+    /// reach or not ready, or the lock was busy for the whole wait. False
+    /// for refused credentials and settings, which only a fix makes work.
     pub fn is_retryable(&self) -> bool {
         matches!(self.kind, ErrorKind::Connection | ErrorKind::Timeout)
     }
@@ -231,12 +240,15 @@ impl Error {
 
 impl Error {
     /// Wraps an error of the Redis client at `address` met during `operation`.
+    ///
+    /// Redis's cluster and failover replies follow the Redis client's own
+    /// verdicts (`redis::RetryMethod`): LOADING, BUSY, TRYAGAIN, CLUSTERDOWN
+    /// and MASTERDOWN pass (transient `Connection`). What it would follow
+    /// on another node, READONLY (a replica), MOVED and ASK (another
+    /// cluster node), leasehold cannot follow yet on its one connection:
+    /// those are `Config`, a URL to fix, and keep the reply for
+    /// [`is_readonly`](Self::is_readonly) and [`redirect`](Self::redirect).
     pub(crate) fn redis(address: &str, operation: &str, err: redis::RedisError) -> Self {
-        use redis::ServerErrorKind as S;
-        let not_ready = matches!(
-            err.kind(),
-            redis::ErrorKind::Server(S::BusyLoading | S::TryAgain | S::MasterDown | S::ClusterDown)
-        ) || err.code() == Some("BUSY");
         let error = if err.kind() == redis::ErrorKind::InvalidClientConfig {
             Error::new(
                 ErrorKind::InvalidInput,
@@ -277,13 +289,49 @@ impl Error {
                      is for this host and signed by a trusted CA (see tls_root_certificate)"
                 ),
             )
-        } else if not_ready {
+        } else if has_code(&err, "READONLY") {
+            Error::new(
+                ErrorKind::Config,
+                format!(
+                    "redis at {address} is a read-only replica and refused {operation}: point \
+                     the URL at its master (INFO replication on the replica names it: \
+                     master_host, master_port); leasehold does not follow a Sentinel to the \
+                     master yet"
+                ),
+            )
+        } else if let Some(redirect) = redirect_of(&err) {
+            Error::new(ErrorKind::Config, redirect.message(address))
+        } else if has_code(&err, "MOVED") || has_code(&err, "ASK") {
+            Error::new(
+                ErrorKind::Config,
+                format!(
+                    "redis at {address} is a Redis Cluster node and sent {operation} to another \
+                     node: leasehold does not follow cluster redirects yet; point the URL at a \
+                     standalone Redis, or at a cluster whose one node holds every slot"
+                ),
+            )
+        } else if has_code(&err, "CROSSSLOT") {
+            Error::new(
+                ErrorKind::Server,
+                format!(
+                    "redis at {address} refused {operation}: its keys are in different cluster \
+                     slots (CROSSSLOT), though every key of a lock shares the lock's hash tag; \
+                     this is a bug in leasehold, please report it"
+                ),
+            )
+        } else if let Some(command) = unknown_script_command(&err) {
+            Error::new(
+                ErrorKind::Config,
+                format!(
+                    "redis at {address} does not know {command}, which leasehold needs: it is \
+                     not a Redis data node with Lua scripting; if it is a Sentinel, point the \
+                     URL at the master it watches"
+                ),
+            )
+        } else if let Some(why) = not_ready(&err) {
             Error::new(
                 ErrorKind::Connection,
-                format!(
-                    "redis at {address} is not ready ({operation}): it is loading its data, \
-                     running a long script or failing over; try again shortly"
-                ),
+                format!("redis at {address} is not ready ({operation}): {why}"),
             )
             .transient()
         } else if operation == "connect" && is_server_error(&err) {
@@ -330,6 +378,42 @@ impl Error {
         error.with_source(RedisCause(err))
     }
 
+    /// The URL names a Sentinel: it answers `INFO` but keeps no keys.
+    pub(crate) fn sentinel(address: &str) -> Self {
+        Error::new(
+            ErrorKind::Config,
+            format!(
+                "redis at {address} is a Sentinel, not a data node: point the URL at the master \
+                 it watches (SENTINEL get-master-addr-by-name MASTER_NAME, asked of it, gives \
+                 its address); leasehold does not follow a Sentinel to the master yet"
+            ),
+        )
+    }
+
+    /// Redis refused a write because it is a replica (READONLY): the URL
+    /// names one, or a failover just made this master one.
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "for the Sentinel deployment, to follow the master"
+        )
+    )]
+    pub(crate) fn is_readonly(&self) -> bool {
+        self.redis_error()
+            .is_some_and(|err| has_code(err, "READONLY"))
+    }
+
+    /// Where a Redis Cluster node sent the command (MOVED, ASK), as the
+    /// node wrote it.
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "for the cluster deployment, to follow redirects")
+    )]
+    pub(crate) fn redirect(&self) -> Option<Redirect> {
+        self.redis_error().and_then(redirect_of)
+    }
+
     pub(crate) fn no_answer(address: &str, operation: &str, timeout: Duration) -> Self {
         Error::new(
             ErrorKind::Connection,
@@ -366,11 +450,119 @@ impl Error {
 /// Whether Redis answered `err` with the error code `code`, alone or in a
 /// pipeline.
 fn has_code(err: &redis::RedisError, code: &str) -> bool {
-    err.code() == Some(code)
-        || err
-            .clone()
-            .into_server_errors()
-            .is_some_and(|errors| errors.iter().any(|(_, e)| e.code() == code))
+    err.code() == Some(code) || server_errors(err).iter().any(|e| e.code() == code)
+}
+
+/// The error replies behind `err`: one, or one per failed command of a
+/// pipeline; none for a failure that is not a reply.
+fn server_errors(err: &redis::RedisError) -> Vec<redis::ServerError> {
+    err.clone()
+        .into_server_errors()
+        .map(|errors| errors.iter().map(|(_, e)| e.clone()).collect())
+        .unwrap_or_default()
+}
+
+/// Why a server that answered with `err` is not ready yet, when it is a
+/// reply the Redis client would wait and retry on (or BUSY, which it does
+/// not know).
+fn not_ready(err: &redis::RedisError) -> Option<&'static str> {
+    server_errors(err).iter().find_map(|e| {
+        Some(match e.code() {
+            "LOADING" => "it is loading its data set into memory; try again shortly",
+            "BUSY" => "it is busy running a script or function; try again shortly",
+            "TRYAGAIN" => {
+                "the lock's cluster slot is being moved to another node (TRYAGAIN); try again \
+                 shortly"
+            }
+            "CLUSTERDOWN" => {
+                "its cluster is down or no node serves the lock's slot (CLUSTERDOWN); try again \
+                 shortly, and see CLUSTER INFO on it if this lasts"
+            }
+            "MASTERDOWN" => {
+                "it is a replica whose link to its master is down (MASTERDOWN), as in a \
+                 failover; try again shortly, or point the URL at the master"
+            }
+            _ => return None,
+        })
+    })
+}
+
+/// The scripting command a server does not know, from its "unknown
+/// command" reply: a Sentinel, or a proxy without scripting, answers so.
+fn unknown_script_command(err: &redis::RedisError) -> Option<String> {
+    server_errors(err).iter().find_map(|e| {
+        let detail = e.details()?.strip_prefix("unknown command ")?;
+        // Quoted 'EVALSHA' by Redis 7, `EVALSHA` by Redis 6.
+        let quote = detail.chars().next().filter(|c| matches!(c, '\'' | '`'))?;
+        let command = detail[quote.len_utf8()..].split(quote).next()?;
+        ["EVALSHA", "EVAL", "SCRIPT", "FCALL"]
+            .iter()
+            .any(|known| command.eq_ignore_ascii_case(known))
+            .then(|| command.to_ascii_uppercase())
+    })
+}
+
+/// The first MOVED or ASK reply behind `err`, if it reads as one:
+/// `MOVED 3999 127.0.0.1:6381`.
+fn redirect_of(err: &redis::RedisError) -> Option<Redirect> {
+    server_errors(err).iter().find_map(|e| {
+        let kind = match e.kind()? {
+            redis::ServerErrorKind::Moved => RedirectKind::Moved,
+            redis::ServerErrorKind::Ask => RedirectKind::Ask,
+            _ => return None,
+        };
+        let mut words = e.details()?.split_ascii_whitespace();
+        let slot = words.next()?.parse().ok().filter(|slot| *slot < SLOTS)?;
+        let addr = words.next()?.to_owned();
+        Some(Redirect { kind, slot, addr })
+    })
+}
+
+/// Hash slots of a Redis Cluster.
+const SLOTS: u16 = 16384;
+
+/// Where a Redis Cluster node sent a command instead of running it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Redirect {
+    pub(crate) kind: RedirectKind,
+    /// The hash slot of the command's keys.
+    pub(crate) slot: u16,
+    /// The node to ask, `host:port` as the node wrote it; an empty host
+    /// (`:6380`) is the host of the node that answered.
+    pub(crate) addr: String,
+}
+
+/// Which redirect a Redis Cluster node answered with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RedirectKind {
+    /// The slot is served by another node: ask it from now on.
+    Moved,
+    /// The slot is moving to another node: ask it (after ASKING) for this
+    /// one command.
+    Ask,
+}
+
+impl Redirect {
+    /// The message of an [`Error`] for a redirect from the node at `address`.
+    fn message(&self, address: &str) -> String {
+        let target = match self.addr.strip_prefix(':') {
+            Some(port) => {
+                let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
+                format!("{host}:{port}")
+            }
+            None => self.addr.clone(),
+        };
+        let slot = self.slot;
+        let what = match self.kind {
+            RedirectKind::Moved => format!("the lock's slot {slot} is served by {target} (MOVED)"),
+            RedirectKind::Ask => format!("it is moving the lock's slot {slot} to {target} (ASK)"),
+        };
+        format!(
+            "redis at {address} is a Redis Cluster node, and {what}: leasehold does not follow \
+             cluster redirects yet; point the URL at a standalone Redis, or at a cluster whose \
+             one node holds every slot"
+        )
+    }
 }
 
 /// Redis answered with an error (not an I/O or client-side failure).
@@ -406,9 +598,28 @@ fn is_tls_failure(err: &redis::RedisError) -> bool {
 /// already includes its cause, so the cause is not repeated as a source.
 struct RedisCause(redis::RedisError);
 
+/// What Redis said, as `redis-cli` shows it (`NOAUTH Authentication
+/// required.`), each different reply of a pipeline once; the Redis
+/// client's own errors without the name of their kind.
 impl fmt::Display for RedisCause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
+        let mut said: Vec<String> = Vec::new();
+        for e in server_errors(&self.0) {
+            let line = match e.details() {
+                Some(detail) => format!("{} {detail}", e.code()),
+                None => e.code().to_owned(),
+            };
+            if !said.contains(&line) {
+                said.push(line);
+            }
+        }
+        if !said.is_empty() {
+            return f.write_str(&said.join("; "));
+        }
+        // The client writes its own errors "description - Kind: detail".
+        let text = self.0.to_string();
+        let kind = format!(" - {:?}", self.0.kind());
+        f.write_str(&text.replacen(&kind, "", 1))
     }
 }
 
@@ -442,5 +653,221 @@ impl std::error::Error for Error {
         self.source
             .as_deref()
             .map(|s| s as &(dyn std::error::Error + 'static))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ADDRESS: &str = "127.0.0.1:7000";
+
+    /// The error the Redis client makes of `bytes`, an error reply as a
+    /// server sent it.
+    fn reply(bytes: &str) -> redis::RedisError {
+        redis::parse_redis_value(bytes.as_bytes())
+            .unwrap()
+            .extract_error()
+            .unwrap_err()
+    }
+
+    fn wrapped(bytes: &str) -> Error {
+        Error::redis(ADDRESS, "acquire", reply(bytes))
+    }
+
+    /// Each reply as Redis 7.0 sent it to leasehold's scripts and
+    /// commands: a replica, a Sentinel, cluster nodes, a busy or loading
+    /// server.
+    #[test]
+    fn cluster_and_failover_replies_have_a_kind_and_a_verdict() {
+        use ErrorKind::*;
+        let cases = [
+            (
+                "-READONLY You can't write against a read only replica. script: \
+                 78856a9bbe26eefb11479e1ab334dbcd8da9e0c9, on @user_script:422.\r\n",
+                Config,
+                false,
+                "is a read-only replica and refused acquire: point the URL at its master",
+            ),
+            (
+                "-MOVED 16287 127.0.0.1:47305\r\n",
+                Config,
+                false,
+                "is a Redis Cluster node, and the lock's slot 16287 is served by \
+                 127.0.0.1:47305 (MOVED): leasehold does not follow cluster redirects yet",
+            ),
+            (
+                "-ASK 16287 127.0.0.1:47306\r\n",
+                Config,
+                false,
+                "it is moving the lock's slot 16287 to 127.0.0.1:47306 (ASK)",
+            ),
+            (
+                "-CROSSSLOT Keys in request don't hash to the same slot\r\n",
+                Server,
+                false,
+                "(CROSSSLOT), though every key of a lock shares the lock's hash tag; this is a \
+                 bug in leasehold",
+            ),
+            (
+                "-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+                Connection,
+                true,
+                "is not ready (acquire): the lock's cluster slot is being moved to another node \
+                 (TRYAGAIN); try again shortly",
+            ),
+            (
+                "-CLUSTERDOWN Hash slot not served\r\n",
+                Connection,
+                true,
+                "(CLUSTERDOWN); try again shortly",
+            ),
+            (
+                "-CLUSTERDOWN The cluster is down\r\n",
+                Connection,
+                true,
+                "(CLUSTERDOWN); try again shortly",
+            ),
+            (
+                "-MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to \
+                 'no'.\r\n",
+                Connection,
+                true,
+                "(MASTERDOWN), as in a failover; try again shortly",
+            ),
+            (
+                "-LOADING Redis is loading the dataset in memory\r\n",
+                Connection,
+                true,
+                "is loading its data set into memory; try again shortly",
+            ),
+            (
+                "-BUSY Redis is busy running a script. You can only call SCRIPT KILL or \
+                 SHUTDOWN NOSAVE.\r\n",
+                Connection,
+                true,
+                "is busy running a script or function; try again shortly",
+            ),
+            (
+                "-ERR unknown command 'EVALSHA', with args beginning with: \
+                 '78856a9bbe26eefb11479e1ab334dbcd8da9e0c9' '4' 'leasehold:{x}' \r\n",
+                Config,
+                false,
+                "does not know EVALSHA, which leasehold needs",
+            ),
+            (
+                "-ERR unknown command `evalsha`, with args beginning with: `0` \r\n",
+                Config,
+                false,
+                "if it is a Sentinel, point the URL at the master it watches",
+            ),
+            (
+                "-ERR unknown command 'FOO', with args beginning with: \r\n",
+                Server,
+                false,
+                "answered acquire with an error",
+            ),
+            (
+                "-NOAUTH Authentication required.\r\n",
+                Auth,
+                false,
+                "requires a password (acquire)",
+            ),
+            (
+                "-WRONGPASS invalid username-password pair or user is disabled.\r\n",
+                Auth,
+                false,
+                "refused the credentials (acquire)",
+            ),
+        ];
+        for (bytes, kind, transient, says) in cases {
+            let err = wrapped(bytes);
+            assert_eq!(err.kind(), kind, "{bytes}: {err:?}");
+            assert_eq!(err.is_transient(), transient, "{bytes}: {err:?}");
+            assert_eq!(err.is_retryable(), transient, "{bytes}: {err:?}");
+            assert!(err.to_string().contains(says), "{bytes}: {err}");
+            assert!(
+                err.to_string().starts_with("redis at 127.0.0.1:7000 "),
+                "{err}"
+            );
+            assert!(err.redis_error().is_some(), "{bytes}: the reply is kept");
+        }
+    }
+
+    #[test]
+    fn redirects_are_read_from_the_kept_reply() {
+        assert_eq!(
+            wrapped("-MOVED 3999 127.0.0.1:6381\r\n").redirect(),
+            Some(Redirect {
+                kind: RedirectKind::Moved,
+                slot: 3999,
+                addr: "127.0.0.1:6381".to_owned(),
+            })
+        );
+        assert_eq!(
+            wrapped("-ASK 16383 cache-2.example:7002\r\n").redirect(),
+            Some(Redirect {
+                kind: RedirectKind::Ask,
+                slot: 16383,
+                addr: "cache-2.example:7002".to_owned(),
+            })
+        );
+        // No host: the host of the node that answered, named so in the message.
+        let same_host = wrapped("-MOVED 12 :7001\r\n");
+        assert_eq!(
+            same_host.redirect().map(|r| r.addr),
+            Some(":7001".to_owned())
+        );
+        assert!(
+            same_host
+                .to_string()
+                .contains("slot 12 is served by 127.0.0.1:7001 (MOVED)"),
+            "{same_host}"
+        );
+        // A redirect that does not read as one is still a URL to fix.
+        for bytes in [
+            "-MOVED 16384 127.0.0.1:7001\r\n",
+            "-MOVED twelve 127.0.0.1:7001\r\n",
+            "-ASK 12\r\n",
+            "-MOVED\r\n",
+        ] {
+            let err = wrapped(bytes);
+            assert_eq!(err.redirect(), None, "{bytes}");
+            assert_eq!(err.kind(), ErrorKind::Config, "{bytes}: {err:?}");
+            assert!(err.to_string().contains("Redis Cluster node"), "{err}");
+        }
+        assert_eq!(wrapped("-READONLY You can't write\r\n").redirect(), None);
+        assert_eq!(Error::invalid("no").redirect(), None);
+    }
+
+    #[test]
+    fn readonly_is_known_by_its_reply() {
+        assert!(
+            wrapped("-READONLY You can't write against a read only replica.\r\n").is_readonly()
+        );
+        assert!(!wrapped("-MASTERDOWN Link with MASTER is down\r\n").is_readonly());
+        assert!(!Error::not_held("gone").is_readonly());
+    }
+
+    /// The source says what Redis said in its words, without the Redis
+    /// client's names for its error kinds.
+    #[test]
+    fn the_source_is_what_redis_said() {
+        let source = |err: &Error| {
+            std::error::Error::source(err)
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        };
+        let err = wrapped("-NOAUTH Authentication required.\r\n");
+        assert_eq!(source(&err), "NOAUTH Authentication required.");
+        let err = wrapped("-MOVED 3999 127.0.0.1:6381\r\n");
+        assert_eq!(source(&err), "MOVED 3999 127.0.0.1:6381");
+        let refused = redis::RedisError::from((
+            redis::ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        ));
+        let err = Error::redis(ADDRESS, "connect", refused);
+        assert_eq!(err.kind(), ErrorKind::Auth);
+        assert_eq!(source(&err), "Password authentication failed");
     }
 }

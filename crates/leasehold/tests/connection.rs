@@ -1,10 +1,12 @@
-//! Credentials in the URL, and the watchdog's batching, against real servers.
+//! Credentials in the URL, servers the URL should not name (a replica, a
+//! Sentinel, another cluster node), servers not ready yet, and the
+//! watchdog's batching, against real servers.
 
 mod common;
 
 use std::time::Duration;
 
-use common::{client_with, cmd, impatient};
+use common::{client_with, cmd, eventually, impatient, raw};
 use leasehold::{Client, ErrorKind};
 use leasehold_testkit::RedisServer;
 
@@ -57,6 +59,7 @@ async fn password_and_acl_user_in_the_url() {
 async fn refused_credentials_are_auth_errors_that_end_a_wait() {
     let server = RedisServer::start_with_args(&["--requirepass", "s3cret"]);
     let port = server.port();
+    let said = "Password authentication failed";
     for (url, says) in [
         (format!("redis://:wrong@127.0.0.1:{port}"), "credentials"),
         (format!("redis://127.0.0.1:{port}"), "requires a password"),
@@ -67,6 +70,13 @@ async fn refused_credentials_are_auth_errors_that_end_a_wait() {
         assert!(err.is_auth() && !err.is_retryable(), "{url}: {err:?}");
         assert!(err.to_string().contains(says), "{url}: {err}");
         assert!(!err.to_string().contains("cannot reach"), "{err}");
+        // What Redis said, in its words: no dump of the client's pipeline
+        // or the names of its error kinds.
+        let source = std::error::Error::source(&err).unwrap().to_string();
+        assert!(
+            source == "NOAUTH Authentication required." || source == said,
+            "{url}: {source}"
+        );
         // Waits, bounded or not, end on it rather than retrying it.
         let err = mutex.acquire_timeout(LONG).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Auth, "{url}: {err:?}");
@@ -76,6 +86,215 @@ async fn refused_credentials_are_auth_errors_that_end_a_wait() {
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Auth, "{url}: {err:?}");
     }
+}
+
+/// A URL that names a replica is a setting to fix, said so: writes go to
+/// the master. A wait ends on it rather than retrying it.
+#[tokio::test]
+async fn a_replica_url_is_a_config_error_that_points_at_the_master() {
+    // No wait for more replicas before the first sync.
+    let master = RedisServer::start_with_args(&["--repl-diskless-sync-delay", "0"]);
+    let replica =
+        RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+    // Until its first sync a replica may answer LOADING, which passes.
+    let synced = &replica;
+    eventually("the replica's first sync", move || async move {
+        synced
+            .command(&["INFO", "replication"])
+            .unwrap()
+            .contains("master_link_status:up")
+    })
+    .await;
+    let mutex = Client::open(&replica.url()).unwrap().mutex("job").unwrap();
+    let err = mutex.try_acquire().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err:?}");
+    assert!(err.is_config() && !err.is_retryable(), "{err:?}");
+    let expected = format!(
+        "redis at {} is a read-only replica and refused acquire: point the URL at its master",
+        replica.addr()
+    );
+    assert!(err.to_string().starts_with(&expected), "{err}");
+    let err = tokio::time::timeout(LONG, mutex.acquire())
+        .await
+        .expect("the wait retried a replica's refusal")
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err:?}");
+}
+
+/// A URL that names a Sentinel is found out on connect (its INFO says so),
+/// before any lock command is sent.
+#[tokio::test]
+async fn a_sentinel_url_is_a_config_error() {
+    let sentinel = common::Sentinel::start();
+    let mutex = Client::open(&sentinel.url()).unwrap().mutex("job").unwrap();
+    let err = mutex.try_acquire().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err:?}");
+    assert!(!err.is_retryable(), "{err:?}");
+    let expected = format!(
+        "redis at {} is a Sentinel, not a data node: point the URL at the master it watches",
+        sentinel.addr()
+    );
+    assert!(err.to_string().starts_with(&expected), "{err}");
+    let err = tokio::time::timeout(LONG, mutex.acquire())
+        .await
+        .expect("the wait retried a Sentinel")
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err:?}");
+}
+
+/// Two cluster nodes, one holding every slot. A node that serves no slot
+/// answers CLUSTERDOWN while alone (it passes), then MOVED (a URL to fix:
+/// leasehold does not follow redirects yet). A slot moving away answers
+/// TRYAGAIN while the lock's keys are on both sides (it passes), and ASK
+/// once they have all left (a URL to fix).
+#[tokio::test]
+async fn cluster_redirects_are_config_errors_and_a_cluster_not_ready_passes() {
+    let serving = RedisServer::start_cluster_node();
+    let empty = RedisServer::start_cluster_node();
+    assert_eq!(empty.command(&["CLUSTER", "RESET", "HARD"]).unwrap(), "OK");
+    let on_empty = impatient(&empty.url());
+    let err = on_empty
+        .mutex("job")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err:?}");
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(err.to_string().contains("(CLUSTERDOWN)"), "{err}");
+
+    let port = empty.port().to_string();
+    assert_eq!(
+        serving
+            .command(&["CLUSTER", "MEET", "127.0.0.1", &port])
+            .unwrap(),
+        "OK"
+    );
+    let joined = &empty;
+    eventually("the empty node to learn the slots", move || async move {
+        joined
+            .command(&["CLUSTER", "INFO"])
+            .unwrap()
+            .contains("cluster_state:ok")
+    })
+    .await;
+    let mutex = on_empty.mutex("job").unwrap();
+    let err = mutex.try_acquire().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err:?}");
+    assert!(!err.is_retryable(), "{err:?}");
+    let slot = serving.command(&["CLUSTER", "KEYSLOT", "job"]).unwrap();
+    let expected = format!(
+        "redis at {} is a Redis Cluster node, and the lock's slot {slot} is served by {} \
+         (MOVED): leasehold does not follow cluster redirects yet",
+        empty.addr(),
+        serving.addr()
+    );
+    assert!(err.to_string().starts_with(&expected), "{err}");
+    let err = tokio::time::timeout(LONG, mutex.acquire())
+        .await
+        .expect("the wait retried a redirect")
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err:?}");
+
+    let empty_id = empty.command(&["CLUSTER", "MYID"]).unwrap();
+    let on_serving = impatient(&serving.url());
+    let migrate = |name: &str| {
+        let slot = serving.command(&["CLUSTER", "KEYSLOT", name]).unwrap();
+        let reply = serving
+            .command(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &empty_id])
+            .unwrap();
+        assert_eq!(reply, "OK");
+        slot
+    };
+    // The fence counter stays behind, the lock's other keys are not there.
+    assert_eq!(
+        serving
+            .command(&["SET", "leasehold:{half}:fence", "7"])
+            .unwrap(),
+        "OK"
+    );
+    migrate("half");
+    let err = on_serving
+        .mutex("half")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err:?}");
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(err.to_string().contains("(TRYAGAIN)"), "{err}");
+
+    let slot = migrate("gone");
+    let err = on_serving
+        .mutex("gone")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err:?}");
+    let expected = format!(
+        "it is moving the lock's slot {slot} to {} (ASK)",
+        empty.addr()
+    );
+    assert!(err.to_string().contains(&expected), "{err}");
+}
+
+/// A server not ready yet passes: a replica cut off from its master
+/// (MASTERDOWN), and a server busy with a long script (BUSY).
+#[tokio::test]
+async fn servers_not_ready_yet_are_transient() {
+    // Made a replica once started: a replica without its master answers
+    // even PING with MASTERDOWN.
+    let cut_off = RedisServer::start();
+    let nowhere = leasehold_testkit::free_port().to_string();
+    for setting in [
+        &["CONFIG", "SET", "replica-serve-stale-data", "no"][..],
+        &["REPLICAOF", "127.0.0.1", &nowhere],
+    ] {
+        assert_eq!(cut_off.command(setting).unwrap(), "OK");
+    }
+    let err = impatient(&cut_off.url())
+        .mutex("job")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err:?}");
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(err.to_string().contains("(MASTERDOWN)"), "{err}");
+
+    let busy = RedisServer::start_with_args(&["--busy-reply-threshold", "50"]);
+    let mut looping = raw(&busy).await;
+    let script = tokio::spawn(async move {
+        leasehold::redis::cmd("EVAL")
+            .arg("while true do end")
+            .arg(0)
+            .query_async::<leasehold::redis::Value>(&mut looping)
+            .await
+    });
+    let server = &busy;
+    eventually("the script to keep the server busy", move || async move {
+        server
+            .command(&["PING"])
+            .unwrap()
+            .starts_with("(error) BUSY")
+    })
+    .await;
+    let err = impatient(&busy.url())
+        .mutex("job")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err:?}");
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(
+        err.to_string().contains("is busy running a script"),
+        "{err}"
+    );
+    assert_eq!(busy.command(&["SCRIPT", "KILL"]).unwrap(), "OK");
+    let killed = script.await.unwrap();
+    assert!(killed.is_err(), "{killed:?}");
 }
 
 /// A database number the server does not have is a configuration error

@@ -224,6 +224,9 @@ impl Connection {
                 return Err(self.mismatch(within).await.unwrap_or(error));
             }
         };
+        if info_field(&server, "redis_mode") == Some("sentinel") {
+            return Err(Error::sentinel(&self.address));
+        }
         let uptime = info_field(&server, "uptime_in_seconds")
             .and_then(|s| s.parse::<u64>().ok())
             .unwrap_or(0);

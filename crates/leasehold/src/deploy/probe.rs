@@ -26,11 +26,12 @@ impl Mismatch {
         let message = match self {
             Mismatch::PlainServer => format!(
                 "redis at {address} does not speak TLS on this port (it answers plain commands): \
-                 use a redis:// URL, or the port the server gives as tls-port"
+                 use a redis:// URL for this port, or keep rediss:// and use the server's TLS \
+                 port (its tls-port setting)"
             ),
             Mismatch::TlsServer => format!(
-                "redis at {address} speaks TLS on this port: use a rediss:// URL, or the port \
-                 the server gives as port"
+                "redis at {address} speaks TLS on this port: use a rediss:// URL for this port, \
+                 or keep redis:// and use the server's plain port (its port setting)"
             ),
         };
         Error::new(ErrorKind::Config, message)

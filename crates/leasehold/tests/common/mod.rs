@@ -103,3 +103,82 @@ where
     }
     panic!("gave up waiting for {what}");
 }
+
+/// A Redis Sentinel that watches no master, on a free loopback port: what a
+/// client meets when its URL names a Sentinel instead of a data node.
+/// Killed, and its directory removed, when dropped.
+pub(crate) struct Sentinel {
+    port: u16,
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+}
+
+impl Sentinel {
+    /// Starts one and waits until it answers PING; panics with its log if
+    /// it does not within 10 s.
+    pub(crate) fn start() -> Sentinel {
+        let port = leasehold_testkit::free_port();
+        let dir =
+            std::env::temp_dir().join(format!("leasehold-sentinel-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // A Sentinel needs a configuration file it can rewrite.
+        let config = dir.join("sentinel.conf");
+        std::fs::write(&config, "").unwrap();
+        let log = dir.join("sentinel.log");
+        let child = std::process::Command::new(leasehold_testkit::redis_server_path().unwrap())
+            .arg(&config)
+            .arg("--sentinel")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--logfile")
+            .arg(&log)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let sentinel = Sentinel { port, child, dir };
+        for _ in 0..500 {
+            // Logged once its listener is bound: the port is its own.
+            let ready = std::fs::read_to_string(&log).is_ok_and(|l| l.contains("Sentinel ID is"));
+            if ready && sentinel.answers_ping() {
+                return sentinel;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!(
+            "the sentinel on port {port} did not answer PING within 10 s; its log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    }
+
+    fn answers_ping(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+        let mut reply = [0u8; 5];
+        stream.write_all(b"PING\r\n").is_ok()
+            && stream.read_exact(&mut reply).is_ok()
+            && &reply == b"+PONG"
+    }
+
+    pub(crate) fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `127.0.0.1:PORT`, as error messages name it.
+    pub(crate) fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
