@@ -30,16 +30,18 @@ ready (or, for `demo`, redis-server not installed); 75 lock busy (wait ran out o
 --no-wait); 76 lease lost or its release unanswered (unless --on-lost ignore), lease ran out \
 before the command could start, or token no longer holds the lock; 77 Redis refused the \
 credentials; 78 Redis refused the connection settings (database number, TLS), or the URL names a \
-replica, a Sentinel or a node of a Redis Cluster that sends the lock elsewhere; 128+N a signal \
+replica or a Sentinel; 128+N a signal \
 ended `run`'s wait or stopped `demo`. With --json a failure also prints {\"error\", \"message\", \
 \"exit\"} on stdout.";
 
 /// Where the locks live; shared by every subcommand.
 #[derive(Debug, Args)]
 pub(crate) struct Connection {
-    /// Redis URL [default: $LEASEHOLD_URL, else $REDIS_URL, else redis://127.0.0.1:6379]
-    #[arg(long, global = true)]
-    url: Option<String>,
+    /// Redis URL [default: $LEASEHOLD_URL, else $REDIS_URL, else redis://127.0.0.1:6379]. A
+    /// node of a Redis Cluster is found out as one; repeat --url (or separate URLs with commas)
+    /// to give several seeds of a cluster, tried in turn
+    #[arg(long, global = true, value_delimiter = ',')]
+    url: Vec<String>,
     /// First part of every key; processes that share locks use the same prefix
     #[arg(long, global = true, default_value = leasehold::DEFAULT_PREFIX)]
     pub(crate) prefix: String,
@@ -48,7 +50,7 @@ pub(crate) struct Connection {
 impl Connection {
     /// `--url` was on the command line (the environment does not count).
     pub(crate) fn url_given(&self) -> bool {
-        self.url.is_some()
+        !self.url.is_empty()
     }
 
     pub(crate) fn client(
@@ -67,9 +69,10 @@ impl Connection {
         watchdog: bool,
         restart_grace: Option<Duration>,
     ) -> leasehold::ClientBuilder {
-        let builder = match &self.url {
-            Some(url) => leasehold::Client::builder(url.clone()),
-            None => leasehold::ClientBuilder::from_env(),
+        let builder = if self.url.is_empty() {
+            leasehold::ClientBuilder::from_env()
+        } else {
+            leasehold::Client::builder(self.url.join(","))
         };
         let mut builder = builder
             .prefix(self.prefix.clone())

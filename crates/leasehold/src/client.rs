@@ -9,7 +9,7 @@ use redis::io::tcp::{socket2, TcpSettings};
 use redis::IntoConnectionInfo;
 
 use crate::core::{LockCore, Owners, Settings};
-use crate::deploy::standalone::Standalone;
+use crate::deploy::detect::Detect;
 use crate::engine::{Engine, EngineConfig, Kind};
 use crate::error::{Error, Result};
 use crate::fair_mutex::FairMutex;
@@ -60,6 +60,22 @@ impl ClientBuilder {
     /// variables.
     pub fn from_env() -> ClientBuilder {
         Client::builder(url_from_env())
+    }
+
+    /// The URLs to reach the deployment by, tried in turn until one
+    /// answers: seeds of a Redis Cluster (any of its nodes), or one server.
+    /// Replaces the URL the builder was made with.
+    pub fn seeds<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.url = urls
+            .into_iter()
+            .map(Into::into)
+            .collect::<Vec<String>>()
+            .join(",");
+        self
     }
 
     /// The first part of every key (default [`DEFAULT_PREFIX`]). Clients that
@@ -162,51 +178,28 @@ impl ClientBuilder {
                 "restart grace is longer than 24h: set it to the longest lease in use",
             ));
         }
-        if self.url.starts_with("rediss:") {
+        let urls: Vec<&str> = self
+            .url
+            .split(',')
+            .map(str::trim)
+            .filter(|url| !url.is_empty())
+            .collect();
+        if urls.is_empty() {
+            return Err(Error::invalid(
+                "redis URL is empty: give redis://host:port, or several seeds of a cluster \
+                 separated by commas",
+            ));
+        }
+        if urls.iter().any(|url| url.starts_with("rediss:")) {
             // rustls needs a process-wide crypto provider; keep the one the
             // application installed, if any.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        let invalid_url = |e| {
-            Error::invalid(
-                "redis URL is not valid: use redis://[user:password@]host:port[/db] or rediss://",
-            )
-            .with_source(e)
-        };
-        let mut info = self
-            .url
-            .as_str()
-            .into_connection_info()
-            .map_err(invalid_url)?;
-        // Small requests go out at once; a peer that vanished is noticed by
-        // the kernel too, not only by a command that goes unanswered.
-        let timeout = self.command_timeout;
-        info = info.set_tcp_settings(
-            TcpSettings::default()
-                .set_nodelay(true)
-                .set_keepalive(
-                    socket2::TcpKeepalive::new()
-                        .with_time(Duration::from_secs(15))
-                        .with_interval(Duration::from_secs(5)),
-                )
-                .set_user_timeout(timeout.saturating_mul(3).max(Duration::from_secs(5))),
-        );
-        let redis = match self.tls_root {
-            None => redis::Client::open(info).map_err(invalid_url)?,
-            Some(root) => {
-                let certificates = redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(root),
-                };
-                redis::Client::build_with_tls(info, certificates).map_err(|e| {
-                    Error::invalid(
-                        "TLS root certificate is not usable: pass the CA certificate in PEM form",
-                    )
-                    .with_source(e)
-                })?
-            }
-        };
-        let deployment = Arc::new(Standalone::new(redis, self.command_timeout));
+        let seeds = urls
+            .iter()
+            .map(|url| seed(url, self.command_timeout, self.tls_root.as_deref()))
+            .collect::<Result<Vec<_>>>()?;
+        let deployment = Arc::new(Detect::new(seeds, self.command_timeout));
         Ok(Client {
             engine: Engine::new(deployment, self.engine)?,
             config: Arc::new(self.config),
@@ -262,6 +255,14 @@ impl Client {
     }
 
     /// A builder for a client of `url`, to change the defaults.
+    ///
+    /// `url` names one Redis server (`redis://`, or `rediss://` for TLS;
+    /// user and password go in the URL), or any node of a Redis Cluster:
+    /// a node in cluster mode is found out as one on the first request, the
+    /// slot map is read from it, and every lock goes to the master of its
+    /// hash slot. Several seeds of a cluster may be given separated by
+    /// commas (or with [`ClientBuilder::seeds`]); they are tried in turn,
+    /// and one that cannot be reached is skipped.
     pub fn builder(url: impl Into<String>) -> ClientBuilder {
         ClientBuilder {
             url: url.into(),
@@ -383,6 +384,49 @@ impl Client {
     /// The key prefix of this client.
     pub fn prefix(&self) -> &str {
         &self.config.prefix
+    }
+}
+
+/// The Redis client of one seed URL, with the socket settings every
+/// connection uses.
+fn seed(url: &str, command_timeout: Duration, tls_root: Option<&[u8]>) -> Result<redis::Client> {
+    let invalid_url = |e| {
+        Error::invalid(
+            "redis URL is not valid: use redis://[user:password@]host:port[/db] or rediss://",
+        )
+        .with_source(e)
+    };
+    let info = url.into_connection_info().map_err(invalid_url)?;
+    // Small requests go out at once; a peer that vanished is noticed by
+    // the kernel too, not only by a command that goes unanswered.
+    let info = info.set_tcp_settings(
+        TcpSettings::default()
+            .set_nodelay(true)
+            .set_keepalive(
+                socket2::TcpKeepalive::new()
+                    .with_time(Duration::from_secs(15))
+                    .with_interval(Duration::from_secs(5)),
+            )
+            .set_user_timeout(
+                command_timeout
+                    .saturating_mul(3)
+                    .max(Duration::from_secs(5)),
+            ),
+    );
+    match tls_root {
+        None => redis::Client::open(info).map_err(invalid_url),
+        Some(root) => {
+            let certificates = redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(root.to_vec()),
+            };
+            redis::Client::build_with_tls(info, certificates).map_err(|e| {
+                Error::invalid(
+                    "TLS root certificate is not usable: pass the CA certificate in PEM form",
+                )
+                .with_source(e)
+            })
+        }
     }
 }
 

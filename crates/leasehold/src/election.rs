@@ -307,8 +307,8 @@ impl Election {
         let core = &self.lock.core;
         let subscription = core
             .engine()
-            .deployment
-            .notifier(&core.keys.lock)
+            .notifier(&core.keys)
+            .await?
             .subscribe(&self.keys.channel, None)
             .await;
         let (leader, recheck) = self.read().await?;

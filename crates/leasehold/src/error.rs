@@ -73,7 +73,7 @@ impl Error {
         }
     }
 
-    fn transient(mut self) -> Self {
+    pub(crate) fn transient(mut self) -> Self {
         self.transient = true;
         self
     }
@@ -406,10 +406,6 @@ impl Error {
 
     /// Where a Redis Cluster node sent the command (MOVED, ASK), as the
     /// node wrote it.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "for the cluster deployment, to follow redirects")
-    )]
     pub(crate) fn redirect(&self) -> Option<Redirect> {
         self.redis_error().and_then(redirect_of)
     }
@@ -544,7 +540,7 @@ pub(crate) enum RedirectKind {
 
 impl Redirect {
     /// The message of an [`Error`] for a redirect from the node at `address`.
-    fn message(&self, address: &str) -> String {
+    pub(crate) fn message(&self, address: &str) -> String {
         let target = match self.addr.strip_prefix(':') {
             Some(port) => {
                 let host = address.rsplit_once(':').map_or(address, |(host, _)| host);

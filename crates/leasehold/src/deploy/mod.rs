@@ -15,7 +15,9 @@
 //! trait. A quorum of independent masters (Redlock) is several standalone
 //! deployments side by side, each asked in parallel by the engine.
 
+pub(crate) mod cluster;
 pub(crate) mod conn;
+pub(crate) mod detect;
 pub(crate) mod notify;
 pub(crate) mod probe;
 pub(crate) mod standalone;
@@ -29,7 +31,8 @@ use std::time::Duration;
 pub(crate) use conn::ServerInfo;
 pub(crate) use notify::{Notifier, Subscription};
 
-use crate::error::Result;
+use crate::engine::scripts::{evalsha, is_noscript_error, Publish, Scripts};
+use crate::error::{Redirect, Result};
 
 /// A future a deployment returns: boxed, so that the trait stays usable
 /// as `dyn Deployment`. One allocation per request, against a network
@@ -50,13 +53,23 @@ pub(crate) trait Deployment: Send + Sync + fmt::Debug {
     /// undo its request before anything leaves.
     fn route<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Route>>;
 
+    /// A server answered MOVED or ASK for `key`: a route to the server
+    /// that serves it now (for an ASK, for the next command only). `None`
+    /// when this deployment does not follow redirects (the error stands).
+    fn follow<'a>(
+        &'a self,
+        key: &'a str,
+        redirect: &'a Redirect,
+    ) -> Option<BoxFuture<'a, Result<Route>>>;
+
     /// Which server of the deployment serves `key` now, as a small number:
     /// the watchdog sends one renewal pipeline per server.
     fn server_of(&self, key: &str) -> usize;
 
     /// The notifications of `key`'s shard: the channel a release publishes
-    /// on is heard through it.
-    fn notifier(&self, key: &str) -> &Notifier;
+    /// on is heard through it. `None` before the deployment knows its
+    /// servers (nothing was routed yet).
+    fn notifier(&self, key: &str) -> Option<Notifier>;
 }
 
 /// A checked-out connection to one server, for one request (or one
@@ -65,6 +78,9 @@ pub(crate) trait Deployment: Send + Sync + fmt::Debug {
 pub(crate) struct Route {
     connection: Arc<conn::Connection>,
     checkout: conn::Checkout,
+    publish: Publish,
+    /// Sent after a server's ASK: the next command goes with ASKING.
+    asking: bool,
 }
 
 impl fmt::Debug for Route {
@@ -76,11 +92,28 @@ impl fmt::Debug for Route {
 }
 
 impl Route {
-    pub(crate) fn new(connection: Arc<conn::Connection>, checkout: conn::Checkout) -> Self {
+    pub(crate) fn new(
+        connection: Arc<conn::Connection>,
+        checkout: conn::Checkout,
+        publish: Publish,
+    ) -> Self {
         Route {
             connection,
             checkout,
+            publish,
+            asking: false,
         }
+    }
+
+    /// This route for one command that an ASK sent here.
+    pub(crate) fn asking(mut self) -> Self {
+        self.asking = true;
+        self
+    }
+
+    /// The scripts this server runs: they publish as its deployment does.
+    pub(crate) fn scripts(&self) -> &'static Scripts {
+        Scripts::get(self.publish)
     }
 
     /// What is known of the server behind this route.
@@ -97,16 +130,33 @@ impl Route {
         keys: &[&str],
         args: &[&[u8]],
     ) -> Result<redis::Value> {
+        let asking = self.asking;
         self.connection
             .run_on(self.checkout, operation, |mut conn, _| async move {
-                let mut invocation = script.prepare_invoke();
-                for key in keys {
-                    invocation.key(*key);
+                if !asking {
+                    let mut invocation = script.prepare_invoke();
+                    for key in keys {
+                        invocation.key(*key);
+                    }
+                    for arg in args {
+                        invocation.arg(*arg);
+                    }
+                    return invocation.invoke_async(&mut conn).await;
                 }
-                for arg in args {
-                    invocation.arg(*arg);
+                // ASKING holds for the next command alone: both go in one
+                // pipeline, and again after a NOSCRIPT.
+                let mut pipe = redis::pipe();
+                pipe.cmd("ASKING").ignore();
+                pipe.add_command(evalsha(script, keys, args));
+                match pipe.query_async::<(redis::Value,)>(&mut conn).await {
+                    Err(e) if is_noscript_error(&e) => {
+                        script.prepare_invoke().load_async(&mut conn).await?;
+                        pipe.query_async::<(redis::Value,)>(&mut conn)
+                            .await
+                            .map(|(value,)| value)
+                    }
+                    reply => reply.map(|(value,)| value),
                 }
-                invocation.invoke_async(&mut conn).await
             })
             .await
     }

@@ -80,6 +80,7 @@ impl Shared {
     }
 }
 
+#[derive(Clone)]
 pub(crate) struct Notifier {
     shared: Arc<Shared>,
 }
@@ -184,6 +185,13 @@ impl Notifier {
             let _ = tokio::time::timeout_at(by, confirmation).await;
         }
         subscription
+    }
+}
+
+impl Subscription {
+    /// Whether this subscription listens through `notifier`.
+    pub(crate) fn is_of(&self, notifier: &Notifier) -> bool {
+        Arc::ptr_eq(&self.shared, &notifier.shared)
     }
 }
 

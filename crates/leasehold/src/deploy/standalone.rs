@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use crate::deploy::conn::Connection;
 use crate::deploy::{BoxFuture, Deployment, Notifier, Route};
-use crate::error::Result;
+use crate::engine::scripts::Publish;
+use crate::error::{Redirect, Result};
 
 #[derive(Debug)]
 pub(crate) struct Standalone {
@@ -36,15 +37,27 @@ impl Deployment for Standalone {
     fn route<'a>(&'a self, _key: &'a str) -> BoxFuture<'a, Result<Route>> {
         Box::pin(async move {
             let checkout = self.connection.get().await?;
-            Ok(Route::new(Arc::clone(&self.connection), checkout))
+            Ok(Route::new(
+                Arc::clone(&self.connection),
+                checkout,
+                Publish::Classic,
+            ))
         })
+    }
+
+    fn follow<'a>(
+        &'a self,
+        _key: &'a str,
+        _redirect: &'a Redirect,
+    ) -> Option<BoxFuture<'a, Result<Route>>> {
+        None
     }
 
     fn server_of(&self, _key: &str) -> usize {
         0
     }
 
-    fn notifier(&self, _key: &str) -> &Notifier {
-        &self.notifier
+    fn notifier(&self, _key: &str) -> Option<Notifier> {
+        Some(self.notifier.clone())
     }
 }

@@ -18,9 +18,18 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::deploy::{Deployment, Route, ServerInfo};
+use crate::deploy::{Deployment, Notifier, Route, ServerInfo};
+use crate::engine::scripts::Scripts;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
+
+/// Names one script of a set (see [`Scripts`]).
+pub(crate) type Pick = fn(&Scripts) -> &redis::Script;
+
+/// How many MOVED or ASK one request follows before it gives up: a slot
+/// that moves more often than this while one request is sent is a cluster
+/// in trouble.
+const MAX_REDIRECTS: u32 = 5;
 
 /// How an engine behaves, fixed when it is made.
 #[derive(Debug, Clone)]
@@ -68,17 +77,67 @@ impl Engine {
         self.deployment.route(&keys.lock).await
     }
 
-    /// Runs one script on the server of `keys`.
+    /// The notifications of the shard of `keys`, once the deployment knows
+    /// its servers (it is asked for a route to learn them).
+    pub(crate) async fn notifier(&self, keys: &LockKeys) -> Result<Notifier> {
+        if let Some(notifier) = self.deployment.notifier(&keys.lock) {
+            return Ok(notifier);
+        }
+        self.route(keys).await?;
+        self.deployment.notifier(&keys.lock).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Connection,
+                format!(
+                    "no server of {} serves lock {:?} now: try again shortly",
+                    self.deployment.address(),
+                    keys.name
+                ),
+            )
+        })
+    }
+
+    /// Runs the script `pick` names on the server of `keys`.
     pub(crate) async fn eval(
         &self,
         keys: &LockKeys,
         operation: &str,
-        script: &redis::Script,
+        pick: Pick,
         key_list: &[&str],
         args: &[&[u8]],
     ) -> Result<redis::Value> {
         let route = self.route(keys).await?;
-        route.eval(operation, script, key_list, args).await
+        self.eval_on(route, &keys.lock, operation, pick, key_list, args)
+            .await
+    }
+
+    /// Runs the script `pick` names on `route`, taken for `key`, and
+    /// follows a cluster's MOVED and ASK to the server that serves `key`
+    /// now: each hop is bounded by the command timeout, and there are few.
+    pub(crate) async fn eval_on(
+        &self,
+        mut route: Route,
+        key: &str,
+        operation: &str,
+        pick: Pick,
+        key_list: &[&str],
+        args: &[&[u8]],
+    ) -> Result<redis::Value> {
+        let mut hops = 0;
+        loop {
+            let script = pick(route.scripts());
+            let reply = route.clone().eval(operation, script, key_list, args).await;
+            let Err(error) = &reply else {
+                return reply;
+            };
+            let Some(redirect) = error.redirect().filter(|_| hops < MAX_REDIRECTS) else {
+                return reply;
+            };
+            let Some(next) = self.deployment.follow(key, &redirect) else {
+                return reply;
+            };
+            route = next.await?;
+            hops += 1;
+        }
     }
 
     /// Waits until the releases this client runs in the background are

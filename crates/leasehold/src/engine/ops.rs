@@ -25,7 +25,7 @@ pub(crate) async fn renew_one(
         .eval(
             keys,
             "extend",
-            &scripts::RENEW,
+            |s| &s.renew,
             &[&keys.lock],
             &[token.as_bytes(), ms.as_bytes()],
         )
@@ -111,7 +111,7 @@ pub(crate) async fn force_release(engine: &Engine, keys: &LockKeys) -> Result<bo
         .eval(
             keys,
             "force-release",
-            &scripts::FORCE_RELEASE,
+            |s| &s.force_release,
             &[&keys.lock, &keys.fence, &keys.queue, &keys.waiters],
             &[retention.as_bytes(), keys.channels.as_bytes()],
         )
@@ -139,7 +139,7 @@ pub(crate) async fn inspect(engine: &Engine, keys: &LockKeys) -> Result<LockInfo
         .eval(
             keys,
             "inspect",
-            &scripts::INSPECT,
+            |s| &s.inspect,
             &[&keys.lock, &keys.fence, &keys.queue],
             &[],
         )
@@ -206,7 +206,7 @@ pub(crate) async fn set_permits(engine: &Engine, keys: &LockKeys, permits: u32) 
         .eval(
             keys,
             "set-permits",
-            &scripts::SEMAPHORE_PERMITS,
+            |s| &s.semaphore_permits,
             &[&keys.lock, &keys.queue, &keys.waiters],
             &[
                 permits_arg.as_bytes(),
@@ -266,7 +266,7 @@ pub(crate) async fn write_leader(
         .eval(
             keys,
             "election record",
-            &scripts::ELECTION_WIN,
+            |s| &s.election_win,
             &[&keys.lock, &election.record],
             &[
                 token.as_bytes(),
@@ -298,7 +298,7 @@ pub(crate) async fn read_leader(
         .eval(
             keys,
             "leader",
-            &scripts::ELECTION_LEADER,
+            |s| &s.election_leader,
             &[&keys.lock, &election.record],
             &[],
         )
@@ -335,7 +335,7 @@ pub(crate) async fn announce(
         .eval(
             keys,
             "election announcement",
-            &scripts::ANNOUNCE,
+            |s| &s.announce,
             &[&keys.lock],
             &[election.channel.as_bytes(), b""],
         )

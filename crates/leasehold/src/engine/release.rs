@@ -96,10 +96,12 @@ async fn run_release(
         args.push(owner.as_bytes());
         args.push(kind.stored_name().as_bytes());
     }
-    route
-        .eval(
+    engine
+        .eval_on(
+            route,
+            &keys.lock,
             "release",
-            &scripts::RELEASE,
+            |s| &s.release,
             &[&keys.lock, &keys.fence, &keys.queue, &keys.waiters],
             &args,
         )

@@ -9,47 +9,76 @@ use redis::Value;
 
 use crate::error::{Error, Result};
 
-/// A script made of the shared functions of `lib.lua` and `family.lua`
-/// and one operation. Every lock script may meet a hash primitive's lock,
-/// if only to find that nobody holds it; the family's functions are made
-/// only when a script first uses them.
-macro_rules! with_family {
-    ($file:literal) => {
-        LazyLock::new(|| {
-            redis::Script::new(concat!(
-                include_str!("../scripts/lib.lua"),
-                include_str!("../scripts/family.lua"),
-                include_str!(concat!("../scripts/", $file))
-            ))
-        })
-    };
+/// How scripts send notifications: classic PUBLISH, or SPUBLISH to the
+/// shard of the channel's slot on a Redis Cluster (where PUBLISH would be
+/// broadcast to every node).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Publish {
+    Classic,
+    Sharded,
 }
 
-/// A script made of the shared functions of `lib.lua` and one operation
-/// that meets no hash primitive.
-macro_rules! with_lib {
-    ($file:literal) => {
-        LazyLock::new(|| {
-            redis::Script::new(concat!(
-                include_str!("../scripts/lib.lua"),
-                include_str!(concat!("../scripts/", $file))
-            ))
-        })
-    };
+/// Every script, built once for one way of publishing. Each is made of the
+/// shared functions of `lib.lua`, those of `family.lua` where the script
+/// may meet a hash primitive's lock (if only to find that nobody holds it;
+/// the family's functions are made only when a script first uses them),
+/// and one operation.
+#[derive(Debug)]
+pub(crate) struct Scripts {
+    pub(crate) acquire: redis::Script,
+    pub(crate) fair_acquire: redis::Script,
+    pub(crate) family_acquire: redis::Script,
+    pub(crate) release: redis::Script,
+    pub(crate) force_release: redis::Script,
+    pub(crate) semaphore_permits: redis::Script,
+    pub(crate) renew: redis::Script,
+    pub(crate) inspect: redis::Script,
+    pub(crate) election_win: redis::Script,
+    pub(crate) election_leader: redis::Script,
+    pub(crate) announce: redis::Script,
 }
 
-pub(crate) static ACQUIRE: LazyLock<redis::Script> = with_family!("acquire.lua");
-pub(crate) static RELEASE: LazyLock<redis::Script> = with_family!("release.lua");
-pub(crate) static FAIR_ACQUIRE: LazyLock<redis::Script> = with_family!("fair_acquire.lua");
-pub(crate) static FORCE_RELEASE: LazyLock<redis::Script> = with_family!("force_release.lua");
-pub(crate) static FAMILY_ACQUIRE: LazyLock<redis::Script> = with_family!("family_acquire.lua");
-pub(crate) static SEMAPHORE_PERMITS: LazyLock<redis::Script> =
-    with_family!("semaphore_permits.lua");
-pub(crate) static RENEW: LazyLock<redis::Script> = with_family!("renew.lua");
-pub(crate) static INSPECT: LazyLock<redis::Script> = with_family!("inspect.lua");
-pub(crate) static ELECTION_WIN: LazyLock<redis::Script> = with_lib!("election_win.lua");
-pub(crate) static ELECTION_LEADER: LazyLock<redis::Script> = with_lib!("election_leader.lua");
-pub(crate) static ANNOUNCE: LazyLock<redis::Script> = with_lib!("announce.lua");
+static CLASSIC: LazyLock<Scripts> = LazyLock::new(|| Scripts::build(Publish::Classic));
+static SHARDED: LazyLock<Scripts> = LazyLock::new(|| Scripts::build(Publish::Sharded));
+
+const LIB: &str = include_str!("../scripts/lib.lua");
+const FAMILY: &str = include_str!("../scripts/family.lua");
+/// The one line of `lib.lua` that sends a notification.
+const PUBLISH_LINE: &str = "redis.pcall('PUBLISH', channel, message)";
+
+impl Scripts {
+    /// The scripts that publish as `publish` says.
+    pub(crate) fn get(publish: Publish) -> &'static Scripts {
+        match publish {
+            Publish::Classic => &CLASSIC,
+            Publish::Sharded => &SHARDED,
+        }
+    }
+
+    fn build(publish: Publish) -> Scripts {
+        let lib = match publish {
+            Publish::Classic => LIB.to_owned(),
+            Publish::Sharded => {
+                LIB.replace(PUBLISH_LINE, "redis.pcall('SPUBLISH', channel, message)")
+            }
+        };
+        let with_family = |op: &str| redis::Script::new(&format!("{lib}{FAMILY}{op}"));
+        let with_lib = |op: &str| redis::Script::new(&format!("{lib}{op}"));
+        Scripts {
+            acquire: with_family(include_str!("../scripts/acquire.lua")),
+            fair_acquire: with_family(include_str!("../scripts/fair_acquire.lua")),
+            family_acquire: with_family(include_str!("../scripts/family_acquire.lua")),
+            release: with_family(include_str!("../scripts/release.lua")),
+            force_release: with_family(include_str!("../scripts/force_release.lua")),
+            semaphore_permits: with_family(include_str!("../scripts/semaphore_permits.lua")),
+            renew: with_family(include_str!("../scripts/renew.lua")),
+            inspect: with_family(include_str!("../scripts/inspect.lua")),
+            election_win: with_lib(include_str!("../scripts/election_win.lua")),
+            election_leader: with_lib(include_str!("../scripts/election_leader.lua")),
+            announce: with_lib(include_str!("../scripts/announce.lua")),
+        }
+    }
+}
 
 /// The EVALSHA command for `script`, for use in a pipeline.
 pub(crate) fn evalsha(script: &redis::Script, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
@@ -59,6 +88,15 @@ pub(crate) fn evalsha(script: &redis::Script, keys: &[&str], args: &[&[u8]]) -> 
         cmd.arg(*arg);
     }
     cmd
+}
+
+/// Whether a command failed because the server lost the script.
+pub(crate) fn is_noscript_error(err: &redis::RedisError) -> bool {
+    err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+        || err
+            .clone()
+            .into_server_errors()
+            .is_some_and(|errors| errors.iter().any(|(_, e)| e.code() == "NOSCRIPT"))
 }
 
 pub(crate) fn is_noscript(value: &Value) -> bool {
@@ -107,5 +145,30 @@ pub(crate) fn renewal(value: &Value) -> Renewal {
         Value::BulkString(bytes) => Renewal::Refused(String::from_utf8_lossy(bytes).into_owned()),
         Value::SimpleString(text) => Renewal::Refused(text.clone()),
         other => Renewal::Refused(format!("unexpected reply {other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sharded_scripts_publish_with_spublish_alone() {
+        assert_eq!(
+            LIB.matches(PUBLISH_LINE).count(),
+            1,
+            "lib.lua publishes in one place"
+        );
+        assert_eq!(LIB.matches("'PUBLISH'").count(), 1);
+        let sharded = Scripts::build(Publish::Sharded);
+        let classic = Scripts::build(Publish::Classic);
+        assert_ne!(sharded.release.get_hash(), classic.release.get_hash());
+        for op in [
+            include_str!("../scripts/release.lua"),
+            include_str!("../scripts/election_win.lua"),
+            include_str!("../scripts/announce.lua"),
+        ] {
+            assert!(!op.contains("PUBLISH'"), "scripts publish through lib.lua");
+        }
     }
 }

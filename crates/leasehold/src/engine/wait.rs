@@ -22,8 +22,9 @@ use crate::deploy::Subscription;
 use crate::engine::held::{Held, Hold};
 use crate::engine::lease::local_deadline;
 use crate::engine::release::{release, PendingRelease};
+use crate::engine::scripts::{self, Scripts};
 use crate::engine::Engine;
-use crate::engine::{new_token, pttl, scripts, Kind, Request};
+use crate::engine::{new_token, pttl, Kind, Pick, Request};
 use crate::error::{Error, Result};
 use crate::holder::Holder;
 use crate::keys::{millis, LockKeys, MAX_LEASE};
@@ -185,7 +186,7 @@ async fn wait_for(
     let mut subscription: Option<Subscription> = engine
         .deployment
         .notifier(&keys.lock)
-        .listen_if_confirmed(&channel);
+        .and_then(|notifier| notifier.listen_if_confirmed(&channel));
     let mut backoff = FIRST_BACKOFF;
     // When this wait first found the lock busy.
     let mut queued_at: Option<Instant> = None;
@@ -266,16 +267,23 @@ async fn wait_for(
             leave(engine, keys, &mut pending, &token).await;
             return Err(seen.give_up(request, waited));
         }
+        // The lock's shard may have moved to another server since the
+        // subscription was made (a cluster's slot migration or failover).
+        let notifier = engine.deployment.notifier(&keys.lock);
+        if let (Some(listening), Some(notifier)) = (&subscription, &notifier) {
+            if !listening.is_of(notifier) {
+                subscription = None;
+            }
+        }
         let Some(listening) = subscription.as_mut() else {
             // Listen once the fast path failed; the next attempt covers a
             // release that happened before the subscription was confirmed.
-            subscription = Some(
-                engine
-                    .deployment
-                    .notifier(&keys.lock)
-                    .subscribe(&channel, deadline)
-                    .await,
-            );
+            match notifier {
+                Some(notifier) => {
+                    subscription = Some(notifier.subscribe(&channel, deadline).await);
+                }
+                None => pause(HEARTBEAT_REFRESH, deadline).await,
+            }
             continue;
         };
         // One millisecond past the PTTL, so the key has surely expired; and
@@ -462,14 +470,14 @@ async fn attempt(
     ];
     let keys_list = [keys.lock.as_str(), &keys.fence, &keys.queue, &keys.waiters];
     // What follows is the script's own.
-    let (script, own) = match request.kind {
+    let (pick, own): (Pick, _) = match request.kind {
         Kind::Mutex | Kind::Fair => {
-            let script = if request.kind == Kind::Fair {
-                &scripts::FAIR_ACQUIRE
+            let pick: Pick = if request.kind == Kind::Fair {
+                |s| &s.fair_acquire
             } else {
-                &scripts::ACQUIRE
+                |s| &s.acquire
             };
-            (script, vec![millis(hand_off_lease(request)).to_string()])
+            (pick, vec![millis(hand_off_lease(request)).to_string()])
         }
         Kind::Reentrant | Kind::Read | Kind::Write | Kind::Semaphore { .. } => {
             let total = match request.kind {
@@ -489,12 +497,14 @@ async fn attempt(
                 request.max_hold.map_or(0, millis).to_string(),
                 live_levels,
             ];
-            (&scripts::FAMILY_ACQUIRE, own)
+            (|s: &Scripts| &s.family_acquire, own)
         }
     };
     args.extend(own.iter().map(String::as_bytes));
     let sent_at = Instant::now();
-    let reply = route.eval("acquire", script, &keys_list, &args).await?;
+    let reply = engine
+        .eval_on(route, &keys.lock, "acquire", pick, &keys_list, &args)
+        .await?;
     let outcome = read_attempt(request, &reply, sent_at);
     if !sent_before && outcome.as_ref().is_err_and(Error::is_conflict) {
         // Refused before it could hold or queue anything.

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::deploy::Route;
 use crate::engine::lease::{Lease, LossReason};
-use crate::engine::scripts::{self, RENEW};
+use crate::engine::scripts;
 use crate::engine::Engine;
 use crate::keys::{hash_slot, millis};
 
@@ -229,7 +229,7 @@ async fn renew_on_server(engine: &Engine, leases: Vec<Due>) {
             args.push(token.as_bytes());
             args.push(ms.as_bytes());
         }
-        pipe.add_command(scripts::evalsha(&RENEW, &keys, &args));
+        pipe.add_command(scripts::evalsha(&route.scripts().renew, &keys, &args));
     }
     let Some(replies) = send_renewals(&route, &pipe).await else {
         retry_later(
@@ -281,7 +281,10 @@ async fn send_renewals(route: &Route, pipe: &redis::Pipeline) -> Option<Vec<Valu
         if !replies.iter().any(scripts::is_noscript) {
             return Some(replies);
         }
-        route.load("loading the renew script", &RENEW).await.ok()?;
+        route
+            .load("loading the renew script", &route.scripts().renew)
+            .await
+            .ok()?;
     }
     None
 }
