@@ -17,6 +17,7 @@ pub struct StartError {
 enum Kind {
     NotFound,
     PortInUse,
+    TlsUnsupported,
     Other,
 }
 
@@ -36,6 +37,14 @@ impl StartError {
     pub(crate) fn port_in_use(message: impl Into<String>) -> Self {
         Self {
             kind: Kind::PortInUse,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    pub(crate) fn tls_unsupported(message: impl Into<String>) -> Self {
+        Self {
+            kind: Kind::TlsUnsupported,
             message: message.into(),
             source: None,
         }
@@ -62,6 +71,13 @@ impl StartError {
     /// test choose to skip rather than fail.
     pub fn is_not_found(&self) -> bool {
         self.kind == Kind::NotFound
+    }
+
+    /// True if the server refused its `tls-*` arguments because the binary
+    /// was built without TLS support. Lets a TLS test skip rather than fail
+    /// on such a build.
+    pub fn is_tls_unsupported(&self) -> bool {
+        self.kind == Kind::TlsUnsupported
     }
 
     pub(crate) fn is_port_in_use(&self) -> bool {

@@ -13,7 +13,8 @@ use tempfile::TempDir;
 
 use crate::error::{StartError, NOT_FOUND_MESSAGE};
 use crate::port::{release_port, reserve_port, reserve_port_pair};
-use crate::resp;
+use crate::resp::{self, Value};
+use crate::version::version_of;
 
 const ENV_BINARY: &str = "LEASEHOLD_REDIS_SERVER";
 const LOG_FILE: &str = "redis.log";
@@ -22,7 +23,13 @@ const LOG_FILE: &str = "redis.log";
 const STDERR_FILE: &str = "redis.stderr";
 /// Written by redis-server (6.x, 7.x) once its listeners are bound.
 const READY_MARKER: &str = "Ready to accept connections";
+/// Written by a sentinel once its listeners are bound.
+const SENTINEL_READY_MARKER: &str = "Sentinel ID is";
 const PORT_IN_USE_MARKER: &str = "Address already in use";
+/// Logged by a server built without TLS (Redis 7+, Valkey) given `tls-port`.
+const NO_TLS_MARKER: &str = "Failed finding TLS support";
+/// Printed by Redis 6 built without TLS for its unknown `tls-*` directives.
+const NO_TLS_DIRECTIVE_MARKER: &str = ">>> 'tls-";
 
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
@@ -35,11 +42,15 @@ const RESTART_BIND_BACKOFF: Duration = Duration::from_millis(100);
 /// Read and write timeout of [`RedisServer::command`].
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 const CLUSTER_CONFIG_FILE: &str = "nodes.conf";
-/// A cluster node binds its bus on its port plus this.
+/// A cluster node without `cluster-port` (Redis 6) binds its bus on its port
+/// plus this.
 const CLUSTER_BUS_OFFSET: u16 = 10_000;
-const LAST_SLOT: u16 = 16_383;
+pub(crate) const LAST_SLOT: u16 = 16_383;
 const CLUSTER_OK: &str = "cluster_state:ok";
 const CLUSTER_READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The config file of a server started with one, in its directory.
+const CONFIG_FILE: &str = "redis.conf";
+const SENTINEL_CONFIG_FILE: &str = "sentinel.conf";
 
 /// Locates the `redis-server` binary.
 ///
@@ -103,11 +114,24 @@ pub struct RedisServer {
     /// The cluster bus port of a cluster node, reserved with `port`.
     bus_port: Option<u16>,
     child: Option<Child>,
-    binary: PathBuf,
-    extra: Vec<String>,
-    die_with_parent: bool,
+    spec: Spec,
     // Last field: removed only after the process is gone.
     dir: TempDir,
+}
+
+/// How a server is run, but for its port and directory: the same on every
+/// restart.
+#[derive(Debug, Clone)]
+struct Spec {
+    binary: PathBuf,
+    mode: Mode,
+    /// A config file in the server's directory, given as the first
+    /// argument; the server may rewrite it (`CONFIG REWRITE`, a sentinel's
+    /// own state), and a restart reads it back.
+    conf: Option<PathBuf>,
+    /// Everything after the defaults: the mode's, then the caller's.
+    args: Vec<String>,
+    die_with_parent: bool,
 }
 
 impl fmt::Debug for RedisServer {
@@ -117,7 +141,8 @@ impl fmt::Debug for RedisServer {
             .field("bus_port", &self.bus_port)
             .field("pid", &self.pid())
             .field("dir", &self.dir.path())
-            .field("extra_args", &self.extra)
+            .field("mode", &self.spec.mode)
+            .field("extra_args", &self.spec.args)
             .finish()
     }
 }
@@ -152,7 +177,7 @@ impl RedisServer {
     /// Like [`start_with_args`](Self::start_with_args), but returns the
     /// failure instead of panicking.
     pub fn try_start_with_args(extra: &[&str]) -> Result<RedisServer, StartError> {
-        Self::launch(Mode::Standalone, extra, false)
+        Self::launch(Mode::Standalone, None, extra, false)
     }
 
     /// Like [`try_start_with_args`](Self::try_start_with_args), but on
@@ -163,7 +188,7 @@ impl RedisServer {
     /// start and restart it from a thread that lives as long as the server
     /// should, such as the main thread of a program.
     pub fn try_start_dying_with_parent(extra: &[&str]) -> Result<RedisServer, StartError> {
-        Self::launch(Mode::Standalone, extra, true)
+        Self::launch(Mode::Standalone, None, extra, true)
     }
 
     /// Starts a server in cluster mode (`--cluster-enabled yes`, its
@@ -183,14 +208,21 @@ impl RedisServer {
     /// Like [`start_cluster_node`](Self::start_cluster_node), but returns the
     /// failure instead of panicking.
     pub fn try_start_cluster_node() -> Result<RedisServer, StartError> {
-        let server = Self::launch(Mode::ClusterNode, &[], false)?;
-        server.claim_all_slots()?;
+        let server = Self::launch(Mode::ClusterNode, None, &[], false)?;
+        server.claim_slots(0, LAST_SLOT)?;
         server.wait_cluster_ok()?;
         Ok(server)
     }
 
-    fn launch(
+    /// Starts a server of `mode` on a free port in a new directory.
+    ///
+    /// `conf` is written to a config file there and given as the first
+    /// argument; `extra` follows the defaults and the mode's arguments. A
+    /// cluster node gets a bus port of its own, with `--cluster-port` where
+    /// the server has it.
+    pub(crate) fn launch(
         mode: Mode,
+        conf: Option<&str>,
         extra: &[&str],
         die_with_parent: bool,
     ) -> Result<RedisServer, StartError> {
@@ -199,21 +231,40 @@ impl RedisServer {
             .prefix("leasehold-redis-")
             .tempdir()
             .map_err(|e| StartError::io("cannot create a temporary directory for redis", e))?;
-        let mut args = mode.args(dir.path())?;
-        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let conf = match conf {
+            None => None,
+            Some(text) => {
+                let path = dir.path().join(mode.config_file_name());
+                fs::write(&path, text)
+                    .map_err(|e| StartError::io(format!("cannot write {}", path.display()), e))?;
+                Some(path)
+            }
+        };
+        let explicit_bus = mode == Mode::ClusterNode && version_of(&binary)?.has_cluster_port();
+        let mode_args = mode.args(dir.path())?;
 
         let mut last_error = None;
         for _ in 0..START_PORT_ATTEMPTS {
-            let (port, bus_port) = mode.reserve_ports()?;
-            match spawn_ready(&binary, port, dir.path(), &args, die_with_parent) {
+            let (port, bus_port) = mode.reserve_ports(explicit_bus)?;
+            let mut args = mode_args.clone();
+            if let (true, Some(bus_port)) = (explicit_bus, bus_port) {
+                args.extend(["--cluster-port".to_owned(), bus_port.to_string()]);
+            }
+            args.extend(extra.iter().map(|s| (*s).to_owned()));
+            let spec = Spec {
+                binary: binary.clone(),
+                mode,
+                conf: conf.clone(),
+                args,
+                die_with_parent,
+            };
+            match spawn_ready(&spec, port, dir.path()) {
                 Ok(child) => {
                     return Ok(RedisServer {
                         port,
                         bus_port,
                         child: Some(child),
-                        binary,
-                        extra: args,
-                        die_with_parent,
+                        spec,
                         dir,
                     })
                 }
@@ -261,20 +312,50 @@ impl RedisServer {
         })
     }
 
-    fn claim_all_slots(&self) -> Result<(), StartError> {
-        let last = LAST_SLOT.to_string();
-        let mut reply = self.setup_command(&["CLUSTER", "ADDSLOTSRANGE", "0", &last])?;
-        // ADDSLOTSRANGE is new in Redis 7.
-        if reply.to_ascii_lowercase().contains("unknown subcommand") {
-            let slots: Vec<String> = (0..=LAST_SLOT).map(|slot| slot.to_string()).collect();
+    /// Like [`command`](Self::command), but returns the reply as it came
+    /// (nested arrays stay nested).
+    pub(crate) fn value(&self, args: &[&str]) -> Result<Value, StartError> {
+        let mut replies = self.pipeline(&[args])?;
+        replies
+            .pop()
+            .ok_or_else(|| StartError::other(format!("redis on {} sent no reply", self.addr())))
+    }
+
+    /// Sends several commands on one connection and returns their replies
+    /// in order.
+    pub(crate) fn pipeline(&self, commands: &[&[&str]]) -> Result<Vec<Value>, StartError> {
+        resp::pipeline(self.addr(), commands, COMMAND_TIMEOUT).map_err(|e| {
+            let names: Vec<&str> = commands
+                .iter()
+                .map(|args| args.first().copied().unwrap_or("(empty)"))
+                .collect();
+            StartError::io(
+                format!(
+                    "command {} to redis on 127.0.0.1:{} failed",
+                    names.join(", "),
+                    self.port
+                ),
+                e,
+            )
+        })
+    }
+
+    /// Assigns slots `first..=last` to this cluster node.
+    pub(crate) fn claim_slots(&self, first: u16, last: u16) -> Result<(), StartError> {
+        let has_range = version_of(&self.spec.binary)?.has_addslotsrange();
+        let reply = if has_range {
+            let (first, last) = (first.to_string(), last.to_string());
+            self.setup_command(&["CLUSTER", "ADDSLOTSRANGE", &first, &last])?
+        } else {
+            let slots: Vec<String> = (first..=last).map(|slot| slot.to_string()).collect();
             let mut args = vec!["CLUSTER", "ADDSLOTS"];
             args.extend(slots.iter().map(String::as_str));
-            reply = self.setup_command(&args)?;
-        }
+            self.setup_command(&args)?
+        };
         if reply == "OK" {
             Ok(())
         } else {
-            Err(self.failure(&format!("refused to take every slot: {reply}")))
+            Err(self.failure(&format!("refused to take slots {first}-{last}: {reply}")))
         }
     }
 
@@ -306,7 +387,7 @@ impl RedisServer {
     fn failure(&self, what: &str) -> StartError {
         let dir = self.dir.path();
         StartError::other(failure_message(
-            &self.binary,
+            &self.spec.binary,
             self.port,
             what,
             &read_log(&dir.join(STDERR_FILE), 0),
@@ -328,6 +409,12 @@ impl RedisServer {
     /// `127.0.0.1:PORT`.
     pub fn addr(&self) -> SocketAddr {
         SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// The cluster bus port of a cluster node (set with `cluster-port`, or
+    /// the port plus 10000 on Redis 6); `None` for other servers.
+    pub fn cluster_bus_port(&self) -> Option<u16> {
+        self.bus_port
     }
 
     /// The server's temporary directory (its `--dir`, holding `redis.log`).
@@ -359,13 +446,7 @@ impl RedisServer {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            match spawn_ready(
-                &self.binary,
-                self.port,
-                self.dir.path(),
-                &self.extra,
-                self.die_with_parent,
-            ) {
+            match spawn_ready(&self.spec, self.port, self.dir.path()) {
                 Ok(child) => {
                     self.child = Some(child);
                     break;
@@ -376,7 +457,7 @@ impl RedisServer {
                 Err(e) => panic!("restart after {attempts} attempt(s): {e}"),
             }
         }
-        if self.bus_port.is_some() {
+        if self.spec.mode == Mode::ClusterNode {
             if let Err(e) = self.wait_cluster_ok() {
                 panic!("restart: {e}");
             }
@@ -404,6 +485,19 @@ impl RedisServer {
         read_log(&self.dir.path().join(LOG_FILE), 0)
     }
 
+    /// The last `lines` lines of [`log`](Self::log), for failure messages
+    /// about several servers.
+    pub(crate) fn log_tail(&self, lines: usize) -> String {
+        let log = self.log();
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// The config file the server was started with, if any.
+    pub(crate) fn config_file(&self) -> Option<&Path> {
+        self.spec.conf.as_deref()
+    }
+
     /// The process id, or `None` after [`stop`](Self::stop) or once
     /// [`is_running`](Self::is_running) has seen it exit.
     pub fn pid(&self) -> Option<u32> {
@@ -423,9 +517,11 @@ impl Drop for RedisServer {
 
 /// What kind of server [`RedisServer::launch`] starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     Standalone,
     ClusterNode,
+    /// `--sentinel`; needs a config file, which it rewrites.
+    Sentinel,
 }
 
 impl Mode {
@@ -433,6 +529,7 @@ impl Mode {
     fn args(self, dir: &Path) -> Result<Vec<String>, StartError> {
         match self {
             Mode::Standalone => Ok(Vec::new()),
+            Mode::Sentinel => Ok(vec!["--sentinel".to_owned()]),
             Mode::ClusterNode => {
                 let config = dir.join(CLUSTER_CONFIG_FILE);
                 let config = config.to_str().ok_or_else(|| {
@@ -450,15 +547,32 @@ impl Mode {
         }
     }
 
-    /// The client port, and for a cluster node its bus port (the client
-    /// port plus 10000 on every Redis version: no `--cluster-port` needed).
-    fn reserve_ports(self) -> Result<(u16, Option<u16>), StartError> {
+    /// The client port, and for a cluster node its bus port: any free port
+    /// where it is set `explicitly` (`--cluster-port`), else the client port
+    /// plus 10000.
+    fn reserve_ports(self, explicit: bool) -> Result<(u16, Option<u16>), StartError> {
         match self {
-            Mode::Standalone => Ok((reserve_port(), None)),
+            Mode::Standalone | Mode::Sentinel => Ok((reserve_port(), None)),
+            Mode::ClusterNode if explicit => Ok((reserve_port(), Some(reserve_port()))),
             Mode::ClusterNode => {
                 let (port, bus_port) = reserve_port_pair(CLUSTER_BUS_OFFSET)?;
                 Ok((port, Some(bus_port)))
             }
+        }
+    }
+
+    fn config_file_name(self) -> &'static str {
+        match self {
+            Mode::Sentinel => SENTINEL_CONFIG_FILE,
+            Mode::Standalone | Mode::ClusterNode => CONFIG_FILE,
+        }
+    }
+
+    /// What the server logs once its listeners are bound.
+    fn ready_marker(self) -> &'static str {
+        match self {
+            Mode::Sentinel => SENTINEL_READY_MARKER,
+            Mode::Standalone | Mode::ClusterNode => READY_MARKER,
         }
     }
 }
@@ -467,13 +581,8 @@ impl Mode {
 ///
 /// Ready means this run logged that it accepts connections (so the listener
 /// is ours, not some other process on a reused port) and `PING` is answered.
-fn spawn_ready(
-    binary: &Path,
-    port: u16,
-    dir: &Path,
-    extra: &[String],
-    die_with_parent: bool,
-) -> Result<Child, StartError> {
+fn spawn_ready(spec: &Spec, port: u16, dir: &Path) -> Result<Child, StartError> {
+    let binary = &spec.binary;
     let log_path = dir.join(LOG_FILE);
     let stderr_path = dir.join(STDERR_FILE);
     // The log is appended to across restarts; only this run's part counts.
@@ -482,6 +591,9 @@ fn spawn_ready(
         .map_err(|e| StartError::io(format!("cannot create {}", stderr_path.display()), e))?;
 
     let mut command = Command::new(binary);
+    if let Some(conf) = &spec.conf {
+        command.arg(conf);
+    }
     command
         .arg("--port")
         .arg(port.to_string())
@@ -491,11 +603,11 @@ fn spawn_ready(
         .arg("--logfile")
         .arg(&log_path)
         .args(["--daemonize", "no"])
-        .args(extra)
+        .args(&spec.args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(stderr);
-    if die_with_parent {
+    if spec.die_with_parent {
         tie_to_parent(&mut command);
     }
     let mut child = command
@@ -518,20 +630,26 @@ fn spawn_ready(
             Ok(None) => {}
             Ok(Some(status)) => {
                 let message = describe(&format!("exited early ({status})"));
-                return Err(
-                    if read_log(&log_path, log_offset).contains(PORT_IN_USE_MARKER) {
-                        StartError::port_in_use(message)
-                    } else {
-                        StartError::other(message)
-                    },
-                );
+                let log = read_log(&log_path, log_offset);
+                let stderr = read_log(&stderr_path, 0);
+                return Err(if log.contains(PORT_IN_USE_MARKER) {
+                    StartError::port_in_use(message)
+                } else if log.contains(NO_TLS_MARKER)
+                    || stderr.contains(NO_TLS_MARKER)
+                    || stderr.contains(NO_TLS_DIRECTIVE_MARKER)
+                {
+                    StartError::tls_unsupported(message)
+                } else {
+                    StartError::other(message)
+                });
             }
             Err(e) => {
                 kill_and_reap(&mut child);
                 return Err(StartError::io(describe("could not be polled"), e));
             }
         }
-        if read_log(&log_path, log_offset).contains(READY_MARKER) && answers_ping(port) {
+        if read_log(&log_path, log_offset).contains(spec.mode.ready_marker()) && answers_ping(port)
+        {
             return Ok(child);
         }
         if Instant::now() >= deadline {

@@ -203,11 +203,17 @@ fn start_with_bad_args_panics() {
 
 #[test]
 fn port_in_use_is_detected_and_log_is_included() {
-    let binary = redis_server_path().unwrap();
+    let spec = Spec {
+        binary: redis_server_path().unwrap(),
+        mode: Mode::Standalone,
+        conf: None,
+        args: Vec::new(),
+        die_with_parent: false,
+    };
     let dir = tempfile::tempdir().unwrap();
     let holder = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let port = holder.local_addr().unwrap().port();
-    let err = spawn_ready(&binary, port, dir.path(), &[], false).unwrap_err();
+    let err = spawn_ready(&spec, port, dir.path()).unwrap_err();
     assert!(err.is_port_in_use(), "{err}");
     assert!(err.to_string().contains(PORT_IN_USE_MARKER), "{err}");
 }
@@ -232,11 +238,11 @@ fn env_override_is_used_and_checked() {
         resolve_binary(Some(real.clone().into_os_string()), None).unwrap(),
         real
     );
+    // A bare name is looked up on PATH: the binary in use may be named
+    // otherwise than redis-server (valkey-server).
+    let name = real.file_name().unwrap().to_owned();
     let dir = real.parent().unwrap().as_os_str().to_owned();
-    assert_eq!(
-        resolve_binary(Some("redis-server".into()), Some(dir)).unwrap(),
-        real
-    );
+    assert_eq!(resolve_binary(Some(name), Some(dir)).unwrap(), real);
     let err = resolve_binary(Some("/nonexistent/redis-server".into()), None).unwrap_err();
     assert!(err.is_not_found());
     assert!(err.to_string().contains(ENV_BINARY), "{err}");
@@ -300,4 +306,32 @@ fn cluster_node_restarts_with_its_slots() {
     let info = node.command(&["CLUSTER", "INFO"]).unwrap();
     assert!(info.contains("cluster_state:ok"), "{info}");
     assert!(info.contains("cluster_slots_assigned:16384"), "{info}");
+}
+
+/// A binary without TLS is told apart from one that has it but was given
+/// a certificate it cannot load: the server's own words say which.
+#[test]
+fn a_build_without_tls_is_told_apart() {
+    let tls_port = free_port().to_string();
+    let err = RedisServer::try_start_with_args(&[
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        "/nonexistent/cert.pem",
+        "--tls-key-file",
+        "/nonexistent/key.pem",
+        "--tls-auth-clients",
+        "no",
+    ])
+    .unwrap_err();
+    let message = err.to_string();
+    if err.is_tls_unsupported() {
+        assert!(
+            message.contains(NO_TLS_MARKER) || message.contains(NO_TLS_DIRECTIVE_MARKER),
+            "{message}"
+        );
+    } else {
+        assert!(message.contains("/nonexistent/cert.pem"), "{message}");
+        assert!(!message.contains(NO_TLS_MARKER), "{message}");
+    }
 }
