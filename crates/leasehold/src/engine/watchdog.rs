@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::deploy::Route;
 use crate::engine::lease::{Lease, LossReason};
+use crate::engine::ops::renew_one;
 use crate::engine::scripts;
 use crate::engine::Engine;
 use crate::keys::{hash_slot, millis};
@@ -238,11 +239,18 @@ async fn renew_on_server(engine: &Engine, leases: Vec<Due>) {
         );
         return;
     };
+    let mut redirected: Vec<&Renewal> = Vec::new();
     for (i, batch) in batches.iter().enumerate() {
         // A reply of the wrong shape or a missing one leaves its leases to a
         // later retry rather than due again at once.
         let outcomes = match replies.get(i) {
             Some(Value::Array(items)) if items.len() == batch.len() => items,
+            Some(Value::ServerError(e)) if is_redirect(e) => {
+                // The slot moved, or is moving: renewed one by one below,
+                // each following the cluster to where its lock is now.
+                redirected.extend(batch.iter());
+                continue;
+            }
             _ => {
                 retry_later(engine, batch.iter().map(|(lease, _, _)| lease));
                 continue;
@@ -264,6 +272,40 @@ async fn renew_on_server(engine: &Engine, leases: Vec<Due>) {
             engine.leases.watchdog.enqueue(lease);
         }
     }
+    for (lease, _, _) in redirected {
+        renew_alone(engine, lease).await;
+    }
+}
+
+/// Whether a server sent a renewal elsewhere (MOVED, ASK).
+fn is_redirect(error: &redis::ServerError) -> bool {
+    matches!(
+        error.kind(),
+        Some(redis::ServerErrorKind::Moved | redis::ServerErrorKind::Ask)
+    )
+}
+
+/// Renews one lease on its own, following redirects; its turn is held by
+/// the caller.
+async fn renew_alone(engine: &Engine, lease: &Arc<Lease>) {
+    if lease.is_finished() {
+        return;
+    }
+    let sent_at = Instant::now();
+    let Some(length) = lease.renewal_length(sent_at) else {
+        engine.leases.watchdog.enqueue(lease);
+        return;
+    };
+    match renew_one(engine, &lease.keys, &lease.renewal_token(), length).await {
+        Ok(true) if !lease.is_finished() => {
+            crate::engine::metrics::renewed();
+            lease.renewed(sent_at, length);
+        }
+        Ok(true) => {}
+        Ok(false) => lease.mark_lost(LossReason::TokenGone),
+        Err(_) => lease.retry_renewal_later(),
+    }
+    engine.leases.watchdog.enqueue(lease);
 }
 
 fn retry_later<'a>(engine: &Engine, leases: impl Iterator<Item = &'a Arc<Lease>>) {
