@@ -532,10 +532,16 @@ impl Run<'_> {
             Fault::Restart { aof, down } => {
                 self.server.stop();
                 if !aof {
+                    // Redis 7 keeps its AOF in a directory, 6.2 in one file.
                     let dir = self.server.dir().join("appendonlydir");
                     if dir.exists() {
                         fs::remove_dir_all(&dir)
                             .with_context(|| format!("cannot remove {}", dir.display()))?;
+                    }
+                    let file = self.server.dir().join("appendonly.aof");
+                    if file.exists() {
+                        fs::remove_file(&file)
+                            .with_context(|| format!("cannot remove {}", file.display()))?;
                     }
                 }
                 self.nap(down)?;

@@ -32,10 +32,8 @@ pub enum ErrorKind {
     /// Redis refused the connection's settings: a database number it does
     /// not have, TLS on a port without it or a certificate it cannot prove.
     /// Or the URL names a server that cannot hold the locks as it is: a
-    /// read-only replica (READONLY), a Sentinel, or a node of a Redis
-    /// Cluster that sends the lock's slot to another node (MOVED, ASK),
-    /// which leasehold does not follow yet. Trying again does not help: fix
-    /// the URL or the TLS settings.
+    /// read-only replica (READONLY), or a Sentinel. Trying again does not
+    /// help: fix the URL or the TLS settings.
     Config,
     /// Redis answered with an error, or with a reply leasehold does not
     /// understand. Trying again does not help; the message and the
@@ -244,10 +242,10 @@ impl Error {
     /// Redis's cluster and failover replies follow the Redis client's own
     /// verdicts (`redis::RetryMethod`): LOADING, BUSY, TRYAGAIN, CLUSTERDOWN
     /// and MASTERDOWN pass (transient `Connection`). What it would follow
-    /// on another node, READONLY (a replica), MOVED and ASK (another
-    /// cluster node), leasehold cannot follow yet on its one connection:
-    /// those are `Config`, a URL to fix, and keep the reply for
-    /// [`is_readonly`](Self::is_readonly) and [`redirect`](Self::redirect).
+    /// on another node: MOVED and ASK are followed to the cluster node that
+    /// serves the lock (and pass, transient `Connection`, should the slot
+    /// keep moving past a few hops); READONLY (a replica) is `Config`, a
+    /// URL to fix, and keeps the reply for [`is_readonly`](Self::is_readonly).
     pub(crate) fn redis(address: &str, operation: &str, err: redis::RedisError) -> Self {
         let error = if err.kind() == redis::ErrorKind::InvalidClientConfig {
             Error::new(
@@ -300,16 +298,16 @@ impl Error {
                 ),
             )
         } else if let Some(redirect) = redirect_of(&err) {
-            Error::new(ErrorKind::Config, redirect.message(address))
+            Error::new(ErrorKind::Connection, redirect.message(address)).transient()
         } else if has_code(&err, "MOVED") || has_code(&err, "ASK") {
             Error::new(
-                ErrorKind::Config,
+                ErrorKind::Connection,
                 format!(
                     "redis at {address} is a Redis Cluster node and sent {operation} to another \
-                     node: leasehold does not follow cluster redirects yet; point the URL at a \
-                     standalone Redis, or at a cluster whose one node holds every slot"
+                     node that could not be read from its reply; try again shortly"
                 ),
             )
+            .transient()
         } else if has_code(&err, "CROSSSLOT") {
             Error::new(
                 ErrorKind::Server,
@@ -554,9 +552,8 @@ impl Redirect {
             RedirectKind::Ask => format!("it is moving the lock's slot {slot} to {target} (ASK)"),
         };
         format!(
-            "redis at {address} is a Redis Cluster node, and {what}: leasehold does not follow \
-             cluster redirects yet; point the URL at a standalone Redis, or at a cluster whose \
-             one node holds every slot"
+            "redis at {address} is a Redis Cluster node, and {what}: the slot kept moving while \
+             the request followed it; try again shortly"
         )
     }
 }
@@ -687,15 +684,15 @@ mod tests {
             ),
             (
                 "-MOVED 16287 127.0.0.1:47305\r\n",
-                Config,
-                false,
+                Connection,
+                true,
                 "is a Redis Cluster node, and the lock's slot 16287 is served by \
-                 127.0.0.1:47305 (MOVED): leasehold does not follow cluster redirects yet",
+                 127.0.0.1:47305 (MOVED): the slot kept moving",
             ),
             (
                 "-ASK 16287 127.0.0.1:47306\r\n",
-                Config,
-                false,
+                Connection,
+                true,
                 "it is moving the lock's slot 16287 to 127.0.0.1:47306 (ASK)",
             ),
             (
