@@ -305,9 +305,12 @@ fn pids_with(text: &str) -> BTreeSet<u32> {
         .collect()
 }
 
-/// The redis-server processes whose parent is `parent`.
+/// The server processes whose parent is `parent`: those of the binary the
+/// harness runs, which `$LEASEHOLD_REDIS_SERVER` may name otherwise than
+/// redis-server.
 fn redis_children(parent: u32) -> BTreeSet<u32> {
-    pids_with("redis-server")
+    let binary = leasehold_testkit::redis_server_path().unwrap();
+    pids_with(&binary.file_name().unwrap().to_string_lossy())
         .into_iter()
         .filter(|pid| {
             fs::read_to_string(format!("/proc/{pid}/stat"))
