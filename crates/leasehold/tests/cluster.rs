@@ -241,3 +241,46 @@ async fn waits_ride_out_a_master_killed_during_contention() {
     }
     assert_ne!(fences[0], fences[1]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_stay_on_the_lock_shard_and_survive_a_dropped_subscription() {
+    let cluster = RedisCluster::start(3, 0);
+    let holder = Client::open(&cluster.urls()[0]).unwrap();
+    let waiter = Client::open(&cluster.urls()[0]).unwrap();
+    let name = name_on(&cluster, 1, "notified");
+    let queue = format!("leasehold:{{{name}}}:q");
+    let master = cluster.master(1);
+    for server in cluster.masters() {
+        assert_eq!(server.command(&["CONFIG", "RESETSTAT"]).unwrap(), "OK");
+    }
+    for round in 0..2 {
+        let held = holder.mutex(&name).unwrap().acquire().await.unwrap();
+        let waiting = tokio::spawn({
+            let lock = waiter.mutex(&name).unwrap();
+            async move { lock.acquire_timeout(LONG).await }
+        });
+        common::eventually("the waiter to queue", || async { exists(master, &queue) }).await;
+        if round == 1 {
+            // The waiter's shard subscription goes away: it still gets in.
+            master
+                .command(&["CLIENT", "KILL", "TYPE", "pubsub"])
+                .unwrap();
+        }
+        held.release().await.unwrap();
+        waiting.await.unwrap().unwrap().release().await.unwrap();
+    }
+    if !leasehold_testkit::server_version().unwrap().at_least(7, 0) {
+        // No sharded pub/sub before Redis 7: classic PUBLISH it is.
+        return;
+    }
+    let stats = master.command(&["INFO", "commandstats"]).unwrap();
+    assert!(stats.contains("cmdstat_spublish:"), "{stats}");
+    for server in cluster.masters() {
+        let stats = server.command(&["INFO", "commandstats"]).unwrap();
+        assert!(
+            !stats.contains("cmdstat_publish:"),
+            "a broadcast PUBLISH on {}: {stats}",
+            server.port()
+        );
+    }
+}

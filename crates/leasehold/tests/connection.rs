@@ -183,9 +183,9 @@ async fn a_cluster_not_ready_passes_and_redirects_are_followed() {
     let serving_port = &serving_port;
     eventually("the empty node to learn the slots", move || async move {
         let nodes = joined.command(&["CLUSTER", "NODES"]).unwrap();
-        nodes.lines().any(|node| {
-            node.contains(&format!(":{serving_port}@")) && node.ends_with(" 0-16383")
-        })
+        nodes
+            .lines()
+            .any(|node| node.contains(&format!(":{serving_port}@")) && node.ends_with(" 0-16383"))
     })
     .await;
     let mutex = on_empty.mutex("job").unwrap();

@@ -128,10 +128,14 @@ pub(crate) struct Cluster {
 impl Cluster {
     /// A cluster reached first through `seeds` (host and port), whose
     /// nodes are made by `factory`.
+    /// `sharded`: the servers have sharded pub/sub, and notifications use
+    /// it (SPUBLISH reaches the shard alone; PUBLISH on a cluster goes to
+    /// every node).
     pub(crate) fn new(
         factory: NodeFactory,
         seeds: Vec<(String, u16)>,
         command_timeout: Duration,
+        sharded: bool,
     ) -> Self {
         let address = seeds
             .iter()
@@ -146,7 +150,11 @@ impl Cluster {
             topology: RwLock::new(Arc::new(Topology::empty())),
             nodes: Mutex::default(),
             refreshing: tokio::sync::Mutex::new(None),
-            publish: Publish::Classic,
+            publish: if sharded {
+                Publish::Sharded
+            } else {
+                Publish::Classic
+            },
         }
     }
 
@@ -162,8 +170,12 @@ impl Cluster {
             return Ok(Arc::clone(node));
         }
         let redis = self.factory.client(host, port)?;
+        let notifier = match self.publish {
+            Publish::Sharded => Notifier::sharded(redis.clone(), self.command_timeout),
+            Publish::Classic => Notifier::new(redis.clone(), self.command_timeout),
+        };
         let node = Arc::new(Node {
-            notifier: Notifier::new(redis.clone(), self.command_timeout),
+            notifier,
             connection: Arc::new(Connection::new(redis, key.clone(), self.command_timeout)),
         });
         nodes.insert(key, Arc::clone(&node));

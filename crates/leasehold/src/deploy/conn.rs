@@ -35,6 +35,8 @@ pub(crate) struct ServerInfo {
     pub(crate) started: Instant,
     /// The server runs in cluster mode: a script may only touch one slot.
     pub(crate) cluster: bool,
+    /// The server has sharded pub/sub (SSUBSCRIBE, SPUBLISH: Redis 7.0 on).
+    pub(crate) sharded_pubsub: bool,
 }
 
 #[derive(Clone)]
@@ -234,6 +236,10 @@ impl Connection {
         let info = ServerInfo {
             started: now.checked_sub(Duration::from_secs(uptime)).unwrap_or(now),
             cluster: info_field(&cluster, "cluster_enabled") == Some("1"),
+            sharded_pubsub: info_field(&server, "redis_version")
+                .and_then(|version| version.split('.').next())
+                .and_then(|major| major.parse::<u32>().ok())
+                .is_some_and(|major| major >= 7),
         };
         Ok((conn, info))
     }

@@ -54,6 +54,7 @@ impl Detect {
                         NodeFactory::new(seed),
                         seeds,
                         self.command_timeout,
+                        route.server().sharded_pubsub,
                     )));
                 }
                 Ok(_) => return Ok(Arc::clone(server) as Arc<dyn Deployment>),

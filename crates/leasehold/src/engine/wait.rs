@@ -271,7 +271,7 @@ async fn wait_for(
         // subscription was made (a cluster's slot migration or failover).
         let notifier = engine.deployment.notifier(&keys.lock);
         if let (Some(listening), Some(notifier)) = (&subscription, &notifier) {
-            if !listening.is_of(notifier) {
+            if !listening.is_of(notifier) || listening.is_moved() {
                 subscription = None;
             }
         }
