@@ -1195,7 +1195,11 @@ mod tests {
         // The second node gives its slots up and joins the first.
         let _: () = query(&mut two, &["CLUSTER", "FLUSHSLOTS"]).await;
         let port = second.port().to_string();
-        let _: () = query(&mut one, &["CLUSTER", "MEET", "127.0.0.1", &port]).await;
+        let bus = second
+            .cluster_bus_port()
+            .expect("a cluster node has a bus port")
+            .to_string();
+        let _: () = query(&mut one, &["CLUSTER", "MEET", "127.0.0.1", &port, &bus]).await;
         eventually("the nodes meet", || {
             let (mut one, mut two) = (one.clone(), two.clone());
             let (one_id, two_id) = (one_id.clone(), two_id.clone());
