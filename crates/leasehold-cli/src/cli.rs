@@ -45,6 +45,11 @@ pub(crate) struct Connection {
     /// First part of every key; processes that share locks use the same prefix
     #[arg(long, global = true, default_value = leasehold::DEFAULT_PREFIX)]
     pub(crate) prefix: String,
+    /// How long a wait goes on while Redis has never been reached (a wrong host or port, a
+    /// server not started) before it ends with exit 69 and the reason; once Redis has
+    /// answered, waits ride out outages [default: 10s]
+    #[arg(long, global = true, value_name = "DUR", value_parser = duration::up_to_a_day)]
+    connect_timeout: Option<Dur>,
 }
 
 impl Connection {
@@ -80,6 +85,9 @@ impl Connection {
             .watchdog(watchdog);
         if let Some(grace) = restart_grace {
             builder = builder.restart_grace(grace);
+        }
+        if let Some(timeout) = &self.connect_timeout {
+            builder = builder.connect_timeout(timeout.get());
         }
         builder
     }

@@ -230,6 +230,29 @@ fn redis_out_of_reach_exits_69_and_runs_nothing() {
         let out = leasehold(&unreachable_url(), args);
         assert_eq!(out.status.code(), Some(69), "{args:?}: {}", stderr(&out));
     }
+    // A wait with no bound on a wrong address ends after the connect
+    // timeout, with the reason, instead of waiting forever.
+    for url in [
+        unreachable_url(),
+        "redis://nosuchhost.invalid:6379".to_owned(),
+    ] {
+        let out = leasehold(
+            &url,
+            &[
+                "run",
+                "job",
+                "--connect-timeout",
+                "1s",
+                "--",
+                "sh",
+                "-c",
+                "exit 3",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(69), "{url}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains("without reaching redis once"), "{url}: {err}");
+    }
 }
 
 #[test]

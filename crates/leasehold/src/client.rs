@@ -28,6 +28,9 @@ pub const URL_ENV_VARS: [&str; 2] = ["LEASEHOLD_URL", "REDIS_URL"];
 pub const DEFAULT_PREFIX: &str = "leasehold";
 /// The lease of a lock unless the lock or the client says otherwise.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// How long a wait goes on when the client has never reached Redis (a
+/// wrong address, a server not started): it then ends with the reason.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long one command may take before it counts as Redis not answering.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a fence counter outlives the last acquisition of its lock.
@@ -93,6 +96,18 @@ impl ClientBuilder {
         self
     }
 
+    /// How long a wait goes on while this client has never reached Redis
+    /// (default [`DEFAULT_CONNECT_TIMEOUT`]): a wrong host or port, a
+    /// server not started. The wait then ends with the last fault (DNS
+    /// failure, connection refused, no answer), as a
+    /// [`Connection`](crate::ErrorKind::Connection) error (exit 69 on the
+    /// command line). Once any request has reached Redis, waits ride out
+    /// outages for as long as their own bound allows.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.engine.connect_timeout = timeout;
+        self
+    }
+
     /// Grants no lock through a Redis server that has been up for less than
     /// `grace` (default: off). Set it to at least the longest lease in use
     /// when Redis runs without persistence: a restart then forgets every
@@ -102,6 +117,17 @@ impl ClientBuilder {
     /// before anyone is granted the lock again. The uptime is read once per
     /// connection. Meanwhile a `try_acquire` finds every lock busy (`None`),
     /// and a wait that runs out says that the grace held it back.
+    ///
+    /// The same grace starts at a **change of master**: when the server
+    /// that serves a lock's slot is another master than the one this client
+    /// last saw there (another run id or replication id: a replica promoted
+    /// by a Redis Cluster or Sentinel failover, a restart), it grants no
+    /// lock on that slot until the grace has passed. A promoted replica has
+    /// a long uptime, and may have missed the latest grants of the master
+    /// it replaced; with the grace, their holders' leases end before it
+    /// grants again. Without it, fences still keep a fenced resource safe.
+    /// A client only knows the masters it has talked to: one that starts
+    /// after a failover sees no change.
     pub fn restart_grace(mut self, grace: Duration) -> Self {
         self.engine.restart_grace = Some(grace);
         self
@@ -275,6 +301,7 @@ impl Client {
                 restart_grace: None,
                 fence_retention: DEFAULT_FENCE_RETENTION,
                 identity: String::new(),
+                connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             },
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             name: None,

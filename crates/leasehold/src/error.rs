@@ -432,6 +432,22 @@ impl Error {
         )
     }
 
+    /// This fault, met by a client that has not reached Redis once in
+    /// `timeout`: no longer passing, and said so.
+    pub(crate) fn never_reached(self, timeout: Duration) -> Error {
+        Error {
+            kind: self.kind,
+            message: format!(
+                "gave up after {timeout:?} without reaching redis once: {}; check the URL, \
+                 and that the server runs and is reachable from here",
+                self.message
+            )
+            .into(),
+            source: self.source,
+            transient: false,
+        }
+    }
+
     /// The Redis client's error behind this one, if there is one.
     pub fn redis_error(&self) -> Option<&redis::RedisError> {
         self.source

@@ -378,8 +378,8 @@ mod semaphore;
 mod with_lock;
 
 pub use client::{
-    Client, ClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FENCE_RETENTION, DEFAULT_LEASE,
-    DEFAULT_PREFIX, DEFAULT_URL, URL_ENV_VARS,
+    Client, ClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_FENCE_RETENTION, DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_URL, URL_ENV_VARS,
 };
 pub use election::{Election, Leader, Leadership, MAX_LEADER_VALUE_LEN};
 pub use engine::lease::LossReason;

@@ -284,3 +284,43 @@ async fn notifications_stay_on_the_lock_shard_and_survive_a_dropped_subscription
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grace_holds_a_promoted_master_back_until_it_has_passed() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let grace = Duration::from_secs(2);
+    let graced = Client::builder("")
+        .seeds(cluster.urls())
+        .restart_grace(grace)
+        .build()
+        .unwrap();
+    let plain = Client::builder("").seeds(cluster.urls()).build().unwrap();
+    let name = name_on(&cluster, 0, "promoted");
+    let lock = graced.mutex(&name).unwrap();
+    // Once the fresh servers are past their restart grace, the lock is free.
+    common::eventually("the cluster to be older than the grace", || async {
+        match lock.try_acquire().await {
+            Ok(Some(guard)) => guard.release().await.is_ok(),
+            _ => false,
+        }
+    })
+    .await;
+    cluster.failover(0);
+    // The promoted replica is another master of the slot: nothing from it
+    // until the grace has passed, for the client that saw the change.
+    assert!(
+        lock.try_acquire().await.unwrap().is_none(),
+        "a new master granted a lock within the grace"
+    );
+    let taken = plain.mutex(&name).unwrap().try_acquire().await.unwrap();
+    taken
+        .expect("without a grace the new master grants at once")
+        .release()
+        .await
+        .unwrap();
+    let guard = lock
+        .acquire_timeout(LONG)
+        .await
+        .expect("granted once the grace has passed");
+    guard.release().await.unwrap();
+}

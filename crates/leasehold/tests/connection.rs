@@ -651,3 +651,53 @@ async fn a_user_without_channel_access_waits_on_timers_alone() {
     assert!(connections <= 4, "{connections} connections in two waits");
     guard.release().await.unwrap();
 }
+
+/// A client that never reached Redis gives up a wait after its connect
+/// timeout, saying why; one that had reached it rides out an outage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_address_ends_a_wait_but_an_outage_does_not() {
+    for url in [
+        leasehold_testkit::unreachable_url(),
+        "redis://nosuchhost.invalid:6379".to_owned(),
+    ] {
+        let client = Client::builder(url.clone())
+            .command_timeout(Duration::from_millis(300))
+            .connect_timeout(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        let err = tokio::time::timeout(LONG, client.mutex("job").unwrap().acquire())
+            .await
+            .expect("a wait on a wrong address ended")
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Connection, "{url}: {err:?}");
+        assert!(
+            err.to_string().contains("without reaching redis once"),
+            "{url}: {err}"
+        );
+    }
+
+    let mut server = RedisServer::start();
+    let client = Client::builder(server.url())
+        .command_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let mutex = client.mutex("job").unwrap();
+    mutex
+        .try_acquire()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    server.stop();
+    let waiting = tokio::spawn(async move { mutex.acquire_timeout(LONG).await });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    server.restart();
+    let guard = waiting
+        .await
+        .unwrap()
+        .expect("a client that had reached redis rides out the outage");
+    guard.release().await.unwrap();
+}

@@ -37,6 +37,10 @@ pub(crate) struct ServerInfo {
     pub(crate) cluster: bool,
     /// The server has sharded pub/sub (SSUBSCRIBE, SPUBLISH: Redis 7.0 on).
     pub(crate) sharded_pubsub: bool,
+    /// Which server process, and which history of the data, this is: a
+    /// digest of its run id and replication id. Another value for the same
+    /// slot is another master (a restart, or a replica promoted).
+    pub(crate) identity: u64,
 }
 
 #[derive(Clone)]
@@ -189,43 +193,46 @@ impl Connection {
                 .redis
                 .get_multiplexed_async_connection_with_config(&config)
                 .await?;
-            let (server, cluster): (String, String) = redis::pipe()
+            let (server, cluster, replication): (String, String, String) = redis::pipe()
                 .cmd("INFO")
                 .arg("server")
                 .cmd("INFO")
                 .arg("cluster")
+                .cmd("INFO")
+                .arg("replication")
                 .query_async(&mut conn)
                 .await?;
-            Ok::<_, redis::RedisError>((conn, server, cluster))
+            Ok::<_, redis::RedisError>((conn, server, cluster, replication))
         };
-        let (conn, server, cluster) = match tokio::time::timeout_at(deadline, connect).await {
-            Ok(Ok(made)) => made,
-            Ok(Err(e)) => {
-                let refused = e.is_connection_refusal();
-                let error = Error::redis(&self.address, "connect", e);
-                if refused || !error.is_connection() {
-                    return Err(error);
+        let (conn, server, cluster, replication) =
+            match tokio::time::timeout_at(deadline, connect).await {
+                Ok(Ok(made)) => made,
+                Ok(Err(e)) => {
+                    let refused = e.is_connection_refusal();
+                    let error = Error::redis(&self.address, "connect", e);
+                    if refused || !error.is_connection() {
+                        return Err(error);
+                    }
+                    let within = deadline.saturating_duration_since(Instant::now());
+                    return Err(self
+                        .mismatch(within.min(PROBE_AFTER_FAILURE))
+                        .await
+                        .unwrap_or(error));
                 }
-                let within = deadline.saturating_duration_since(Instant::now());
-                return Err(self
-                    .mismatch(within.min(PROBE_AFTER_FAILURE))
-                    .await
-                    .unwrap_or(error));
-            }
-            Err(_) => {
-                let error = Error::no_answer(&self.address, "connect", self.timeout);
-                // Only a TLS client waits silently on the wrong port; a
-                // plain one is reset at once.
-                if !matches!(
-                    self.redis.get_connection_info().addr(),
-                    redis::ConnectionAddr::TcpTls { .. }
-                ) {
-                    return Err(error);
+                Err(_) => {
+                    let error = Error::no_answer(&self.address, "connect", self.timeout);
+                    // Only a TLS client waits silently on the wrong port; a
+                    // plain one is reset at once.
+                    if !matches!(
+                        self.redis.get_connection_info().addr(),
+                        redis::ConnectionAddr::TcpTls { .. }
+                    ) {
+                        return Err(error);
+                    }
+                    let within = (self.timeout / 4).min(PROBE_AFTER_TIMEOUT);
+                    return Err(self.mismatch(within).await.unwrap_or(error));
                 }
-                let within = (self.timeout / 4).min(PROBE_AFTER_TIMEOUT);
-                return Err(self.mismatch(within).await.unwrap_or(error));
-            }
-        };
+            };
         if info_field(&server, "redis_mode") == Some("sentinel") {
             return Err(Error::sentinel(&self.address));
         }
@@ -240,6 +247,10 @@ impl Connection {
                 .and_then(|version| version.split('.').next())
                 .and_then(|major| major.parse::<u32>().ok())
                 .is_some_and(|major| major >= 7),
+            identity: digest(&[
+                info_field(&server, "run_id").unwrap_or_default(),
+                info_field(&replication, "master_replid").unwrap_or_default(),
+            ]),
         };
         Ok((conn, info))
     }
@@ -297,6 +308,18 @@ impl Connection {
             slot.current = None;
         }
     }
+}
+
+/// A 64-bit FNV-1a digest of `parts`, each ended by a zero byte.
+fn digest(parts: &[&str]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for &byte in part.as_bytes().iter().chain(&[0]) {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    hash
 }
 
 /// The value of `field` in an `INFO` reply.

@@ -13,6 +13,8 @@ pub(crate) mod state;
 pub(crate) mod wait;
 pub(crate) mod watchdog;
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +23,15 @@ use tokio::time::Instant;
 use crate::deploy::{Deployment, Notifier, Route, ServerInfo};
 use crate::engine::scripts::Scripts;
 use crate::error::{Error, ErrorKind, Result};
-use crate::keys::LockKeys;
+use crate::keys::{hash_slot, LockKeys};
+
+/// What a script that may grant a lock got.
+pub(crate) enum Answer {
+    Reply(redis::Value),
+    /// Not sent: the server that serves the key now is in its grace, which
+    /// ends in this long.
+    InGrace(Duration),
+}
 
 /// Names one script of a set (see [`Scripts`]).
 pub(crate) type Pick = fn(&Scripts) -> &redis::Script;
@@ -40,6 +50,8 @@ pub(crate) struct EngineConfig {
     pub(crate) fence_retention: Duration,
     /// "<pid> <host> <client name>", recorded with every lease and waiter.
     pub(crate) identity: String,
+    /// A wait by a client that has never reached Redis ends after this.
+    pub(crate) connect_timeout: Duration,
 }
 
 /// One client's engine: its deployment, its leases, and its settings.
@@ -52,6 +64,11 @@ pub(crate) struct Engine {
     /// the one waiter it wakes, on its client's channel alone.
     pub(crate) id: String,
     pub(crate) leases: state::LeaseState,
+    /// Under a grace: the master each slot this client used was last
+    /// served by, and when that changed.
+    masters: std::sync::Mutex<HashMap<u16, (u64, Option<Instant>)>>,
+    /// Some script got an answer from Redis.
+    reached: AtomicBool,
 }
 
 impl Engine {
@@ -64,6 +81,8 @@ impl Engine {
             config,
             id: new_token()?,
             leases: state::LeaseState::default(),
+            masters: std::sync::Mutex::default(),
+            reached: AtomicBool::new(false),
         }))
     }
 
@@ -115,29 +134,70 @@ impl Engine {
     /// now: each hop is bounded by the command timeout, and there are few.
     pub(crate) async fn eval_on(
         &self,
-        mut route: Route,
+        route: Route,
         key: &str,
         operation: &str,
         pick: Pick,
         key_list: &[&str],
         args: &[&[u8]],
     ) -> Result<redis::Value> {
+        match self
+            .send(route, key, operation, pick, key_list, args, false)
+            .await?
+        {
+            Answer::Reply(reply) => Ok(reply),
+            Answer::InGrace(left) => Err(Error::new(
+                ErrorKind::Connection,
+                format!("the master of {key:?} is in its grace for {left:?}; try again then"),
+            )
+            .transient()),
+        }
+    }
+
+    /// As [`eval_on`](Self::eval_on), for a script that may grant a lock
+    /// (`grants`): a redirect to a server in its grace (see
+    /// [`grace_left`](Self::grace_left)) is not followed, and says so.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn send(
+        &self,
+        mut route: Route,
+        key: &str,
+        operation: &str,
+        pick: Pick,
+        key_list: &[&str],
+        args: &[&[u8]],
+        grants: bool,
+    ) -> Result<Answer> {
         let mut hops = 0;
         loop {
             let script = pick(route.scripts());
             let reply = route.clone().eval(operation, script, key_list, args).await;
-            let Err(error) = &reply else {
-                return reply;
+            let error = match reply {
+                Ok(reply) => {
+                    self.reached.store(true, Ordering::Relaxed);
+                    return Ok(Answer::Reply(reply));
+                }
+                Err(error) => error,
             };
             let Some(redirect) = error.redirect().filter(|_| hops < MAX_REDIRECTS) else {
-                return reply;
+                return Err(error);
             };
             let Some(next) = self.deployment.follow(key, &redirect) else {
-                return reply;
+                return Err(error);
             };
             route = next.await?;
             hops += 1;
+            if grants {
+                if let Some(left) = self.grace_left(key, route.server()) {
+                    return Ok(Answer::InGrace(left));
+                }
+            }
         }
+    }
+
+    /// Whether a script of this client ever got an answer from Redis.
+    pub(crate) fn has_reached_redis(&self) -> bool {
+        self.reached.load(Ordering::Relaxed)
     }
 
     /// Waits until the releases this client runs in the background are
@@ -147,12 +207,35 @@ impl Engine {
         let _ = tokio::time::timeout(limit, self.leases.background.idle()).await;
     }
 
-    /// How long from now no lock may be granted by the server behind
-    /// `server`, under the restart grace.
-    pub(crate) fn restart_grace_left(&self, server: &ServerInfo) -> Option<Duration> {
+    /// How long from now no lock on `key` may be granted by the server
+    /// behind `server`, under the grace: while that server has been up for
+    /// less than the grace (a restart), or has been the master of `key`'s
+    /// slot, as this client saw it, for less than the grace (a replica
+    /// promoted, or another master after a restart that kept the uptime).
+    pub(crate) fn grace_left(&self, key: &str, server: &ServerInfo) -> Option<Duration> {
         let grace = self.config.restart_grace?;
-        let ends = server.started + grace;
-        let left = ends.saturating_duration_since(Instant::now());
+        let now = Instant::now();
+        let mut ends = server.started + grace;
+        let slot = hash_slot(key);
+        let mut masters = self
+            .masters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match masters.get_mut(&slot) {
+            None => {
+                masters.insert(slot, (server.identity, None));
+            }
+            Some((known, changed)) => {
+                if *known != server.identity {
+                    *known = server.identity;
+                    *changed = Some(now);
+                }
+                if let Some(at) = changed {
+                    ends = ends.max(*at + grace);
+                }
+            }
+        }
+        let left = ends.saturating_duration_since(now);
         (!left.is_zero()).then_some(left)
     }
 }

@@ -24,7 +24,7 @@ use crate::engine::lease::local_deadline;
 use crate::engine::release::{release, PendingRelease};
 use crate::engine::scripts::{self, Scripts};
 use crate::engine::Engine;
-use crate::engine::{new_token, pttl, Kind, Pick, Request};
+use crate::engine::{new_token, pttl, Answer, Kind, Pick, Request};
 use crate::error::{Error, Result};
 use crate::holder::Holder;
 use crate::keys::{millis, LockKeys, MAX_LEASE};
@@ -158,6 +158,7 @@ async fn wait_for(
     seen: &mut Seen,
 ) -> Result<Held> {
     let keys = request.keys;
+    let began = Instant::now();
     let waited = wait.unwrap_or_default();
     // A mutex admits one holder at a time: the tasks of this client take
     // turns here, and only the first of them is in the Redis queue. The
@@ -251,6 +252,13 @@ async fn wait_for(
                 continue;
             }
             Err(error) if error.is_transient() && queue => {
+                // A client that never reached Redis at all has a wrong
+                // address, or a server that is not there: it gives up once
+                // the connect timeout has passed, saying why.
+                if !engine.has_reached_redis() && began.elapsed() >= engine.config.connect_timeout {
+                    leave(engine, keys, &mut pending, &token).await;
+                    return Err(error.never_reached(engine.config.connect_timeout));
+                }
                 // Keep the queue turn and try again on a healed connection.
                 seen.last_error = Some(error);
                 if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -436,7 +444,7 @@ async fn attempt(
     // Nothing can be held before the request leaves: connect first, then
     // arm the release that undoes a request cut off on its way.
     let route = engine.route(keys).await?;
-    if let Some(left) = engine.restart_grace_left(route.server()) {
+    if let Some(left) = engine.grace_left(&keys.lock, route.server()) {
         return Ok(Outcome::InGrace { left });
     }
     // Sent before: this token may hold the lock or be queued already.
@@ -502,9 +510,13 @@ async fn attempt(
     };
     args.extend(own.iter().map(String::as_bytes));
     let sent_at = Instant::now();
-    let reply = engine
-        .eval_on(route, &keys.lock, "acquire", pick, &keys_list, &args)
-        .await?;
+    let reply = match engine
+        .send(route, &keys.lock, "acquire", pick, &keys_list, &args, true)
+        .await?
+    {
+        Answer::Reply(reply) => reply,
+        Answer::InGrace(left) => return Ok(Outcome::InGrace { left }),
+    };
     let outcome = read_attempt(request, &reply, sent_at);
     if !sent_before && outcome.as_ref().is_err_and(Error::is_conflict) {
         // Refused before it could hold or queue anything.
