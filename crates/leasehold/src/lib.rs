@@ -347,8 +347,17 @@
 //! `<prefix>:{name}:ch:`. An election called `name` adds its leader record
 //! at `<prefix>:{name}:leader` (expires after the fence retention; the
 //! leader rewrites it at a quarter of that) and announces on
-//! `<prefix>:{name}:leader:ch`. Every key expires on its own. Names are
-//! non-empty UTF-8 of at most 1024 bytes without `{` or `}`.
+//! `<prefix>:{name}:leader:ch`. Every key expires on its own.
+//!
+//! A name is any non-empty UTF-8 string of at most 1024 bytes
+//! ([`MAX_NAME_LEN`], counted on the name as given). Braces in a name are
+//! escaped in its keys, so that the hash tag still holds the whole name and
+//! every key of the lock stays in one Redis Cluster slot: `{` becomes `%7B`,
+//! `}` becomes `%7D`, `%` becomes `%25`, and a `%` marks the tag, so the
+//! lock `user:{42}` lives at `<prefix>:%{user:%7B42%7D}` (its fence at
+//! `<prefix>:%{user:%7B42%7D}:fence`, and so on). Names without braces are
+//! used as they are, so two names never share a key: `a%7Bb` lives at
+//! `<prefix>:{a%7Bb}`, `a{b` at `<prefix>:%{a%7Bb}`.
 //!
 //! An ACL user needs access to both the keys and the channels, for example
 //! `~leasehold:* &leasehold:*`. Redis 7 gives a new user no channels; without
