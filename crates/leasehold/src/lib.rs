@@ -79,6 +79,22 @@
 //! one that holds it is refused at once with [`ErrorKind::Conflict`]
 //! (waiting would never end), and nothing is overwritten.
 //!
+//! # Synchronous code
+//!
+//! [`blocking`] has the same locks for code without an async runtime, as
+//! reqwest and redis-rs have: `leasehold::blocking::Client::open(url)?`
+//! makes them, their calls block the calling thread, and the owner of a
+//! reentrant or read-write hold is the calling thread.
+//!
+//! ```no_run
+//! # fn demo() -> leasehold::Result<()> {
+//! let client = leasehold::blocking::Client::open("redis://127.0.0.1:6379")?;
+//! let guard = client.mutex("reports:nightly")?.acquire()?;
+//! // work, passing guard.fence() along and checking guard.is_lost()
+//! guard.release()?;
+//! # Ok(()) }
+//! ```
+//!
 //! # Who holds a lock
 //!
 //! Every lease records who took it: the process id, the host, the client's
@@ -367,6 +383,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub mod blocking;
 mod client;
 mod core;
 mod deploy;
