@@ -176,8 +176,9 @@ fn usage_errors_exit_2() {
         assert!(err.contains("--help"), "{args:?}: {err}");
     }
     // Refused after parsing: one line.
+    let long_name = "n".repeat(leasehold::MAX_NAME_LEN + 1);
     for args in [
-        &["run", "a{b}", "--", "true"][..],
+        &["run", &long_name, "--", "true"][..],
         &["run", "", "--", "true"],
         &[
             "run",
@@ -410,6 +411,29 @@ fn a_missing_command_exits_127_and_releases() {
     let out = leasehold(&server.url(), &["run", "job", "--", "/nonexistent/command"]);
     assert_eq!(out.status.code(), Some(127), "{}", stderr(&out));
     assert_eq!(inspect(&server.url(), "job")["held"], false);
+}
+
+#[test]
+fn names_with_braces_are_locks_like_any_other() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (token, fence) = acquire(&url, "deploy:{eu}", "1m");
+    let state = inspect(&url, "deploy:{eu}");
+    assert_eq!(state["name"], "deploy:{eu}");
+    assert_eq!(state["held"], true);
+    assert_eq!(state["last_fence"], fence);
+    // The escaped spelling of the name is another lock.
+    assert_eq!(inspect(&url, "deploy:%7Beu%7D")["held"], false);
+    let out = leasehold(&url, &["run", "deploy:{eu}", "--no-wait", "--", "true"]);
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    let out = leasehold(&url, &["release", "deploy:{eu}", &token]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = leasehold(
+        &url,
+        &["run", "}{", "--", "sh", "-c", "echo \"$LEASEHOLD_NAME\""],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "}{");
 }
 
 #[test]

@@ -201,7 +201,7 @@ fn json_failures_are_one_object_on_stdout() {
     assert_json_error(&out, "lost", 76);
 
     // Invalid input, refused by the library and by the argument parser.
-    let out = leasehold(&url, &["acquire", "a{b}", "--json"]);
+    let out = leasehold(&url, &["acquire", "", "--json"]);
     assert_json_error(&out, "usage", 2);
     let out = leasehold(&url, &["acquire", "job", "--json", "--lease", "soon"]);
     let error = assert_json_error(&out, "usage", 2);

@@ -314,7 +314,9 @@ impl Client {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for an empty
-    /// name, a name over 1024 bytes, or one that contains `{` or `}`.
+    /// name or a name over 1024 bytes. Any other UTF-8 name is accepted,
+    /// braces included (they are escaped in the lock's keys: see the crate
+    /// docs on keys).
     pub fn mutex(&self, name: &str) -> Result<Mutex> {
         Ok(Mutex::new(self.core(name, Kind::Mutex, Owners::None)?))
     }

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
-/// The longest lock name accepted, in bytes.
+/// The longest lock name accepted, in bytes of the name as given (its
+/// keys may be longer: see [`Client::mutex`](crate::Client::mutex) on names
+/// with braces).
 pub const MAX_NAME_LEN: usize = 1024;
 /// The longest key prefix accepted, in bytes.
 pub const MAX_PREFIX_LEN: usize = 256;
@@ -17,8 +19,9 @@ pub const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
 /// The longest token accepted by the token-based calls.
 pub const MAX_TOKEN_LEN: usize = 256;
 
-/// The Redis keys of one lock. They share the hash tag `{name}`, so every
-/// script touches a single slot.
+/// The Redis keys of one lock. They share one hash tag, so every script
+/// touches a single slot: `<prefix>:{name}` for a name without braces, and
+/// `<prefix>:%{escaped}` for one with braces (see [`lock_key`]).
 #[derive(Debug, Clone)]
 pub(crate) struct LockKeys {
     pub(crate) name: String,
@@ -38,7 +41,7 @@ pub(crate) struct LockKeys {
 impl LockKeys {
     pub(crate) fn new(prefix: &str, name: &str) -> Result<Self> {
         validate_name(name)?;
-        let lock = format!("{prefix}:{{{name}}}");
+        let lock = lock_key(prefix, name);
         Ok(LockKeys {
             name: name.to_owned(),
             fence: format!("{lock}:fence"),
@@ -50,21 +53,39 @@ impl LockKeys {
     }
 }
 
+/// The key of the lock `name`; every other key of the lock starts with it.
+///
+/// A name without braces is its own hash tag, so such names keep the keys
+/// they always had. A name with braces is escaped (`{` as `%7B`, `}` as
+/// `%7D`, `%` as `%25`) into a tag without braces, and a `%` stands before
+/// the tag. The map is injective: the character before the first `{` (the
+/// prefix has no braces) tells the two forms apart, and an escaped tag
+/// decodes back to one name because every `%` in it starts an escape.
+fn lock_key(prefix: &str, name: &str) -> String {
+    if !name.contains(['{', '}']) {
+        return format!("{prefix}:{{{name}}}");
+    }
+    let mut tag = String::with_capacity(name.len() + 8);
+    for c in name.chars() {
+        match c {
+            '{' => tag.push_str("%7B"),
+            '}' => tag.push_str("%7D"),
+            '%' => tag.push_str("%25"),
+            c => tag.push(c),
+        }
+    }
+    format!("{prefix}:%{{{tag}}}")
+}
+
 pub(crate) fn validate_name(name: &str) -> Result<()> {
     if name.is_empty() {
         return Err(Error::invalid("lock name is empty: give the lock a name"));
     }
     if name.len() > MAX_NAME_LEN {
         return Err(Error::invalid(format!(
-            "lock name is {} bytes long: the limit is {MAX_NAME_LEN} bytes, use a shorter name \
-             (a hash of a long one works)",
+            "lock name is {} bytes long: a name may have at most {MAX_NAME_LEN} bytes, counted as \
+             given (braces are one byte each), so use a shorter name (a hash of a long one works)",
             name.len()
-        )));
-    }
-    if name.contains(['{', '}']) {
-        return Err(Error::invalid(format!(
-            "lock name {name:?} contains '{{' or '}}': leasehold puts the name in a Redis hash \
-             tag, so braces are not allowed"
         )));
     }
     Ok(())
@@ -196,13 +217,115 @@ mod tests {
     #[test]
     fn names_are_checked() {
         assert!(validate_name("").unwrap_err().is_invalid_input());
-        assert!(validate_name("a{b").unwrap_err().is_invalid_input());
-        assert!(validate_name("a}b").unwrap_err().is_invalid_input());
-        assert!(validate_name(&"x".repeat(MAX_NAME_LEN + 1))
-            .unwrap_err()
-            .is_invalid_input());
+        let err = validate_name(&"x".repeat(MAX_NAME_LEN + 1)).unwrap_err();
+        assert!(err.is_invalid_input());
+        assert!(err.to_string().contains("1025 bytes"), "{err}");
         validate_name(&"x".repeat(MAX_NAME_LEN)).unwrap();
         validate_name("ünïcode ok").unwrap();
+        validate_name("a{b").unwrap();
+        validate_name("}").unwrap();
+        // The limit is on the name, not on its escaped form.
+        validate_name(&"{".repeat(MAX_NAME_LEN)).unwrap();
+        assert!(validate_name(&"{".repeat(MAX_NAME_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn braces_are_escaped_in_the_keys() {
+        let keys = LockKeys::new("app", "user:{42}").unwrap();
+        assert_eq!(keys.name, "user:{42}");
+        assert_eq!(keys.lock, "app:%{user:%7B42%7D}");
+        assert_eq!(keys.fence, "app:%{user:%7B42%7D}:fence");
+        assert_eq!(keys.queue, "app:%{user:%7B42%7D}:q");
+        assert_eq!(keys.waiters, "app:%{user:%7B42%7D}:w:");
+        assert_eq!(keys.channels, "app:%{user:%7B42%7D}:ch:");
+        assert_eq!(
+            LockKeys::new("app", "50%{").unwrap().lock,
+            "app:%{50%25%7B}"
+        );
+        // A name without braces keeps its keys, '%' and all.
+        assert_eq!(LockKeys::new("app", "50%").unwrap().lock, "app:{50%}");
+        assert_eq!(LockKeys::new("app", "a%7Bb").unwrap().lock, "app:{a%7Bb}");
+    }
+
+    /// The name a lock key belongs to, read back: what makes the map
+    /// from names to keys injective.
+    fn decode(key: &str, prefix: &str) -> String {
+        let rest = key.strip_prefix(prefix).unwrap().strip_prefix(':').unwrap();
+        if let Some(tag) = rest.strip_prefix('{') {
+            return tag.strip_suffix('}').unwrap().to_owned();
+        }
+        let tag = rest.strip_prefix("%{").unwrap().strip_suffix('}').unwrap();
+        let (mut name, mut rest) = (String::new(), tag);
+        while let Some(at) = rest.find('%') {
+            name.push_str(&rest[..at]);
+            name.push(match &rest[at..at + 3] {
+                "%7B" => '{',
+                "%7D" => '}',
+                "%25" => '%',
+                other => panic!("{other} is no escape"),
+            });
+            rest = &rest[at + 3..];
+        }
+        name.push_str(rest);
+        name
+    }
+
+    #[test]
+    fn no_two_names_share_keys() {
+        // Every name of up to four characters over an alphabet of braces,
+        // the escape character and the letters of the escapes.
+        let alphabet = ['{', '}', '%', '7', 'B', 'D', '2', '5'];
+        let mut names = vec![String::new()];
+        let mut all = Vec::new();
+        for _ in 0..4 {
+            names = names
+                .iter()
+                .flat_map(|n| alphabet.iter().map(move |c| format!("{n}{c}")))
+                .collect();
+            all.extend(names.iter().cloned());
+        }
+        let mut seen = std::collections::HashMap::new();
+        for name in &all {
+            let keys = LockKeys::new("p", name).unwrap();
+            assert_eq!(&decode(&keys.lock, "p"), name);
+            let tag_slot = hash_slot(&keys.lock);
+            for key in [&keys.fence, &keys.queue, &keys.waiters, &keys.channels] {
+                assert_eq!(hash_slot(key), tag_slot, "{key}");
+            }
+            if let Some(other) = seen.insert(keys.lock.clone(), name.clone()) {
+                panic!("{name:?} and {other:?} share the key {}", keys.lock);
+            }
+        }
+        assert_eq!(seen.len(), all.len());
+    }
+
+    /// Redis itself puts every key of a braced name in one slot.
+    #[test]
+    fn every_key_of_a_braced_name_has_one_cluster_slot() {
+        let node = leasehold_testkit::RedisServer::start_cluster_node();
+        let slot = |key: &str| node.command(&["CLUSTER", "KEYSLOT", key]).unwrap();
+        for name in ["{", "}", "a{b}c", "{}", "}{", "x%7B{", "{user}:42", "ü{ñ}"] {
+            let keys = LockKeys::new("leasehold", name).unwrap();
+            let tag = keys
+                .lock
+                .split_once('{')
+                .and_then(|(_, rest)| rest.split_once('}'))
+                .map(|(tag, _)| tag)
+                .unwrap();
+            let expected = slot(tag);
+            assert_eq!(expected, hash_slot(&keys.lock).to_string(), "{name}");
+            for key in [
+                keys.lock.clone(),
+                keys.fence.clone(),
+                keys.queue.clone(),
+                format!("{}0123abcd", keys.waiters),
+                format!("{}0123abcd", keys.channels),
+                format!("{}:leader", keys.lock),
+                format!("{}:leader:ch", keys.lock),
+            ] {
+                assert_eq!(slot(&key), expected, "{name}: {key}");
+            }
+        }
     }
 
     #[test]

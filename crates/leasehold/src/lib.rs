@@ -80,6 +80,22 @@
 //! one that holds it is refused at once with [`ErrorKind::Conflict`]
 //! (waiting would never end), and nothing is overwritten.
 //!
+//! # Synchronous code
+//!
+//! [`blocking`] has the same locks for code without an async runtime, as
+//! reqwest and redis-rs have: `leasehold::blocking::Client::open(url)?`
+//! makes them, their calls block the calling thread, and the owner of a
+//! reentrant or read-write hold is the calling thread.
+//!
+//! ```no_run
+//! # fn demo() -> leasehold::Result<()> {
+//! let client = leasehold::blocking::Client::open("redis://127.0.0.1:6379")?;
+//! let guard = client.mutex("reports:nightly")?.acquire()?;
+//! // work, passing guard.fence() along and checking guard.is_lost()
+//! guard.release()?;
+//! # Ok(()) }
+//! ```
+//!
 //! # Who holds a lock
 //!
 //! Every lease records who took it: the process id, the host, the client's
@@ -349,8 +365,17 @@
 //! `<prefix>:{name}:ch:`. An election called `name` adds its leader record
 //! at `<prefix>:{name}:leader` (expires after the fence retention; the
 //! leader rewrites it at a quarter of that) and announces on
-//! `<prefix>:{name}:leader:ch`. Every key expires on its own. Names are
-//! non-empty UTF-8 of at most 1024 bytes without `{` or `}`.
+//! `<prefix>:{name}:leader:ch`. Every key expires on its own.
+//!
+//! A name is any non-empty UTF-8 string of at most 1024 bytes
+//! ([`MAX_NAME_LEN`], counted on the name as given). Braces in a name are
+//! escaped in its keys, so that the hash tag still holds the whole name and
+//! every key of the lock stays in one Redis Cluster slot: `{` becomes `%7B`,
+//! `}` becomes `%7D`, `%` becomes `%25`, and a `%` marks the tag, so the
+//! lock `user:{42}` lives at `<prefix>:%{user:%7B42%7D}` (its fence at
+//! `<prefix>:%{user:%7B42%7D}:fence`, and so on). Names without braces are
+//! used as they are, so two names never share a key: `a%7Bb` lives at
+//! `<prefix>:{a%7Bb}`, `a{b` at `<prefix>:%{a%7Bb}`.
 //!
 //! An ACL user needs access to both the keys and the channels, for example
 //! `~leasehold:* &leasehold:*`. Redis 7 gives a new user no channels; without
@@ -360,6 +385,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub mod blocking;
 mod client;
 mod core;
 mod deploy;

@@ -78,8 +78,6 @@ async fn every_refused_input_is_refused_before_anything_is_sent() {
     };
     invalid(client.mutex("").map(drop));
     invalid(client.mutex(&"n".repeat(MAX_NAME_LEN + 1)).map(drop));
-    invalid(client.mutex("a{b}").map(drop));
-    invalid(client.mutex("a}").map(drop));
     let mutex = client.mutex("ok").unwrap();
     invalid(mutex.clone().with_lease(Duration::ZERO).map(drop));
     invalid(
@@ -127,11 +125,10 @@ async fn every_refused_input_is_refused_before_anything_is_sent() {
 
     let err = client.mutex("").unwrap_err();
     assert!(err.to_string().contains("empty"), "{err}");
-    let err = client.mutex("a{b}").unwrap_err();
-    assert!(
-        err.to_string().contains("brace") || err.to_string().contains('{'),
-        "{err}"
-    );
+    let err = client.mutex(&"n".repeat(MAX_NAME_LEN + 1)).unwrap_err();
+    assert!(err.to_string().contains("at most 1024 bytes"), "{err}");
+    // Braces are part of any UTF-8 name.
+    client.mutex("a{b}").unwrap();
 }
 
 #[tokio::test]

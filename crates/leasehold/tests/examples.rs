@@ -75,3 +75,17 @@ fn prometheus_exports_the_lock_metrics() {
     }
     assert!(out.contains("leasehold_renewals_total"), "{out}");
 }
+
+#[test]
+fn blocking_threads_lose_no_update_and_see_a_lost_lease() {
+    let out = run("blocking");
+    assert!(
+        out.contains("4 threads added 25 each: the counter reads 100"),
+        "{out}"
+    );
+    assert!(
+        out.contains("the holder stopped writing: lease lost"),
+        "{out}"
+    );
+    assert!(out.contains("release says:"), "{out}");
+}

@@ -1,0 +1,624 @@
+//! The blocking faces of every primitive: each holds its async face and
+//! runs its calls on the blocking runtime.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::guard::LeaseGuard;
+use super::runtime::Shared;
+use crate::holder::LockInfo;
+use crate::lock::Lock;
+use crate::owner::Owner;
+
+/// A blocking face: the async lock its calls run on.
+pub(crate) trait Face {
+    type Async: Lock;
+
+    /// The async lock for a call made now, on the calling thread: for the
+    /// kinds with owners, with the calling thread's owner (or the named
+    /// one) fixed, so that the call's owner does not depend on where the
+    /// runtime polls it.
+    fn caller(&self) -> Self::Async;
+
+    fn shared(&self) -> &Arc<Shared>;
+}
+
+fn guard(face: &impl Face, guard: crate::LeaseGuard) -> LeaseGuard {
+    LeaseGuard::new(guard, Arc::clone(face.shared()))
+}
+
+fn try_acquire(face: &impl Face) -> crate::Result<Option<LeaseGuard>> {
+    let lock = face.caller();
+    let taken = face.shared().block_on(lock.try_acquire())??;
+    Ok(taken.map(|taken| guard(face, taken)))
+}
+
+fn acquire(face: &impl Face, wait: Option<Duration>) -> crate::Result<LeaseGuard> {
+    let lock = face.caller();
+    let taken = match wait {
+        None => face.shared().block_on(lock.acquire())??,
+        Some(wait) => face.shared().block_on(lock.acquire_timeout(wait))??,
+    };
+    Ok(guard(face, taken))
+}
+
+/// `acquire`, `try_acquire` and `acquire_timeout`, each blocking the
+/// calling thread on the async face's call of the same name.
+macro_rules! acquire_calls {
+    ($face:ident, $kind:literal) => {
+        impl $face {
+            #[doc = concat!(
+                "One attempt, blocking for one round trip: the guard if the lock could be \
+                 taken now, `None` otherwise. As the async [`", $kind, "::try_acquire`](crate::",
+                $kind, "::try_acquire).\n\n# Errors\n\nAs the async [`", $kind, "::try_acquire`](crate::",
+                $kind, "::try_acquire); [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) \
+                 when called inside an async runtime."
+            )]
+            pub fn try_acquire(&self) -> crate::Result<Option<LeaseGuard>> {
+                try_acquire(self)
+            }
+
+            #[doc = concat!(
+                "Blocks the calling thread as long as it takes for the lock. Waiting works as the async \
+                 [`", $kind, "::acquire`](crate::", $kind, "::acquire): no polling, passing \
+                 faults ridden out. Nothing can cancel it: use [`acquire_timeout`](Self::acquire_timeout) \
+                 to bound the wait.\n\n# Errors\n\nAs the async [`", $kind, "::acquire`](crate::",
+                $kind, "::acquire); [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) \
+                 when called inside an async runtime."
+            )]
+            pub fn acquire(&self) -> crate::Result<LeaseGuard> {
+                acquire(self, None)
+            }
+
+            #[doc = concat!(
+                "Blocks the calling thread at most `wait` for the lock.\n\n# Errors\n\n\
+                 [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when it is still taken \
+                 after `wait`; otherwise as the async [`", $kind, "::acquire_timeout`](crate::", $kind,
+                "::acquire_timeout), and [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) \
+                 when called inside an async runtime."
+            )]
+            pub fn acquire_timeout(&self, wait: Duration) -> crate::Result<LeaseGuard> {
+                acquire(self, Some(wait))
+            }
+        }
+    };
+}
+
+/// `release_token`, `extend_token`, `force_release` and `inspect`, each
+/// blocking the calling thread on the [`Lock`] call of the same name.
+macro_rules! admin_calls {
+    ($face:ident) => {
+        impl $face {
+            /// Releases the lease that `token` holds, taken by another
+            /// process or thread (for the kinds with owners, only a lease of
+            /// this handle's owner on the calling thread), blocking for the
+            /// round trip. As [`Lock::release_token`](crate::Lock::release_token).
+            ///
+            /// # Errors
+            ///
+            /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the token
+            /// does not hold the lock; as the async face's `release_token`
+            /// otherwise, and [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput)
+            /// when called inside an async runtime.
+            pub fn release_token(&self, token: &str) -> crate::Result<()> {
+                let lock = self.caller();
+                self.shared().block_on(lock.release_token(token))?
+            }
+
+            /// Sets the remaining lease of `token` to `lease` if it still
+            /// holds the lock, blocking for the round trip. As
+            /// [`Lock::extend_token`](crate::Lock::extend_token).
+            ///
+            /// # Errors
+            ///
+            /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the token
+            /// does not hold the lock;
+            /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+            /// lease out of range, or when called inside an async runtime.
+            pub fn extend_token(&self, token: &str, lease: Duration) -> crate::Result<()> {
+                let lock = self.caller();
+                self.shared().block_on(lock.extend_token(token, lease))?
+            }
+
+            /// Removes the lock whoever holds it and wakes its waiters (an
+            /// admin action), blocking for the round trip: whether a lock was
+            /// removed. As [`Lock::force_release`](crate::Lock::force_release).
+            ///
+            /// # Errors
+            ///
+            /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the
+            /// name's key is no lock; connection and server errors;
+            /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+            /// called inside an async runtime.
+            pub fn force_release(&self) -> crate::Result<bool> {
+                let lock = self.caller();
+                self.shared().block_on(lock.force_release())?
+            }
+
+            /// The lock's state as Redis sees it now, blocking for the round
+            /// trip. As [`Lock::inspect`](crate::Lock::inspect).
+            ///
+            /// # Errors
+            ///
+            /// Connection and server errors;
+            /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+            /// called inside an async runtime.
+            pub fn inspect(&self) -> crate::Result<LockInfo> {
+                let lock = self.caller();
+                self.shared().block_on(lock.inspect())?
+            }
+        }
+    };
+}
+
+/// The settings methods, each the async face's of the same name.
+macro_rules! settings {
+    ($face:ident, $kind:literal) => {
+        impl $face {
+            /// The lock's name.
+            #[must_use]
+            pub fn name(&self) -> &str {
+                self.inner.name()
+            }
+
+            #[doc = concat!(
+                "This lock with another lease length: see [`", $kind, "::with_lease`](crate::",
+                $kind, "::with_lease).\n\n# Errors\n\n\
+                 [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a zero lease, \
+                 one under 10 ms, or one over 24 h."
+            )]
+            pub fn with_lease(mut self, lease: Duration) -> crate::Result<Self> {
+                self.inner = self.inner.with_lease(lease)?;
+                Ok(self)
+            }
+
+            #[doc = concat!(
+                "This lock with the watchdog on or off: see [`", $kind,
+                "::with_watchdog`](crate::", $kind, "::with_watchdog)."
+            )]
+            #[must_use]
+            pub fn with_watchdog(mut self, on: bool) -> Self {
+                self.inner = self.inner.with_watchdog(on);
+                self
+            }
+
+            #[doc = concat!(
+                "This lock with a hold-at-least, for run-once jobs: see [`", $kind,
+                "::with_hold_at_least`](crate::", $kind, "::with_hold_at_least).\n\n\
+                 # Errors\n\n[`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a \
+                 hold over 24 h, or longer than the max hold."
+            )]
+            pub fn with_hold_at_least(mut self, hold: Duration) -> crate::Result<Self> {
+                self.inner = self.inner.with_hold_at_least(hold)?;
+                Ok(self)
+            }
+
+            #[doc = concat!(
+                "This lock with a cap on renewal: see [`", $kind, "::with_max_hold`](crate::",
+                $kind, "::with_max_hold).\n\n# Errors\n\n\
+                 [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a cap under \
+                 10 ms or over 24 h, or shorter than the hold-at-least."
+            )]
+            pub fn with_max_hold(mut self, max: Duration) -> crate::Result<Self> {
+                self.inner = self.inner.with_max_hold(max)?;
+                Ok(self)
+            }
+        }
+    };
+}
+
+/// The blocking [`Mutex`](crate::Mutex): one holder at a time, fenced.
+/// Made by [`Client::mutex`](super::Client::mutex); cheap to clone.
+///
+/// Not reentrant: a thread that holds it and acquires it again waits for
+/// itself (use [`acquire_timeout`](Self::acquire_timeout) where that could
+/// happen).
+///
+/// ```no_run
+/// # fn demo(client: leasehold::blocking::Client) -> leasehold::Result<()> {
+/// let mutex = client.mutex("cache:user:42")?;
+/// if let Some(guard) = mutex.try_acquire()? {
+///     // rebuild the cache entry, passing guard.fence() along
+///     guard.release()?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Mutex {
+    inner: crate::Mutex,
+    shared: Arc<Shared>,
+}
+
+/// The blocking [`FairMutex`](crate::FairMutex): one holder at a time,
+/// granted in the order the waiters arrived, across every process (and
+/// every thread). Made by [`Client::fair_mutex`](super::Client::fair_mutex);
+/// cheap to clone.
+#[derive(Clone, Debug)]
+pub struct FairMutex {
+    inner: crate::FairMutex,
+    shared: Arc<Shared>,
+}
+
+/// The blocking [`ReentrantMutex`](crate::ReentrantMutex): one owner at a
+/// time, who may take it again. Made by
+/// [`Client::reentrant_mutex`](super::Client::reentrant_mutex); cheap to
+/// clone.
+///
+/// **The owner follows the calling thread**, as Redisson's does: threads
+/// that share a handle (cloned, or by reference) exclude each other, and a
+/// thread that acquires again through the same handle while it holds the
+/// lock nests a level instead of waiting. Each guard is a level; the lock
+/// is free once every level is released. [`with_owner`](Self::with_owner)
+/// names one owner for every thread that uses the handle.
+///
+/// ```no_run
+/// # fn demo(client: leasehold::blocking::Client) -> leasehold::Result<()> {
+/// let lock = client.reentrant_mutex("config:write")?;
+/// let outer = lock.acquire()?;
+/// let inner = lock.acquire()?; // this thread holds it: a level, no wait
+/// assert_eq!(inner.fence(), outer.fence());
+/// inner.release()?;
+/// outer.release()?; // free now
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct ReentrantMutex {
+    inner: crate::ReentrantMutex,
+    shared: Arc<Shared>,
+}
+
+/// The blocking [`RwLock`](crate::RwLock): many readers or one writer,
+/// writers not starved. Made by [`Client::rw_lock`](super::Client::rw_lock);
+/// take it through [`read`](Self::read) or [`write`](Self::write). Cheap to
+/// clone.
+///
+/// **The owner follows the calling thread**, as for
+/// [`ReentrantMutex`]: a writer thread excludes every other thread that
+/// uses the handle; within one thread a second read or write is a reentry,
+/// a read under a write is a downgrade, and a write under a read (an
+/// upgrade) is refused at once with
+/// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict).
+///
+/// ```no_run
+/// # fn demo(client: leasehold::blocking::Client) -> leasehold::Result<()> {
+/// let catalog = client.rw_lock("catalog")?;
+/// let view = catalog.read().acquire()?; // alongside other readers
+/// view.release()?;
+/// let edit = catalog.write().acquire()?; // alone
+/// edit.release()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RwLock {
+    inner: crate::RwLock,
+    shared: Arc<Shared>,
+}
+
+/// The read side of a blocking [`RwLock`], from [`RwLock::read`].
+#[derive(Clone, Debug)]
+pub struct ReadLock {
+    inner: crate::RwLock,
+    shared: Arc<Shared>,
+}
+
+/// The write side of a blocking [`RwLock`], from [`RwLock::write`].
+#[derive(Clone, Debug)]
+pub struct WriteLock {
+    inner: crate::RwLock,
+    shared: Arc<Shared>,
+}
+
+/// The blocking [`Semaphore`](crate::Semaphore): at most a fixed number of
+/// permits held at once, every acquisition a lease of its own, waiters
+/// served in turn. Made by [`Client::semaphore`](super::Client::semaphore);
+/// cheap to clone.
+///
+/// ```no_run
+/// # fn demo(client: leasehold::blocking::Client) -> leasehold::Result<()> {
+/// let exports = client.semaphore("exports", 4)?;
+/// let permit = exports.acquire()?; // one of 4
+/// permit.release()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Semaphore {
+    inner: crate::Semaphore,
+    shared: Arc<Shared>,
+}
+
+impl Mutex {
+    pub(crate) fn new(inner: crate::Mutex, shared: Arc<Shared>) -> Self {
+        Mutex { inner, shared }
+    }
+}
+
+impl FairMutex {
+    pub(crate) fn new(inner: crate::FairMutex, shared: Arc<Shared>) -> Self {
+        FairMutex { inner, shared }
+    }
+}
+
+impl ReentrantMutex {
+    pub(crate) fn new(inner: crate::ReentrantMutex, shared: Arc<Shared>) -> Self {
+        ReentrantMutex { inner, shared }
+    }
+
+    /// The owner of an acquisition made now on the calling thread: the
+    /// owner named with [`with_owner`](Self::with_owner), else the calling
+    /// thread's on this handle.
+    #[must_use]
+    pub fn owner(&self) -> Owner {
+        self.inner.owner()
+    }
+
+    /// This lock acquired on behalf of `owner`, whichever thread acquires:
+    /// every thread and clone that uses the handle shares `owner`'s hold.
+    #[must_use]
+    pub fn with_owner(mut self, owner: Owner) -> Self {
+        self.inner = self.inner.with_owner(owner);
+        self
+    }
+
+    /// How many levels the calling thread's owner holds now, as Redis sees
+    /// it, blocking for the round trip.
+    ///
+    /// # Errors
+    ///
+    /// As [`inspect`](Self::inspect).
+    pub fn hold_count(&self) -> crate::Result<usize> {
+        let lock = self.caller();
+        self.shared.block_on(lock.hold_count())?
+    }
+}
+
+impl RwLock {
+    pub(crate) fn new(inner: crate::RwLock, shared: Arc<Shared>) -> Self {
+        RwLock { inner, shared }
+    }
+
+    /// The owner of an acquisition made now on the calling thread: the
+    /// owner named with [`with_owner`](Self::with_owner), else the calling
+    /// thread's on this handle.
+    #[must_use]
+    pub fn owner(&self) -> Owner {
+        self.inner.owner()
+    }
+
+    /// This lock acquired on behalf of `owner`, whichever thread acquires:
+    /// every thread and clone that uses the handle shares `owner`'s read
+    /// and write holds.
+    #[must_use]
+    pub fn with_owner(mut self, owner: Owner) -> Self {
+        self.inner = self.inner.with_owner(owner);
+        self
+    }
+
+    /// The read side: shared with other readers.
+    #[must_use]
+    pub fn read(&self) -> ReadLock {
+        ReadLock {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// The write side: exclusive.
+    #[must_use]
+    pub fn write(&self) -> WriteLock {
+        WriteLock {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Releases a read or write lease of the calling thread's owner by its
+    /// token, blocking for the round trip. As
+    /// [`RwLock::release_token`](crate::RwLock::release_token).
+    ///
+    /// # Errors
+    ///
+    /// As [`RwLock::release_token`](crate::RwLock::release_token);
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+    /// called inside an async runtime.
+    pub fn release_token(&self, token: &str) -> crate::Result<()> {
+        let lock = self.caller();
+        self.shared.block_on(lock.release_token(token))?
+    }
+
+    /// Removes every reader and writer and wakes the waiters (an admin
+    /// action), blocking for the round trip: whether a lock was removed.
+    ///
+    /// # Errors
+    ///
+    /// As [`RwLock::force_release`](crate::RwLock::force_release);
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+    /// called inside an async runtime.
+    pub fn force_release(&self) -> crate::Result<bool> {
+        self.shared.block_on(self.inner.force_release())?
+    }
+
+    /// The lock's state as Redis sees it now: every reader and the writer,
+    /// blocking for the round trip.
+    ///
+    /// # Errors
+    ///
+    /// As [`RwLock::inspect`](crate::RwLock::inspect);
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+    /// called inside an async runtime.
+    pub fn inspect(&self) -> crate::Result<LockInfo> {
+        self.shared.block_on(self.inner.inspect())?
+    }
+
+    fn caller(&self) -> crate::RwLock {
+        let owner = self.inner.owner();
+        self.inner.clone().with_owner(owner)
+    }
+}
+
+impl ReadLock {
+    /// The lock's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        self.inner.name()
+    }
+}
+
+impl WriteLock {
+    /// The lock's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        self.inner.name()
+    }
+}
+
+impl Semaphore {
+    pub(crate) fn new(inner: crate::Semaphore, shared: Arc<Shared>) -> Self {
+        Semaphore { inner, shared }
+    }
+
+    /// The permit count this handle expects the semaphore to have.
+    #[must_use]
+    pub fn permits(&self) -> u32 {
+        self.inner.permits()
+    }
+
+    /// One attempt at `n` permits, held by one lease, blocking for one
+    /// round trip: a guard if they were free and nobody waits before this
+    /// request, else `None`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::try_acquire_many`](crate::Semaphore::try_acquire_many);
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+    /// called inside an async runtime.
+    pub fn try_acquire_many(&self, n: u32) -> crate::Result<Option<LeaseGuard>> {
+        let taken = self.shared.block_on(self.inner.try_acquire_many(n))??;
+        Ok(taken.map(|taken| guard(self, taken)))
+    }
+
+    /// Blocks the calling thread as long as it takes for `n` permits, in
+    /// turn with the other waiters.
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::acquire_many`](crate::Semaphore::acquire_many);
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+    /// called inside an async runtime.
+    pub fn acquire_many(&self, n: u32) -> crate::Result<LeaseGuard> {
+        let taken = self.shared.block_on(self.inner.acquire_many(n))??;
+        Ok(guard(self, taken))
+    }
+
+    /// Blocks the calling thread at most `wait` for `n` permits.
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::acquire_many_timeout`](crate::Semaphore::acquire_many_timeout);
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+    /// called inside an async runtime.
+    pub fn acquire_many_timeout(&self, n: u32, wait: Duration) -> crate::Result<LeaseGuard> {
+        let taken = self
+            .shared
+            .block_on(self.inner.acquire_many_timeout(n, wait))??;
+        Ok(guard(self, taken))
+    }
+
+    /// Permits free now, as Redis sees it, blocking for the round trip.
+    ///
+    /// # Errors
+    ///
+    /// As [`inspect`](Self::inspect).
+    pub fn available(&self) -> crate::Result<u32> {
+        self.shared.block_on(self.inner.available())?
+    }
+
+    /// Sets the semaphore's permit count for every user (an admin action),
+    /// blocking for the round trip. As
+    /// [`Semaphore::set_permits`](crate::Semaphore::set_permits).
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::set_permits`](crate::Semaphore::set_permits);
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+    /// called inside an async runtime.
+    pub fn set_permits(&self, permits: u32) -> crate::Result<()> {
+        self.shared.block_on(self.inner.set_permits(permits))?
+    }
+}
+
+macro_rules! face_without_owners {
+    ($($face:ident),+) => {$(
+        impl Face for $face {
+            type Async = crate::$face;
+
+            fn caller(&self) -> crate::$face {
+                self.inner.clone()
+            }
+
+            fn shared(&self) -> &Arc<Shared> {
+                &self.shared
+            }
+        }
+    )+};
+}
+
+face_without_owners!(Mutex, FairMutex, Semaphore);
+
+impl Face for ReentrantMutex {
+    type Async = crate::ReentrantMutex;
+
+    fn caller(&self) -> crate::ReentrantMutex {
+        let owner = self.inner.owner();
+        self.inner.clone().with_owner(owner)
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
+
+impl Face for ReadLock {
+    type Async = crate::ReadLock;
+
+    fn caller(&self) -> crate::ReadLock {
+        let owner = self.inner.owner();
+        self.inner.clone().with_owner(owner).read()
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
+
+impl Face for WriteLock {
+    type Async = crate::WriteLock;
+
+    fn caller(&self) -> crate::WriteLock {
+        let owner = self.inner.owner();
+        self.inner.clone().with_owner(owner).write()
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
+
+acquire_calls!(Mutex, "Mutex");
+acquire_calls!(FairMutex, "FairMutex");
+acquire_calls!(ReentrantMutex, "ReentrantMutex");
+acquire_calls!(ReadLock, "ReadLock");
+acquire_calls!(WriteLock, "WriteLock");
+acquire_calls!(Semaphore, "Semaphore");
+
+admin_calls!(Mutex);
+admin_calls!(FairMutex);
+admin_calls!(ReentrantMutex);
+admin_calls!(ReadLock);
+admin_calls!(WriteLock);
+admin_calls!(Semaphore);
+
+settings!(Mutex, "Mutex");
+settings!(FairMutex, "FairMutex");
+settings!(ReentrantMutex, "ReentrantMutex");
+settings!(RwLock, "RwLock");
+settings!(Semaphore, "Semaphore");
