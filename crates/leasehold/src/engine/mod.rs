@@ -115,25 +115,41 @@ impl Engine {
     /// now: each hop is bounded by the command timeout, and there are few.
     pub(crate) async fn eval_on(
         &self,
-        mut route: Route,
+        route: Route,
         key: &str,
         operation: &str,
         pick: Pick,
         key_list: &[&str],
         args: &[&[u8]],
     ) -> Result<redis::Value> {
+        self.eval_answered(route, key, operation, pick, key_list, args)
+            .await
+            .map(|(reply, _)| reply)
+    }
+
+    /// [`eval_on`](Self::eval_on), with the route of the server that
+    /// answered: the one the last redirect led to.
+    pub(crate) async fn eval_answered(
+        &self,
+        mut route: Route,
+        key: &str,
+        operation: &str,
+        pick: Pick,
+        key_list: &[&str],
+        args: &[&[u8]],
+    ) -> Result<(redis::Value, Route)> {
         let mut hops = 0;
         loop {
             let script = pick(route.scripts());
-            let reply = route.clone().eval(operation, script, key_list, args).await;
-            let Err(error) = &reply else {
-                return reply;
+            let error = match route.clone().eval(operation, script, key_list, args).await {
+                Ok(reply) => return Ok((reply, route)),
+                Err(error) => error,
             };
             let Some(redirect) = error.redirect().filter(|_| hops < MAX_REDIRECTS) else {
-                return reply;
+                return Err(error);
             };
             let Some(next) = self.deployment.follow(key, &redirect) else {
-                return reply;
+                return Err(error);
             };
             route = next.await?;
             hops += 1;
