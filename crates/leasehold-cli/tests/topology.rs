@@ -1,5 +1,6 @@
 //! The `leasehold` binary on one server and on a Redis Cluster: `inspect`
-//! and `watch` name the server that keeps each lock.
+//! and `watch` name the server that keeps each lock, and `demo --cluster`
+//! runs on a private cluster that it starts and stops.
 
 use std::process::{Command, Output, Stdio};
 
@@ -49,6 +50,14 @@ fn watch_once_json(url: &str, names: &[&str]) -> Vec<Value> {
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
         .collect()
+}
+
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // A zombie has exited; only its parent's reaping is left.
+        Ok(stat) => !stat.contains(") Z "),
+        Err(_) => false,
+    }
 }
 
 #[test]
@@ -127,4 +136,158 @@ fn inspect_and_watch_name_the_master_of_each_lock_on_a_cluster() {
     let rows: Vec<&str> = table.lines().skip(1).collect();
     assert!(rows[0].ends_with(&addr(cluster.master(0))), "{table}");
     assert!(rows[1].ends_with(&addr(cluster.master(2))), "{table}");
+}
+
+/// `leasehold demo ARGS`, with no `--url`: it brings its own servers.
+fn demo(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("demo")
+        .args(args)
+        .env_remove("LEASEHOLD_URL")
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// The pids of the demo's cluster, from the line that announces it.
+fn cluster_pids(stderr: &str) -> Vec<u32> {
+    let (_, rest) = stderr
+        .split_once("(redis-server pids ")
+        .unwrap_or_else(|| panic!("no cluster announced in: {stderr}"));
+    let pids = rest.split(')').next().unwrap();
+    pids.split(", ").map(|pid| pid.parse().unwrap()).collect()
+}
+
+#[test]
+fn demo_on_a_private_cluster_loses_no_update_and_leaves_nothing_running() {
+    let out = demo(&[
+        "--cluster",
+        "--seconds",
+        "1",
+        "--workers",
+        "3",
+        "--fair",
+        "--json",
+    ]);
+    let summary: Value = serde_json::from_str(&succeeded(out.clone())).unwrap();
+    let pids = cluster_pids(&stderr(&out));
+    assert_eq!(pids.len(), 3, "{}", stderr(&out));
+    for pid in pids {
+        assert!(!alive(pid), "node {pid} left running");
+    }
+    assert_eq!(summary["cluster"], true, "{summary}");
+    assert_eq!(summary["fair"], true, "{summary}");
+    let acquisitions = summary["acquisitions"].as_u64().unwrap();
+    assert!(acquisitions > 0, "{summary}");
+    assert_eq!(summary["counter"], acquisitions, "{summary}");
+    assert_eq!(summary["lost_updates"], 0, "{summary}");
+    assert_eq!(summary["worker_acquisitions"].as_array().unwrap().len(), 3);
+    let nodes = summary["cluster_nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3, "{summary}");
+    assert!(nodes.contains(&summary["server"]), "{summary}");
+
+    let out = demo(&["--cluster", "--seconds", "1", "--workers", "2"]);
+    let text = succeeded(out.clone());
+    for pid in cluster_pids(&stderr(&out)) {
+        assert!(!alive(pid), "node {pid} left running");
+    }
+    assert!(
+        text.contains("the master of the lock's hash slot"),
+        "{text}"
+    );
+    assert!(
+        text.contains("cluster       3 masters: 127.0.0.1:"),
+        "{text}"
+    );
+    assert!(text.contains("no update lost"), "{text}");
+}
+
+#[test]
+fn demo_names_its_one_server() {
+    let out = demo(&["--seconds", "1", "--workers", "2", "--json"]);
+    let summary: Value = serde_json::from_str(&succeeded(out)).unwrap();
+    assert_eq!(summary["cluster"], false, "{summary}");
+    assert_eq!(summary["cluster_nodes"], serde_json::json!([]), "{summary}");
+    assert!(
+        summary["server"]
+            .as_str()
+            .unwrap()
+            .starts_with("127.0.0.1:"),
+        "{summary}"
+    );
+}
+
+/// Waits (bounded) until the demo has announced its cluster on stderr, and
+/// returns the nodes' pids; the rest of stderr is left unread.
+fn announced_pids(demo: &mut std::process::Child) -> Vec<u32> {
+    use std::io::{BufRead, BufReader};
+    let mut line = String::new();
+    BufReader::new(demo.stderr.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    cluster_pids(&line)
+}
+
+fn spawn_demo(args: &[&str]) -> std::process::Child {
+    Command::new(BIN)
+        .arg("demo")
+        .args(args)
+        .env_remove("LEASEHOLD_URL")
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn send(pid: u32, signal: libc::c_int) {
+    // SAFETY: kill has no memory-safety preconditions.
+    let sent = unsafe { libc::kill(i32::try_from(pid).unwrap(), signal) };
+    assert_eq!(sent, 0, "{}", std::io::Error::last_os_error());
+}
+
+/// A signal to the demo stops the cluster with it: SIGINT after the
+/// summary, SIGKILL through the nodes' parent-death signal.
+#[test]
+fn a_demo_stopped_by_a_signal_takes_its_cluster_with_it() {
+    let mut demo = spawn_demo(&["--cluster", "--seconds", "600", "--json"]);
+    let pids = announced_pids(&mut demo);
+    send(demo.id(), libc::SIGINT);
+    let out = demo.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(128 + libc::SIGINT),
+        "{}",
+        stderr(&out)
+    );
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["interrupted"], true, "{summary}");
+    assert_eq!(summary["lost_updates"], 0, "{summary}");
+    for pid in pids {
+        assert!(!alive(pid), "node {pid} left running");
+    }
+
+    let mut demo = spawn_demo(&["--cluster", "--seconds", "600"]);
+    let pids = announced_pids(&mut demo);
+    // A node works in its directory, which a killed demo cannot remove.
+    let dirs: Vec<_> = pids
+        .iter()
+        .map(|pid| std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap())
+        .collect();
+    demo.kill().unwrap();
+    demo.wait().unwrap();
+    for pid in pids {
+        let mut waited = 0;
+        while alive(pid) && waited < 500 {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            waited += 1;
+        }
+        assert!(!alive(pid), "node {pid} outlived the killed demo");
+    }
+    for dir in dirs {
+        assert!(dir.starts_with(std::env::temp_dir()), "{}", dir.display());
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
