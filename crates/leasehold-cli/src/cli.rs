@@ -95,7 +95,7 @@ impl Connection {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Start here: workers contend for one lock on a private redis-server, live
+    /// Start here: workers contend for one lock on a private redis-server (or cluster), live
     Demo(DemoArgs),
     /// Run a command while holding a lock, or several (all or none); the lease is renewed while
     /// it runs
@@ -285,6 +285,10 @@ pub(crate) struct DemoArgs {
     /// Use the fair lock (FairMutex): the workers are served in the order they lined up
     #[arg(long)]
     pub(crate) fair: bool,
+    /// Run on a private Redis Cluster of 3 masters instead of one server:
+    /// the same run, on the master that serves the lock's hash slot
+    #[arg(long)]
+    pub(crate) cluster: bool,
     // Declared here, hidden, so that the demo's help and manual page do not
     // offer the global --url: clap gives a subcommand that has an argument
     // of the same name its own instead of the global one.

@@ -1,6 +1,7 @@
 //! `leasehold demo`: workers, each with a client of its own as separate
-//! processes would have, contend for one lock on a private redis-server and
-//! update a shared counter in the critical section. The counter stands in for
+//! processes would have, contend for one lock on a private redis-server (or,
+//! with `--cluster`, a private Redis Cluster) and update a shared counter in
+//! the critical section. The counter stands in for
 //! a database that checks fences: it takes a write only with a fence at least
 //! as large as the last one it took. Without the lock, the read-modify-write
 //! around the pause in the critical section would lose updates; the summary
@@ -21,6 +22,7 @@ use crate::cli::{Connection, DemoArgs};
 use crate::exit::{self, Fail};
 use crate::kind::{self, Kind, Lock};
 use crate::plural;
+use crate::private_cluster::PrivateCluster;
 use crate::private_redis::PrivateRedis;
 use crate::screen::{self, LiveView};
 use crate::signals::Stop;
@@ -32,6 +34,8 @@ const WORK: Duration = Duration::from_millis(1);
 const LIVE_PERIOD: Duration = Duration::from_millis(200);
 const LINE_PERIOD: Duration = Duration::from_secs(1);
 const BAR_WIDTH: f64 = 30.0;
+/// Masters of the private cluster of `demo --cluster`.
+const CLUSTER_MASTERS: usize = 3;
 
 pub(crate) async fn demo(conn: &Connection, args: DemoArgs) -> anyhow::Result<ExitCode> {
     if conn.url_given() || args.url.is_some() {
@@ -44,25 +48,124 @@ pub(crate) async fn demo(conn: &Connection, args: DemoArgs) -> anyhow::Result<Ex
         }
         .into());
     }
-    let server = PrivateRedis::start()?;
-    eprintln!(
-        "leasehold demo: started a private redis-server (pid {}) on 127.0.0.1:{}; \
-         it stops when the demo ends",
-        server.pid(),
-        server.port()
-    );
-    // The server outlives every client and worker of the run.
-    run_on(&server, conn, &args).await
+    // Heard from here on: a Ctrl-C while the servers start stops the ones
+    // started so far.
+    let mut signals = Stop::listen()?;
+    let private = tokio::select! {
+        started = Private::start(args.cluster) => started?,
+        signal = signals.recv() => {
+            return Err(Fail {
+                code: u8::try_from(128 + signal).unwrap_or(exit::FAILURE),
+                message: format!(
+                    "{} stopped the demo while its servers started; those started were \
+                     stopped",
+                    signal_name(signal)
+                ),
+            }
+            .into());
+        }
+    };
+    private.announce();
+    // The servers outlive every client and worker of the run.
+    run_on(&private, conn, &args, signals).await
+}
+
+/// The demo's own Redis: one server, or a cluster.
+#[derive(Debug)]
+enum Private {
+    Server(PrivateRedis),
+    Cluster(PrivateCluster),
+}
+
+impl Private {
+    async fn start(cluster: bool) -> anyhow::Result<Self> {
+        Ok(if cluster {
+            Private::Cluster(PrivateCluster::start(CLUSTER_MASTERS).await?)
+        } else {
+            Private::Server(PrivateRedis::start().await?)
+        })
+    }
+
+    fn announce(&self) {
+        match self {
+            Private::Server(server) => eprintln!(
+                "leasehold demo: started a private redis-server (pid {}) on 127.0.0.1:{}; \
+                 it stops when the demo ends",
+                server.pid(),
+                server.port()
+            ),
+            Private::Cluster(cluster) => eprintln!(
+                "leasehold demo: started a private Redis Cluster of {} masters \
+                 (redis-server pids {}) on {}; it stops when the demo ends",
+                cluster.nodes().len(),
+                join(cluster.nodes().iter().map(PrivateRedis::pid)),
+                join(cluster.nodes().iter().map(PrivateRedis::addr)),
+            ),
+        }
+    }
+
+    /// What the workers' clients are given: the server's URL, or every
+    /// node as a seed.
+    fn url(&self) -> String {
+        match self {
+            Private::Server(server) => server.url(),
+            Private::Cluster(cluster) => cluster.urls().join(","),
+        }
+    }
+
+    /// Every server, each of which counts the commands it ran.
+    fn servers(&self) -> &[PrivateRedis] {
+        match self {
+            Private::Server(server) => std::slice::from_ref(server),
+            Private::Cluster(cluster) => cluster.nodes(),
+        }
+    }
+
+    fn is_cluster(&self) -> bool {
+        matches!(self, Private::Cluster(_))
+    }
+}
+
+/// The name of a signal that [`Stop`] hears.
+fn signal_name(signal: libc::c_int) -> String {
+    match signal {
+        libc::SIGINT => "SIGINT".to_owned(),
+        libc::SIGTERM => "SIGTERM".to_owned(),
+        libc::SIGHUP => "SIGHUP".to_owned(),
+        other => format!("signal {other}"),
+    }
+}
+
+fn join<T: std::fmt::Display>(items: impl Iterator<Item = T>) -> String {
+    items
+        .map(|item| item.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Where the lock lives, as the view and the summary say it.
+#[derive(Debug)]
+struct Place {
+    /// The server that keeps the lock: on a cluster, its slot's master.
+    server: String,
+    /// Every node of the private cluster; empty on one server.
+    cluster: Vec<String>,
 }
 
 async fn run_on(
-    server: &PrivateRedis,
+    private: &Private,
     conn: &Connection,
     args: &DemoArgs,
+    mut signals: Stop,
 ) -> anyhow::Result<ExitCode> {
-    let mut stats = redis::Client::open(server.url())?
-        .get_multiplexed_async_connection()
-        .await?;
+    let mut stats = Vec::new();
+    for server in private.servers() {
+        stats.push(
+            redis::Client::open(server.url())?
+                .get_multiplexed_async_connection()
+                .await?,
+        );
+    }
     let calls_before = command_calls(&mut stats).await?;
 
     let workers = usize::from(args.workers);
@@ -70,16 +173,28 @@ async fn run_on(
     let (stop_workers, stopped) = watch::channel(false);
     let mut clients = Vec::with_capacity(workers);
     let mut running = JoinSet::new();
+    let mut server_of_lock = None;
     for index in 0..workers {
-        let client = leasehold::Client::builder(server.url())
+        let client = leasehold::Client::builder(private.url())
             .prefix(conn.prefix.clone())
             .lease(LEASE)
             .build()?;
         let kind = if args.fair { Kind::Fair } else { Kind::Mutex };
         let lock = kind::lock(&client, LOCK_NAME, kind, kind::Holding::default())?;
+        if server_of_lock.is_none() {
+            server_of_lock = Some(lock.inspect().await?.server);
+        }
         clients.push(client);
         running.spawn(worker(index, lock, Arc::clone(&board), stopped.clone()));
     }
+    let place = Place {
+        server: server_of_lock.unwrap_or_default(),
+        cluster: if private.is_cluster() {
+            private.servers().iter().map(PrivateRedis::addr).collect()
+        } else {
+            Vec::new()
+        },
+    };
 
     let mut output = if args.json {
         Output::Quiet
@@ -92,7 +207,6 @@ async fn run_on(
         Output::Live(_) => LIVE_PERIOD,
         _ => LINE_PERIOD,
     };
-    let mut signals = Stop::listen()?;
     let started = Instant::now();
     let run_for = Duration::from_secs(args.seconds);
     let end = tokio::time::sleep(run_for);
@@ -115,7 +229,7 @@ async fn run_on(
                 let elapsed = started.elapsed();
                 match &mut output {
                     Output::Live(view) => {
-                        view.draw(&frame(&snapshot, args, per_second, elapsed, run_for))?;
+                        view.draw(&frame(&snapshot, args, &place, per_second, elapsed, run_for))?;
                     }
                     Output::Lines => println!("{}", line(&snapshot, per_second, elapsed)),
                     Output::Quiet => {}
@@ -140,11 +254,13 @@ async fn run_on(
     let snapshot = locked(&board).snapshot();
     if let Output::Live(view) = &mut output {
         let per_second = rate.update(snapshot.acquisitions);
-        view.draw(&frame(&snapshot, args, per_second, elapsed, run_for))?;
+        view.draw(&frame(
+            &snapshot, args, &place, per_second, elapsed, run_for,
+        ))?;
     }
     // Shows the cursor again before the summary.
     drop(output);
-    let summary = Summary::new(&snapshot, calls, elapsed);
+    let summary = Summary::new(&snapshot, &place, calls, elapsed);
     if args.json {
         println!("{}", summary.json(args, interrupted.is_some()));
     } else {
@@ -359,14 +475,16 @@ fn kind(args: &DemoArgs) -> &'static str {
 fn frame(
     s: &Snapshot,
     args: &DemoArgs,
+    place: &Place,
     per_second: f64,
     elapsed: Duration,
     run_for: Duration,
 ) -> Vec<String> {
     let mut lines = vec![
         format!(
-            "lock {LOCK_NAME:?} ({}), {}, {:.1} s of {} s; Ctrl-C stops",
+            "lock {LOCK_NAME:?} ({}) on {}, {}, {:.1} s of {} s; Ctrl-C stops",
             kind(args),
+            place.server,
             plural::count(args.workers, "worker", "workers"),
             elapsed.as_secs_f64().min(run_for.as_secs_f64()),
             run_for.as_secs()
@@ -444,6 +562,7 @@ fn line(s: &Snapshot, per_second: f64, elapsed: Duration) -> String {
 #[derive(Debug)]
 struct Summary<'a> {
     snapshot: &'a Snapshot,
+    place: &'a Place,
     acquisitions: u64,
     calls_per_acquisition: Option<f64>,
     lost_updates: u64,
@@ -451,9 +570,10 @@ struct Summary<'a> {
 }
 
 impl<'a> Summary<'a> {
-    fn new(snapshot: &'a Snapshot, calls: u64, elapsed: Duration) -> Self {
+    fn new(snapshot: &'a Snapshot, place: &'a Place, calls: u64, elapsed: Duration) -> Self {
         Summary {
             snapshot,
+            place,
             acquisitions: snapshot.acquisitions,
             calls_per_acquisition: (snapshot.acquisitions > 0)
                 .then(|| calls as f64 / snapshot.acquisitions as f64),
@@ -482,6 +602,9 @@ impl<'a> Summary<'a> {
             "counter": s.counter.value,
             "lost_updates": self.lost_updates,
             "stale_writes_refused": s.counter.refused,
+            "server": self.place.server,
+            "cluster": !self.place.cluster.is_empty(),
+            "cluster_nodes": self.place.cluster,
         })
     }
 
@@ -493,6 +616,21 @@ impl<'a> Summary<'a> {
             plural::count(args.workers, "worker", "workers"),
             kind(args)
         );
+        if self.place.cluster.is_empty() {
+            let _ = writeln!(text, "server        {}", self.place.server);
+        } else {
+            let _ = writeln!(
+                text,
+                "server        {}, the master of the lock's hash slot",
+                self.place.server
+            );
+            let _ = writeln!(
+                text,
+                "cluster       {} masters: {}",
+                self.place.cluster.len(),
+                self.place.cluster.join(", ")
+            );
+        }
         let _ = writeln!(
             text,
             "acquisitions  {} ({:.0} a second)",
@@ -511,10 +649,15 @@ impl<'a> Summary<'a> {
             s.wait_ms(1.0)
         );
         if let Some(calls) = self.calls_per_acquisition {
+            let servers = if self.place.cluster.is_empty() {
+                "the server"
+            } else {
+                "the cluster's nodes"
+            };
             let _ = writeln!(
                 text,
                 "redis calls   {calls:.1} per acquisition (INFO commandstats: every command \
-                 the server ran, those inside scripts included)"
+                 {servers} ran, those inside scripts included)"
             );
         }
         match self.lost_updates {
@@ -554,18 +697,22 @@ fn round(value: f64, digits: i32) -> f64 {
     (value * scale).round() / scale
 }
 
-/// Every command the server has run (those of scripts included), from
-/// `INFO commandstats`, less the `INFO` calls that read them.
-async fn command_calls(conn: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await?;
-    Ok(info
-        .lines()
-        .filter_map(|line| line.strip_prefix("cmdstat_"))
-        .filter(|line| !line.starts_with("info:"))
-        .filter_map(|line| line.split_once(":calls="))
-        .filter_map(|(_, rest)| rest.split(',').next()?.parse::<u64>().ok())
-        .fold(0u64, u64::saturating_add))
+/// Every command the servers have run (those of scripts included), from
+/// `INFO commandstats` on each, less the `INFO` calls that read them.
+async fn command_calls(conns: &mut [redis::aio::MultiplexedConnection]) -> anyhow::Result<u64> {
+    let mut calls = 0u64;
+    for conn in conns {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(conn)
+            .await?;
+        calls = info
+            .lines()
+            .filter_map(|line| line.strip_prefix("cmdstat_"))
+            .filter(|line| !line.starts_with("info:"))
+            .filter_map(|line| line.split_once(":calls="))
+            .filter_map(|(_, rest)| rest.split(',').next()?.parse::<u64>().ok())
+            .fold(calls, u64::saturating_add);
+    }
+    Ok(calls)
 }

@@ -35,6 +35,7 @@ mod exit;
 mod kind;
 mod leader;
 mod plural;
+mod private_cluster;
 mod private_redis;
 mod runner;
 mod screen;

@@ -2,12 +2,16 @@
 //! temporary directory, no persistence. It lives in a process group of its
 //! own, so a Ctrl-C at the terminal reaches the demo and not the server (the
 //! summary still needs it), and dies with the demo even if the demo is killed
-//! with SIGKILL (`PR_SET_PDEATHSIG`). Dropping it kills and reaps it.
+//! with SIGKILL (`PR_SET_PDEATHSIG`). Dropping it kills and reaps it, then
+//! removes its directory.
+//!
+//! The same server in cluster mode is a node of the demo's private Redis
+//! Cluster (see `private_cluster.rs`).
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -20,48 +24,81 @@ const USERS_PORT: u16 = 6379;
 const BINARY_ENV: &str = "LEASEHOLD_REDIS_SERVER";
 const LOG_FILE: &str = "redis.log";
 const READY_MARKER: &str = "Ready to accept connections";
+const PORT_IN_USE: &str = "Address already in use";
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(20);
 /// A port found free can be taken by someone else before the server binds it.
 const PORT_ATTEMPTS: usize = 5;
+/// A cluster node listens for its peers on its port plus this (the
+/// default of every server version).
+pub(crate) const CLUSTER_BUS_OFFSET: u16 = 10_000;
+/// Ports tried for one whose bus port is free as well.
+const PAIR_ATTEMPTS: usize = 200;
+/// How long a node of the private cluster may be silent before its peers
+/// call it failed: nothing fails over in a cluster without replicas, so
+/// only a busy machine's stalls matter here.
+const CLUSTER_NODE_TIMEOUT_MS: &str = "5000";
 
 #[derive(Debug)]
 pub(crate) struct PrivateRedis {
     child: Child,
     port: u16,
     // Last: removed once the process is gone.
-    _dir: TempDir,
+    dir: TempDir,
 }
 
 impl PrivateRedis {
     /// Starts the server and waits until it answers `PING`.
-    pub(crate) fn start() -> anyhow::Result<Self> {
+    pub(crate) async fn start() -> anyhow::Result<Self> {
+        Self::launch(&[], None).await
+    }
+
+    /// Starts a server in cluster mode that holds no slot yet, on a port
+    /// whose cluster bus port ([`CLUSTER_BUS_OFFSET`] above it) is free too,
+    /// neither of them among `taken`, and waits until it answers `PING`.
+    pub(crate) async fn start_cluster_node(taken: &[u16]) -> anyhow::Result<Self> {
+        let args = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            CLUSTER_NODE_TIMEOUT_MS,
+        ];
+        Self::launch(&args, Some(taken)).await
+    }
+
+    /// Starts a server with `extra` arguments; with `bus`, on a port whose
+    /// bus port is free too and neither among `bus`. Every attempt has a
+    /// directory of its own: a cluster node that could not bind has written
+    /// its node file there already.
+    async fn launch(extra: &[&str], bus: Option<&[u16]>) -> anyhow::Result<Self> {
         let binary = std::env::var_os(BINARY_ENV)
             .filter(|v| !v.is_empty())
             .map_or_else(|| PathBuf::from("redis-server"), PathBuf::from);
-        let dir = tempfile::Builder::new()
-            .prefix("leasehold-demo-")
-            .tempdir()
-            .map_err(|e| anyhow::anyhow!("cannot create a temporary directory for redis: {e}"))?;
         let mut last = String::new();
         for _ in 0..PORT_ATTEMPTS {
-            let port = free_port()?;
-            let mut child = spawn(&binary, port, &dir).map_err(|e| not_started(&binary, e))?;
-            match wait_ready(&mut child, port, &dir.path().join(LOG_FILE)) {
-                Ok(()) => {
-                    return Ok(PrivateRedis {
-                        child,
-                        port,
-                        _dir: dir,
-                    })
-                }
+            let dir = tempfile::Builder::new()
+                .prefix("leasehold-demo-")
+                .tempdir()
+                .map_err(|e| {
+                    anyhow::anyhow!("cannot create a temporary directory for redis: {e}")
+                })?;
+            let port = match bus {
+                Some(taken) => free_port_with_bus(taken)?,
+                None => free_port()?,
+            };
+            let child = spawn(&binary, port, &dir, extra).map_err(|e| not_started(&binary, e))?;
+            // Killed and reaped if the start fails or is given up.
+            let mut server = PrivateRedis { child, port, dir };
+            let log = server.dir.path().join(LOG_FILE);
+            match wait_ready(&mut server.child, port, &log).await {
+                Ok(()) => return Ok(server),
                 Err(why) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    let log =
-                        std::fs::read_to_string(dir.path().join(LOG_FILE)).unwrap_or_default();
-                    last = format!("{why}; its log ends with:\n{}", tail(&log, 10));
-                    if !log.contains("Address already in use") {
+                    let text = std::fs::read_to_string(&log).unwrap_or_default();
+                    drop(server);
+                    last = format!("{why}; its log ends with:\n{}", tail(&text, 10));
+                    if !text.contains(PORT_IN_USE) {
                         break;
                     }
                 }
@@ -72,6 +109,11 @@ impl PrivateRedis {
 
     pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `127.0.0.1:PORT`, as a cluster names its nodes.
+    pub(crate) fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
     }
 
     pub(crate) fn port(&self) -> u16 {
@@ -91,7 +133,7 @@ impl Drop for PrivateRedis {
     }
 }
 
-fn not_started(binary: &std::path::Path, err: io::Error) -> anyhow::Error {
+fn not_started(binary: &Path, err: io::Error) -> anyhow::Error {
     if err.kind() == io::ErrorKind::NotFound {
         Fail {
             code: exit::UNAVAILABLE,
@@ -119,7 +161,28 @@ fn free_port() -> anyhow::Result<u16> {
     anyhow::bail!("found no free loopback port")
 }
 
-fn spawn(binary: &std::path::Path, port: u16, dir: &TempDir) -> io::Result<Child> {
+/// A free port `p` whose cluster bus port `p + 10000` is free as well,
+/// neither of them 6379 nor among `taken`.
+fn free_port_with_bus(taken: &[u16]) -> anyhow::Result<u16> {
+    for _ in 0..PAIR_ATTEMPTS {
+        let port = free_port()?;
+        let Some(bus) = port.checked_add(CLUSTER_BUS_OFFSET) else {
+            continue;
+        };
+        if bus == USERS_PORT || taken.contains(&port) || taken.contains(&bus) {
+            continue;
+        }
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, bus)).is_ok() {
+            return Ok(port);
+        }
+    }
+    anyhow::bail!(
+        "found no free loopback port p with p+{CLUSTER_BUS_OFFSET} free as well (a cluster \
+         node's bus port) in {PAIR_ATTEMPTS} tries"
+    )
+}
+
+fn spawn(binary: &Path, port: u16, dir: &TempDir, extra: &[&str]) -> io::Result<Child> {
     let mut command = Command::new(binary);
     command
         .arg("--port")
@@ -130,6 +193,7 @@ fn spawn(binary: &std::path::Path, port: u16, dir: &TempDir) -> io::Result<Child
         .arg(dir.path())
         .arg("--logfile")
         .arg(dir.path().join(LOG_FILE))
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -145,8 +209,9 @@ fn spawn(binary: &std::path::Path, port: u16, dir: &TempDir) -> io::Result<Child
 
 /// Ready is this server having logged that it accepts connections (so the
 /// listener is its own, not another process's on a reused port) and `PING`
-/// being answered.
-fn wait_ready(child: &mut Child, port: u16, log: &std::path::Path) -> Result<(), String> {
+/// being answered. Sleeps between looks without holding the thread, so a
+/// signal can end the start.
+async fn wait_ready(child: &mut Child, port: u16, log: &Path) -> Result<(), String> {
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
         match child.try_wait() {
@@ -164,7 +229,7 @@ fn wait_ready(child: &mut Child, port: u16, log: &std::path::Path) -> Result<(),
                 READY_TIMEOUT.as_secs()
             ));
         }
-        std::thread::sleep(POLL);
+        tokio::time::sleep(POLL).await;
     }
 }
 

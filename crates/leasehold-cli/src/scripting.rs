@@ -217,6 +217,7 @@ pub(crate) async fn inspect(conn: &Connection, args: InspectArgs) -> anyhow::Res
         None => println!("last fence:      none yet"),
     }
     println!("waiters:         {}", info.waiting_clients);
+    println!("server:          {}", info.server);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -233,7 +234,8 @@ pub(crate) async fn force_release(conn: &Connection, args: NameArgs) -> anyhow::
     Ok(ExitCode::SUCCESS)
 }
 
-/// A lock's state as `inspect --json` and `watch --once --json` print it.
+/// A lock's state as `inspect --json` and `watch --once --json` print it;
+/// `server` is the one that keeps the lock (on a cluster, its slot's master).
 pub(crate) fn info_json(info: &leasehold::LockInfo) -> serde_json::Value {
     let remaining_ms = state::lease_left(info).map(millis);
     let mut value = json!({
@@ -242,6 +244,7 @@ pub(crate) fn info_json(info: &leasehold::LockInfo) -> serde_json::Value {
         "remaining_ms": remaining_ms,
         "last_fence": info.last_fence,
         "waiting_clients": info.waiting_clients,
+        "server": info.server,
     });
     if let Some(object) = value.as_object_mut() {
         object.extend(state::json_fields(info).map(|(k, v)| (k.to_owned(), v)));

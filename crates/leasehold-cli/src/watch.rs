@@ -4,6 +4,9 @@
 //! lock-wide channel to listen on, and keyspace notifications would need a
 //! `CONFIG SET` on the user's Redis. The view is refreshed every 250 ms
 //! instead: one read-only script per lock per refresh.
+//!
+//! Each lock is shown with the server that keeps it: on a Redis Cluster,
+//! the master of its hash slot.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -16,6 +19,10 @@ use crate::signals::Stop;
 use crate::state;
 
 const REFRESH: Duration = Duration::from_millis(250);
+
+/// What a line off a terminal says of a lock: held, last fence, waiters,
+/// server. A new line is printed when it changes.
+type Seen = (bool, Option<u64>, u64, String);
 
 pub(crate) async fn watch(conn: &Connection, args: WatchArgs) -> anyhow::Result<ExitCode> {
     let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
@@ -47,7 +54,7 @@ pub(crate) async fn watch(conn: &Connection, args: WatchArgs) -> anyhow::Result<
         None
     };
     let started = Instant::now();
-    let mut last: Vec<Option<(bool, Option<u64>, u64)>> = vec![None; locks.len()];
+    let mut last: Vec<Option<Seen>> = vec![None; locks.len()];
     loop {
         tokio::select! {
             _ = stop.recv() => break,
@@ -71,13 +78,19 @@ pub(crate) async fn watch(conn: &Connection, args: WatchArgs) -> anyhow::Result<
             // changes, not for every tick of its lease.
             None => {
                 for (info, seen) in infos.iter().zip(&mut last) {
-                    let now = (info.held, info.last_fence, info.waiting_clients);
-                    if *seen != Some(now) {
+                    let now = (
+                        info.held,
+                        info.last_fence,
+                        info.waiting_clients,
+                        info.server.clone(),
+                    );
+                    if seen.as_ref() != Some(&now) {
                         *seen = Some(now);
                         println!(
-                            "{:>6.1}s  {:?} {}",
+                            "{:>6.1}s  {:?} on {}: {}",
                             started.elapsed().as_secs_f64(),
                             info.name,
+                            info.server,
                             describe(info)
                         );
                     }
@@ -104,8 +117,8 @@ fn table(infos: &[leasehold::LockInfo]) -> Vec<String> {
         .unwrap_or(0)
         .max(4);
     let mut lines = vec![format!(
-        "{:width$}  {:5}  {:>18}  {:>10}  waiting",
-        "lock", "state", "last fence", "lease left"
+        "{:width$}  {:5}  {:>18}  {:>10}  {:>7}  server",
+        "lock", "state", "last fence", "lease left", "waiting"
     )];
     for info in infos {
         let fence = info
@@ -117,10 +130,11 @@ fn table(infos: &[leasehold::LockInfo]) -> Vec<String> {
             (true, None) => "no expiry".to_owned(),
         };
         lines.push(format!(
-            "{:width$}  {:5}  {fence:>18}  {left:>10}  {}",
+            "{:width$}  {:5}  {fence:>18}  {left:>10}  {:>7}  {}",
             info.name,
             if info.held { "held" } else { "free" },
-            info.waiting_clients
+            info.waiting_clients,
+            info.server
         ));
     }
     lines

@@ -237,6 +237,10 @@ pub struct LockInfo {
     /// holder's [`acquired_at`](Holder::acquired_at) with it, not with the
     /// local clock (see [`Holder::held_for`]).
     pub read_at: Option<SystemTime>,
+    /// The server that answered, as `host:port`: on a Redis Cluster the
+    /// master that serves the lock's hash slot (where its keys live), on
+    /// one server that server.
+    pub server: String,
 }
 
 #[cfg(test)]

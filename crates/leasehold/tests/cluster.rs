@@ -46,6 +46,7 @@ async fn every_primitive_works_on_every_shard() {
         );
         let info = client.mutex(&name).unwrap().inspect().await.unwrap();
         assert!(info.held);
+        assert_eq!(info.server, format!("127.0.0.1:{}", master.port()));
         guard.release().await.unwrap();
         assert!(!exists(master, &key));
 

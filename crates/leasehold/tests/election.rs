@@ -1,5 +1,7 @@
 //! Leader election against a real server: failover when the leader's
-//! client goes away, what `leader()` trusts, and what observers see.
+//! client goes away, what `leader()` trusts, and what observers see. The
+//! tests that need no proxy in front of the server run on one server and on
+//! a Redis Cluster (`name::single`, `name::cluster`).
 
 mod common;
 
@@ -9,11 +11,18 @@ use leasehold::{ErrorKind, Leader, LossReason};
 use leasehold_testkit::{FaultProxy, RedisServer};
 use tokio::sync::watch;
 
-use common::{client, cmd, eventually, impatient};
+use common::{client, cmd, eventually, impatient, Servers};
 
 /// A bound on waits that must end, so that a broken election fails the
 /// test instead of hanging it; never reached on a working one.
 const BOUND: Duration = Duration::from_secs(60);
+
+common::on_both_topologies!(
+    a_record_left_behind_is_not_trusted_and_expires,
+    a_resigned_leader_that_campaigns_again_waits_behind_the_line,
+    a_leader_that_reaches_its_max_term_gives_way_to_the_next: multi_thread,
+    an_observer_sees_each_leader_in_turn: multi_thread,
+);
 
 /// The next state an observer reports.
 async fn next(observer: &mut watch::Receiver<Option<Leader>>) -> Option<Leader> {
@@ -94,10 +103,8 @@ async fn a_standby_takes_over_when_the_leaders_client_goes_away() {
     proxy.heal();
 }
 
-#[tokio::test]
-async fn a_record_left_behind_is_not_trusted_and_expires() {
-    let server = RedisServer::start();
-    let client = client(&server);
+async fn a_record_left_behind_is_not_trusted_and_expires(servers: Servers) {
+    let client = servers.client();
     let election = client.election("jobs").unwrap();
     let leadership = election.campaign("10.0.0.7:9000").await.unwrap();
     let fence = leadership.fence();
@@ -106,7 +113,7 @@ async fn a_record_left_behind_is_not_trusted_and_expires() {
     leadership.resign().await.unwrap();
 
     // The record stays until its TTL, but the lock no longer holds its token.
-    let record: Option<String> = cmd(&server, &["GET", "leasehold:{jobs}:leader"]).await;
+    let record: Option<String> = servers.cmd(&["GET", "leasehold:{jobs}:leader"]).await;
     assert!(record.is_some_and(|r| r.starts_with(&format!("{fence} "))));
     assert_eq!(election.leader().await.unwrap(), None);
 
@@ -116,22 +123,20 @@ async fn a_record_left_behind_is_not_trusted_and_expires() {
     guard.release().await.unwrap();
 
     // Every key the election wrote expires.
-    let keys: Vec<String> = cmd(&server, &["KEYS", "*"]).await;
+    let keys = servers.keys("*").await;
     assert!(!keys.is_empty());
-    for key in keys {
-        let ttl: i64 = cmd(&server, &["PTTL", &key]).await;
+    for (key, master) in keys {
+        let ttl: i64 = cmd(master, &["PTTL", &key]).await;
         assert!(ttl > 0, "{key} has no TTL ({ttl})");
     }
 }
 
-#[tokio::test]
-async fn a_resigned_leader_that_campaigns_again_waits_behind_the_line() {
-    let server = RedisServer::start();
-    let first = client(&server).election("line").unwrap();
-    let second = client(&server).election("line").unwrap();
+async fn a_resigned_leader_that_campaigns_again_waits_behind_the_line(servers: Servers) {
+    let first = servers.client().election("line").unwrap();
+    let second = servers.client().election("line").unwrap();
     let leadership = first.campaign("first").await.unwrap();
     let waiting = tokio::spawn(async move { second.campaign("second").await });
-    let lock = client(&server).fair_mutex("line").unwrap();
+    let lock = servers.client().fair_mutex("line").unwrap();
     eventually("the second candidate to wait in line", || async {
         lock.inspect().await.unwrap().waiting_clients == 1
     })
@@ -195,19 +200,19 @@ async fn observers_notice_a_dead_leader_that_announced_nothing() {
     proxy.heal();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_that_reaches_its_max_term_gives_way_to_the_next() {
-    let server = RedisServer::start();
+async fn a_leader_that_reaches_its_max_term_gives_way_to_the_next(servers: Servers) {
     let lease = Duration::from_millis(400);
     let term = Duration::from_millis(900);
-    let first = client(&server)
+    let first = servers
+        .client()
         .election("term")
         .unwrap()
         .with_lease(lease)
         .unwrap()
         .with_max_term(term)
         .unwrap();
-    let second = client(&server)
+    let second = servers
+        .client()
         .election("term")
         .unwrap()
         .with_lease(lease)
@@ -239,4 +244,36 @@ async fn a_leader_that_reaches_its_max_term_gives_way_to_the_next() {
     let err = leadership.resign().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotHeld);
     next.resign().await.unwrap();
+}
+
+/// An observer hears each win and each resignation, on whichever server
+/// keeps the election.
+async fn an_observer_sees_each_leader_in_turn(servers: Servers) {
+    let watcher = servers.client().election("rota").unwrap();
+    let mut observer = watcher.observe().await.unwrap();
+    assert_eq!(*observer.borrow_and_update(), None);
+    let first = servers.client().election("rota").unwrap();
+    let leadership = first.campaign("first").await.unwrap();
+    let seen = next(&mut observer).await;
+    assert_eq!(value(&seen), Some("first"));
+    assert_eq!(seen.map(|l| l.fence), Some(leadership.fence()));
+
+    let second = servers.client().election("rota").unwrap();
+    let standby = tokio::spawn(async move { second.campaign("second").await });
+    let lock = servers.client().fair_mutex("rota").unwrap();
+    eventually("the second candidate to wait in line", || async {
+        lock.inspect().await.unwrap().waiting_clients == 1
+    })
+    .await;
+    leadership.resign().await.unwrap();
+    let successor = standby.await.unwrap().unwrap();
+    // At most a `None` for the moment between.
+    let mut seen = next(&mut observer).await;
+    if seen.is_none() {
+        seen = next(&mut observer).await;
+    }
+    assert_eq!(value(&seen), Some("second"));
+    assert_eq!(seen.map(|l| l.fence), Some(successor.fence()));
+    successor.resign().await.unwrap();
+    assert_eq!(next(&mut observer).await, None);
 }

@@ -1,24 +1,39 @@
 //! The fair mutex: FIFO across clients, hand-off by the release, and
-//! waiters that die or give up.
+//! waiters that die or give up; on one server and on a Redis Cluster
+//! (`name::single`, `name::cluster`), but for the test that partitions one
+//! server's clients.
 
 mod common;
 
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use common::{client_with, cmd, eventually};
+use common::{cmd, eventually, Servers};
 use leasehold::Client;
 use leasehold_testkit::{FaultProxy, RedisServer};
 
 const LONG: Duration = Duration::from_secs(30);
+/// The key of the lock "job"; its other keys share its slot.
+const JOB: &str = "leasehold:{job}";
 
-async fn queued(server: &RedisServer) -> u64 {
-    cmd(server, &["ZCARD", "leasehold:{job}:q"]).await
+common::on_both_topologies!(
+    acquisition_order_is_arrival_order_across_clients: multi_thread,
+    a_try_does_not_barge_in,
+    a_dead_waiter_leaves_the_queue_after_its_heartbeat,
+    a_hand_off_to_a_dead_waiter_is_recovered: multi_thread,
+    a_cancelled_waiter_leaves_the_queue_at_once: multi_thread,
+    a_lock_handed_to_a_cancelled_waiter_goes_on_to_the_next: multi_thread,
+    release_by_token_hands_the_lock_on,
+);
+
+async fn queued(servers: &Servers) -> u64 {
+    servers.cmd(&["ZCARD", "leasehold:{job}:q"]).await
 }
 
 /// Writes a waiter into the queue by hand, as a process that died after
 /// queueing would leave it: its heartbeat runs out `ms_left` from now.
-async fn dead_waiter(server: &RedisServer, token: &str, ms_left: u64) {
+async fn dead_waiter(servers: &Servers, token: &str, ms_left: u64) {
+    let server = servers.server_for(JOB);
     let time: Vec<String> = cmd(server, &["TIME"]).await;
     let now_us = time[0].parse::<u64>().unwrap() * 1_000_000 + time[1].parse::<u64>().unwrap();
     let _: u64 = cmd(
@@ -43,16 +58,14 @@ async fn dead_waiter(server: &RedisServer, token: &str, ms_left: u64) {
 
 /// Clients that arrive one after another get the lock in that order, each
 /// from the release of the one before (the hand-off), with growing fences.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acquisition_order_is_arrival_order_across_clients() {
+async fn acquisition_order_is_arrival_order_across_clients(servers: Servers) {
     const WAITERS: usize = 6;
-    let server = RedisServer::start();
-    let holder = client_with(&server, LONG, true);
+    let holder = servers.client_with(LONG, true);
     let held = holder.fair_mutex("job").unwrap().acquire().await.unwrap();
     let order = Arc::new(StdMutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for i in 0..WAITERS {
-        let client = client_with(&server, LONG, true);
+        let client = servers.client_with(LONG, true);
         let lock = client.fair_mutex("job").unwrap();
         let order = Arc::clone(&order);
         tasks.push(tokio::spawn(async move {
@@ -61,7 +74,7 @@ async fn acquisition_order_is_arrival_order_across_clients() {
             guard.release().await.unwrap();
         }));
         eventually("the waiter to queue", || async {
-            queued(&server).await == i as u64 + 1
+            queued(&servers).await == i as u64 + 1
         })
         .await;
     }
@@ -73,24 +86,22 @@ async fn acquisition_order_is_arrival_order_across_clients() {
     let arrivals: Vec<usize> = order.iter().map(|(i, _)| *i).collect();
     assert_eq!(arrivals, (0..WAITERS).collect::<Vec<_>>());
     assert!(order.windows(2).all(|w| w[0].1 < w[1].1), "{order:?}");
-    assert_eq!(queued(&server).await, 0);
+    assert_eq!(queued(&servers).await, 0);
 }
 
 /// A newcomer's try never jumps the queue, even when it asks at the moment
 /// the lock is handed on.
-#[tokio::test]
-async fn a_try_does_not_barge_in() {
-    let server = RedisServer::start();
-    let holder = client_with(&server, LONG, true);
+async fn a_try_does_not_barge_in(servers: Servers) {
+    let holder = servers.client_with(LONG, true);
     let lock = holder.fair_mutex("job").unwrap();
     let held = lock.acquire().await.unwrap();
-    let waiter = client_with(&server, LONG, true).fair_mutex("job").unwrap();
+    let waiter = servers.client_with(LONG, true).fair_mutex("job").unwrap();
     let waiting = tokio::spawn(async move { waiter.acquire_timeout(LONG).await });
     eventually("the waiter to queue", || async {
-        queued(&server).await == 1
+        queued(&servers).await == 1
     })
     .await;
-    let newcomer = client_with(&server, LONG, true).fair_mutex("job").unwrap();
+    let newcomer = servers.client_with(LONG, true).fair_mutex("job").unwrap();
     held.release().await.unwrap();
     assert!(newcomer.try_acquire().await.unwrap().is_none());
     let guard = waiting.await.unwrap().unwrap();
@@ -100,36 +111,32 @@ async fn a_try_does_not_barge_in() {
 }
 
 /// A waiter whose heartbeat ran out (its process died) is passed over.
-#[tokio::test]
-async fn a_dead_waiter_leaves_the_queue_after_its_heartbeat() {
-    let server = RedisServer::start();
-    let client = client_with(&server, LONG, true);
+async fn a_dead_waiter_leaves_the_queue_after_its_heartbeat(servers: Servers) {
+    let client = servers.client_with(LONG, true);
     let lock = client.fair_mutex("job").unwrap();
-    dead_waiter(&server, "dead", 300).await;
+    dead_waiter(&servers, "dead", 300).await;
     // Still within its heartbeat: the lock is promised to it.
     assert!(lock.try_acquire().await.unwrap().is_none());
     let guard = lock.acquire_timeout(Duration::from_secs(10)).await.unwrap();
-    assert_eq!(queued(&server).await, 0);
+    assert_eq!(queued(&servers).await, 0);
     guard.release().await.unwrap();
 }
 
 /// A lock handed to a waiter that died comes back after the hand-off lease
 /// and goes to the next live waiter.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hand_off_to_a_dead_waiter_is_recovered() {
-    let server = RedisServer::start();
-    let holder = client_with(&server, LONG, true);
+async fn a_hand_off_to_a_dead_waiter_is_recovered(servers: Servers) {
+    let holder = servers.client_with(LONG, true);
     let held = holder.fair_mutex("job").unwrap().acquire().await.unwrap();
     // It died just after its last heartbeat: the record is still fresh.
-    dead_waiter(&server, "dead", 3000).await;
-    let waiter = client_with(&server, LONG, true).fair_mutex("job").unwrap();
+    dead_waiter(&servers, "dead", 3000).await;
+    let waiter = servers.client_with(LONG, true).fair_mutex("job").unwrap();
     let waiting = tokio::spawn(async move { waiter.acquire_timeout(LONG).await });
     eventually("the waiter to queue", || async {
-        queued(&server).await == 2
+        queued(&servers).await == 2
     })
     .await;
     held.release().await.unwrap();
-    let holder_now: String = cmd(&server, &["GET", "leasehold:{job}"]).await;
+    let holder_now: String = servers.cmd(&["GET", JOB]).await;
     assert_eq!(
         holder_now.split(' ').next(),
         Some("dead"),
@@ -142,48 +149,44 @@ async fn a_hand_off_to_a_dead_waiter_is_recovered() {
 
 /// A waiter that is cancelled leaves the queue at once, so that a release
 /// does not hand the lock to nobody.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancelled_waiter_leaves_the_queue_at_once() {
-    let server = RedisServer::start();
-    let holder = client_with(&server, LONG, true);
+async fn a_cancelled_waiter_leaves_the_queue_at_once(servers: Servers) {
+    let holder = servers.client_with(LONG, true);
     let lock = holder.fair_mutex("job").unwrap();
     let held = lock.acquire().await.unwrap();
-    let client = client_with(&server, LONG, true);
+    let client = servers.client_with(LONG, true);
     let waiter = client.fair_mutex("job").unwrap();
     let waiting = tokio::spawn(async move { waiter.acquire().await });
     eventually("the waiter to queue", || async {
-        queued(&server).await == 1
+        queued(&servers).await == 1
     })
     .await;
     waiting.abort();
     eventually("the cancelled waiter to leave", || async {
-        queued(&server).await == 0
+        queued(&servers).await == 0
     })
     .await;
     held.release().await.unwrap();
-    let free: bool = cmd(&server, &["EXISTS", "leasehold:{job}"]).await;
+    let free: bool = servers.cmd(&["EXISTS", JOB]).await;
     assert!(!free, "the lock was handed to a cancelled waiter");
 }
 
 /// A waiter cancelled after the lock was handed to it releases it, which
 /// hands it on to the next.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lock_handed_to_a_cancelled_waiter_goes_on_to_the_next() {
-    let server = RedisServer::start();
-    let holder = client_with(&server, LONG, true);
+async fn a_lock_handed_to_a_cancelled_waiter_goes_on_to_the_next(servers: Servers) {
+    let holder = servers.client_with(LONG, true);
     let held = holder.fair_mutex("job").unwrap().acquire().await.unwrap();
     // The first waiter's client cannot hear its hand-off: its process is
     // stopped, as far as the lock can tell.
-    let first = client_with(&server, LONG, true).fair_mutex("job").unwrap();
+    let first = servers.client_with(LONG, true).fair_mutex("job").unwrap();
     let first_wait = tokio::spawn(async move { first.acquire().await });
     eventually("the first waiter to queue", || async {
-        queued(&server).await == 1
+        queued(&servers).await == 1
     })
     .await;
-    let second = client_with(&server, LONG, true).fair_mutex("job").unwrap();
+    let second = servers.client_with(LONG, true).fair_mutex("job").unwrap();
     let second_wait = tokio::spawn(async move { second.acquire_timeout(LONG).await });
     eventually("the second waiter to queue", || async {
-        queued(&server).await == 2
+        queued(&servers).await == 2
     })
     .await;
     held.release().await.unwrap();
@@ -196,16 +199,14 @@ async fn a_lock_handed_to_a_cancelled_waiter_goes_on_to_the_next() {
 
 /// Fair and plain mutexes of one name share one lock, and a plain release
 /// of a fair lock hands it on.
-#[tokio::test]
-async fn release_by_token_hands_the_lock_on() {
-    let server = RedisServer::start();
-    let client = Client::open(&server.url()).unwrap();
+async fn release_by_token_hands_the_lock_on(servers: Servers) {
+    let client = servers.client();
     let lock = client.fair_mutex("job").unwrap();
     let lease = lock.acquire().await.unwrap().detach();
-    let waiter = client_with(&server, LONG, true).fair_mutex("job").unwrap();
+    let waiter = servers.client_with(LONG, true).fair_mutex("job").unwrap();
     let waiting = tokio::spawn(async move { waiter.acquire_timeout(LONG).await });
     eventually("the waiter to queue", || async {
-        queued(&server).await == 1
+        queued(&servers).await == 1
     })
     .await;
     client
@@ -248,7 +249,8 @@ async fn stale_hand_off_message_is_not_a_grant() {
         .unwrap();
     let t_lock = t_client.fair_mutex("job").unwrap();
     let waiter = tokio::spawn(async move { t_lock.acquire().await });
-    eventually("T to queue", || async { queued(&server).await == 1 }).await;
+    let queued = || async { cmd::<u64>(&server, &["ZCARD", "leasehold:{job}:q"]).await };
+    eventually("T to queue", || async { queued().await == 1 }).await;
     tokio::time::sleep(Duration::from_millis(300)).await; // T subscribed, listening
     proxy.blackhole(true);
     holder.release().await.unwrap(); // hands the lock to T; the message is held

@@ -1,21 +1,39 @@
 //! ReentrantMutex, RwLock and Semaphore: the behaviour their users rely on,
-//! against a real server.
+//! against real servers: most tests run on one server and on a Redis
+//! Cluster (`name::single`, `name::cluster`).
 
 mod common;
 
 use std::time::Duration;
 
-use common::{client, client_with, cmd, eventually, poll_then_drop};
+use common::{client, client_with, cmd, eventually, poll_then_drop, Servers};
 use leasehold::{ErrorKind, HoldMode, Owner};
 use leasehold_testkit::RedisServer;
 
 const LONG: Duration = Duration::from_secs(30);
 const SHORT: Duration = Duration::from_millis(100);
 
-#[tokio::test]
-async fn a_reentrant_mutex_counts_levels_and_frees_at_zero() {
-    let server = RedisServer::start();
-    let client = client(&server);
+common::on_both_topologies!(
+    a_reentrant_mutex_counts_levels_and_frees_at_zero,
+    a_reentry_does_not_wait_behind_a_local_waiter: multi_thread,
+    a_reentrant_lock_held_at_several_levels_expires,
+    extending_one_level_extends_the_hold,
+    a_reentrant_lock_is_not_released_by_another_owners_handle,
+    readers_share_and_a_writer_excludes,
+    a_waiting_writer_blocks_later_readers_and_its_release_wakes_them_all: multi_thread,
+    upgrade_is_refused_and_downgrade_works,
+    a_semaphore_holds_at_most_its_permits,
+    a_big_request_is_served_in_turn: multi_thread,
+    permits_of_a_crashed_client_come_back_after_their_lease,
+    a_permit_count_mismatch_is_reported_and_can_be_changed,
+    a_name_is_one_kind_of_lock,
+    inspect_and_errors_name_the_holder,
+    the_watchdog_renews_every_kind,
+    owners_can_be_shared_by_id,
+);
+
+async fn a_reentrant_mutex_counts_levels_and_frees_at_zero(servers: Servers) {
+    let client = servers.client();
     let lock = client.reentrant_mutex("cfg").unwrap();
     let other = client.reentrant_mutex("cfg").unwrap();
     let outer = lock.acquire().await.unwrap();
@@ -36,21 +54,19 @@ async fn a_reentrant_mutex_counts_levels_and_frees_at_zero() {
     let theirs = other.try_acquire().await.unwrap().unwrap();
     assert!(theirs.fence() > first_fence);
     theirs.release().await.unwrap();
-    assert!(!cmd::<bool>(&server, &["EXISTS", "leasehold:{cfg}"]).await);
+    assert!(!servers.cmd::<bool>(&["EXISTS", "leasehold:{cfg}"]).await);
 }
 
 /// A reentry never waits, not even behind a waiter of its own client that
 /// waits for this very owner.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reentry_does_not_wait_behind_a_local_waiter() {
-    let server = RedisServer::start();
-    let client = client(&server);
+async fn a_reentry_does_not_wait_behind_a_local_waiter(servers: Servers) {
+    let client = servers.client();
     let mine = client.reentrant_mutex("cfg").unwrap();
     let theirs = client.reentrant_mutex("cfg").unwrap();
     let outer = mine.acquire().await.unwrap();
     let waiting = tokio::spawn(async move { theirs.acquire_timeout(LONG).await });
     eventually("the other owner to queue", || async {
-        cmd::<u64>(&server, &["ZCARD", "leasehold:{cfg}:q"]).await == 1
+        servers.cmd::<u64>(&["ZCARD", "leasehold:{cfg}:q"]).await == 1
     })
     .await;
     let inner = tokio::time::timeout(Duration::from_secs(10), mine.acquire())
@@ -65,15 +81,13 @@ async fn a_reentry_does_not_wait_behind_a_local_waiter() {
 
 /// The hold runs out with its one lease when the owner stops renewing: the
 /// lock is another owner's then, and every guard of the hold reports it lost.
-#[tokio::test]
-async fn a_reentrant_lock_held_at_several_levels_expires() {
-    let server = RedisServer::start();
-    let holder = client_with(&server, Duration::from_millis(300), false);
+async fn a_reentrant_lock_held_at_several_levels_expires(servers: Servers) {
+    let holder = servers.client_with(Duration::from_millis(300), false);
     let lock = holder.reentrant_mutex("cfg").unwrap();
     let a = lock.acquire().await.unwrap();
     let b = lock.acquire().await.unwrap();
     let c = lock.acquire().await.unwrap();
-    let other = client(&server).reentrant_mutex("cfg").unwrap();
+    let other = servers.client().reentrant_mutex("cfg").unwrap();
     let got = other
         .acquire_timeout(Duration::from_secs(10))
         .await
@@ -129,10 +143,9 @@ async fn the_levels_of_a_hold_share_one_lease() {
 }
 
 /// `extend` on any guard of a hold extends the one lease all of them share.
-#[tokio::test]
-async fn extending_one_level_extends_the_hold() {
-    let server = RedisServer::start();
-    let lock = client_with(&server, Duration::from_millis(1500), false)
+async fn extending_one_level_extends_the_hold(servers: Servers) {
+    let lock = servers
+        .client_with(Duration::from_millis(1500), false)
         .reentrant_mutex("cfg")
         .unwrap();
     let outer = lock.acquire().await.unwrap();
@@ -247,10 +260,8 @@ async fn dropping_a_reentry_at_any_point_leaves_the_depth_as_it_was() {
 /// As Redisson's unlock by a thread that does not hold the lock: a handle of
 /// another owner cannot release a level of this owner's hold, not even with
 /// its token. The owner's own handles can.
-#[tokio::test]
-async fn a_reentrant_lock_is_not_released_by_another_owners_handle() {
-    let server = RedisServer::start();
-    let client = client(&server);
+async fn a_reentrant_lock_is_not_released_by_another_owners_handle(servers: Servers) {
+    let client = servers.client();
     let mine = client.reentrant_mutex("cfg").unwrap();
     let theirs = client.reentrant_mutex("cfg").unwrap();
     let guard = mine.acquire().await.unwrap();
@@ -269,10 +280,8 @@ async fn a_reentrant_lock_is_not_released_by_another_owners_handle() {
     assert!(guard.release().await.unwrap_err().is_not_held());
 }
 
-#[tokio::test]
-async fn readers_share_and_a_writer_excludes() {
-    let server = RedisServer::start();
-    let client = client(&server);
+async fn readers_share_and_a_writer_excludes(servers: Servers) {
+    let client = servers.client();
     let one = client.rw_lock("cat").unwrap();
     let two = client.rw_lock("cat").unwrap();
     let writer = client.rw_lock("cat").unwrap();
@@ -296,29 +305,27 @@ async fn readers_share_and_a_writer_excludes() {
     r.release().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiting_writer_blocks_later_readers_and_its_release_wakes_them_all() {
-    let server = RedisServer::start();
-    let reader = client(&server).rw_lock("cat").unwrap();
+async fn a_waiting_writer_blocks_later_readers_and_its_release_wakes_them_all(servers: Servers) {
+    let reader = servers.client().rw_lock("cat").unwrap();
     let held = reader.read().acquire().await.unwrap();
-    let writer = client(&server).rw_lock("cat").unwrap();
+    let writer = servers.client().rw_lock("cat").unwrap();
     let writing = tokio::spawn(async move { writer.write().acquire_timeout(LONG).await });
     eventually("the writer to queue", || async {
-        cmd::<u64>(&server, &["ZCARD", "leasehold:{cat}:q"]).await == 1
+        servers.cmd::<u64>(&["ZCARD", "leasehold:{cat}:q"]).await == 1
     })
     .await;
     // A later reader queues behind the writer.
-    let late = client(&server).rw_lock("cat").unwrap();
+    let late = servers.client().rw_lock("cat").unwrap();
     assert!(late.read().try_acquire().await.unwrap().is_none());
     let mut later = Vec::new();
     for _ in 0..3 {
-        let r = client(&server).rw_lock("cat").unwrap();
+        let r = servers.client().rw_lock("cat").unwrap();
         later.push(tokio::spawn(
             async move { r.read().acquire_timeout(LONG).await },
         ));
     }
     eventually("the readers to queue", || async {
-        cmd::<u64>(&server, &["ZCARD", "leasehold:{cat}:q"]).await == 4
+        servers.cmd::<u64>(&["ZCARD", "leasehold:{cat}:q"]).await == 4
     })
     .await;
     held.release().await.unwrap();
@@ -387,10 +394,8 @@ async fn readers_of_one_client_are_admitted_together_before_a_later_writer() {
     w2.release().await.unwrap();
 }
 
-#[tokio::test]
-async fn upgrade_is_refused_and_downgrade_works() {
-    let server = RedisServer::start();
-    let client = client(&server);
+async fn upgrade_is_refused_and_downgrade_works(servers: Servers) {
+    let client = servers.client();
     let lock = client.rw_lock("cat").unwrap();
     let r = lock.read().acquire().await.unwrap();
     let err = lock.write().acquire().await.unwrap_err();
@@ -480,10 +485,8 @@ async fn an_expired_reader_does_not_block_a_writer_beyond_its_lease() {
     w.release().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_semaphore_holds_at_most_its_permits() {
-    let server = RedisServer::start();
-    let sem = client(&server).semaphore("slots", 3).unwrap();
+async fn a_semaphore_holds_at_most_its_permits(servers: Servers) {
+    let sem = servers.client().semaphore("slots", 3).unwrap();
     let a = sem.acquire().await.unwrap();
     let b = sem.acquire_many(2).await.unwrap();
     assert_eq!(b.permits(), 2);
@@ -504,24 +507,22 @@ async fn a_semaphore_holds_at_most_its_permits() {
         .await
         .unwrap();
     // The count stays with the semaphore, with a TTL.
-    let ttl: i64 = cmd(&server, &["PTTL", "leasehold:{slots}"]).await;
+    let ttl: i64 = servers.cmd(&["PTTL", "leasehold:{slots}"]).await;
     assert!(ttl > 0, "{ttl}");
 }
 
 /// A request for many permits is not starved by a stream of requests for one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_big_request_is_served_in_turn() {
-    let server = RedisServer::start();
-    let sem = client(&server).semaphore("slots", 2).unwrap();
+async fn a_big_request_is_served_in_turn(servers: Servers) {
+    let sem = servers.client().semaphore("slots", 2).unwrap();
     let held = sem.acquire().await.unwrap();
-    let big = client(&server).semaphore("slots", 2).unwrap();
+    let big = servers.client().semaphore("slots", 2).unwrap();
     let waiting = tokio::spawn(async move { big.acquire_many_timeout(2, LONG).await });
     eventually("the big request to queue", || async {
-        cmd::<u64>(&server, &["ZCARD", "leasehold:{slots}:q"]).await == 1
+        servers.cmd::<u64>(&["ZCARD", "leasehold:{slots}:q"]).await == 1
     })
     .await;
     // One permit is free, but a newcomer may not pass the waiter.
-    let small = client(&server).semaphore("slots", 2).unwrap();
+    let small = servers.client().semaphore("slots", 2).unwrap();
     assert!(small.try_acquire().await.unwrap().is_none());
     held.release().await.unwrap();
     let got = waiting.await.unwrap().unwrap();
@@ -573,14 +574,13 @@ async fn waiters_of_one_client_keep_their_turn_before_a_later_big_request() {
     got.release().await.unwrap();
 }
 
-#[tokio::test]
-async fn permits_of_a_crashed_client_come_back_after_their_lease() {
-    let server = RedisServer::start();
-    let crashed = client_with(&server, Duration::from_millis(300), false)
+async fn permits_of_a_crashed_client_come_back_after_their_lease(servers: Servers) {
+    let crashed = servers
+        .client_with(Duration::from_millis(300), false)
         .semaphore("slots", 1)
         .unwrap();
     let gone = crashed.acquire().await.unwrap().detach();
-    let sem = client(&server).semaphore("slots", 1).unwrap();
+    let sem = servers.client().semaphore("slots", 1).unwrap();
     assert!(sem.try_acquire().await.unwrap().is_none());
     let got = sem.acquire_timeout(Duration::from_secs(10)).await.unwrap();
     assert!(got.fence() > gone.fence);
@@ -594,10 +594,8 @@ async fn permits_of_a_crashed_client_come_back_after_their_lease() {
     got.release().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_permit_count_mismatch_is_reported_and_can_be_changed() {
-    let server = RedisServer::start();
-    let client = client(&server);
+async fn a_permit_count_mismatch_is_reported_and_can_be_changed(servers: Servers) {
+    let client = servers.client();
     let three = client.semaphore("slots", 3).unwrap();
     three
         .try_acquire()
@@ -622,10 +620,8 @@ async fn a_permit_count_mismatch_is_reported_and_can_be_changed() {
     assert!(three.try_acquire().await.unwrap_err().is_conflict());
 }
 
-#[tokio::test]
-async fn a_name_is_one_kind_of_lock() {
-    let server = RedisServer::start();
-    let client = client(&server);
+async fn a_name_is_one_kind_of_lock(servers: Servers) {
+    let client = servers.client();
     let mutex = client.mutex("x").unwrap();
     let held = mutex.acquire().await.unwrap();
     let err = client
@@ -685,15 +681,13 @@ async fn a_name_is_one_kind_of_lock() {
     sem.release().await.unwrap();
 }
 
-#[tokio::test]
-async fn inspect_and_errors_name_the_holder() {
-    let server = RedisServer::start();
-    let holder = leasehold::Client::builder(server.url())
+async fn inspect_and_errors_name_the_holder(servers: Servers) {
+    let holder = leasehold::Client::builder(servers.url())
         .name("nightly-report")
         .build()
         .unwrap();
     let held = holder.mutex("job").unwrap().acquire().await.unwrap();
-    let other = client(&server).mutex("job").unwrap();
+    let other = servers.client().mutex("job").unwrap();
     let info = other.inspect().await.unwrap();
     assert_eq!(info.holders.len(), 1);
     let who = &info.holders[0];
@@ -718,7 +712,8 @@ async fn inspect_and_errors_name_the_holder() {
 
     let sem = holder.semaphore("slots", 1).unwrap();
     let permit = sem.acquire().await.unwrap();
-    let err = client(&server)
+    let err = servers
+        .client()
         .semaphore("slots", 1)
         .unwrap()
         .acquire_timeout(SHORT)
@@ -732,10 +727,8 @@ async fn inspect_and_errors_name_the_holder() {
     permit.release().await.unwrap();
 }
 
-#[tokio::test]
-async fn the_watchdog_renews_every_kind() {
-    let server = RedisServer::start();
-    let client = client_with(&server, Duration::from_millis(600), true);
+async fn the_watchdog_renews_every_kind(servers: Servers) {
+    let client = servers.client_with(Duration::from_millis(600), true);
     let r = client.rw_lock("a").unwrap().read().acquire().await.unwrap();
     let s = client.semaphore("b", 2).unwrap().acquire().await.unwrap();
     let m = client
@@ -753,15 +746,15 @@ async fn the_watchdog_renews_every_kind() {
     m.release().await.unwrap();
 }
 
-#[tokio::test]
-async fn owners_can_be_shared_by_id() {
-    let server = RedisServer::start();
+async fn owners_can_be_shared_by_id(servers: Servers) {
     let owner = Owner::from_id("job-42").unwrap();
-    let a = client(&server)
+    let a = servers
+        .client()
         .reentrant_mutex("cfg")
         .unwrap()
         .with_owner(owner.clone());
-    let b = client(&server)
+    let b = servers
+        .client()
         .reentrant_mutex("cfg")
         .unwrap()
         .with_owner(owner);

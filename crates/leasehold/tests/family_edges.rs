@@ -2,6 +2,9 @@
 //! up at the head of a queue, permit counts changed under waiters, hashes
 //! written by hand, levels released out of order, hold-at-least and max
 //! hold on the hash kinds, and acquisitions dropped at every await point.
+//! The tests of hold-at-least, max hold, force-release and inspect on the
+//! hash kinds run on one server and on a Redis Cluster (`name::single`,
+//! `name::cluster`).
 //!
 //! Some steps drive the scripts directly with waiters of the test's own
 //! (a token, a client id whose channel the test listens on), so that the
@@ -11,13 +14,20 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, client_with, cmd, eventually, poll_then_drop, raw};
+use common::{client, client_with, cmd, eventually, poll_then_drop, raw, Servers};
 use futures_util::StreamExt;
 use leasehold::redis::{self, aio::MultiplexedConnection, Value};
 use leasehold::ErrorKind;
 use leasehold_testkit::RedisServer;
 
 const LONG: Duration = Duration::from_secs(30);
+
+common::on_both_topologies!(
+    hold_at_least_keeps_hash_leases_after_release,
+    max_hold_caps_every_hash_kind,
+    force_release_frees_and_wakes_every_hash_kind: multi_thread,
+    inspect_reports_the_time_left_on_the_leases,
+);
 
 const LIB: &str = concat!(
     include_str!("../src/scripts/lib.lua"),
@@ -552,10 +562,8 @@ async fn reentrant_levels_released_out_of_order() {
 
 /// A hold-at-least keeps a released read, write or permit lease; the
 /// watchdog is gone, and it runs out by itself.
-#[tokio::test]
-async fn hold_at_least_keeps_hash_leases_after_release() {
-    let server = RedisServer::start();
-    let c = client(&server);
+async fn hold_at_least_keeps_hash_leases_after_release(servers: Servers) {
+    let c = servers.client();
     let hold = Duration::from_secs(60);
     let rw = c.rw_lock("rw").unwrap().with_hold_at_least(hold).unwrap();
     rw.read().acquire().await.unwrap().release().await.unwrap();
@@ -585,7 +593,8 @@ async fn hold_at_least_keeps_hash_leases_after_release() {
     sem.acquire().await.unwrap().release().await.unwrap();
     assert_eq!(sem.available().await.unwrap(), 0);
 
-    let short = client_with(&server, Duration::from_secs(5), true)
+    let short = servers
+        .client_with(Duration::from_secs(5), true)
         .reentrant_mutex("x")
         .unwrap()
         .with_hold_at_least(Duration::from_millis(300))
@@ -603,10 +612,8 @@ async fn hold_at_least_keeps_hash_leases_after_release() {
 
 /// The max hold stops renewal of a hash lease too: the lease is lost, and
 /// another user gets in.
-#[tokio::test]
-async fn max_hold_caps_every_hash_kind() {
-    let server = RedisServer::start();
-    let c = client_with(&server, Duration::from_millis(300), true);
+async fn max_hold_caps_every_hash_kind(servers: Servers) {
+    let c = servers.client_with(Duration::from_millis(300), true);
     let cap = Duration::from_millis(900);
     let sem = c.semaphore("s", 1).unwrap().with_max_hold(cap).unwrap();
     let rw = c.rw_lock("rw").unwrap().with_max_hold(cap).unwrap();
@@ -621,7 +628,7 @@ async fn max_hold_caps_every_hash_kind() {
             .await
             .expect("lost at the cap");
     }
-    let other = client(&server);
+    let other = servers.client();
     let theirs = [
         other.semaphore("s", 1).unwrap().acquire_timeout(LONG).await,
         other
@@ -646,16 +653,14 @@ async fn max_hold_caps_every_hash_kind() {
 
 /// A forced release takes every lease of a hash kind, wakes the waiters,
 /// and leaves the semaphore's count.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn force_release_frees_and_wakes_every_hash_kind() {
-    let server = RedisServer::start();
-    let c = client(&server);
+async fn force_release_frees_and_wakes_every_hash_kind(servers: Servers) {
+    let c = servers.client();
     let sem = c.semaphore("s", 2).unwrap();
     let held = sem.acquire_many(2).await.unwrap();
-    let waiter = client(&server).semaphore("s", 2).unwrap();
+    let waiter = servers.client().semaphore("s", 2).unwrap();
     let waiting = tokio::spawn(async move { waiter.acquire_many_timeout(2, LONG).await });
     eventually("the waiter to queue", || async {
-        cmd::<u64>(&server, &["ZCARD", "leasehold:{s}:q"]).await == 1
+        servers.cmd::<u64>(&["ZCARD", "leasehold:{s}:q"]).await == 1
     })
     .await;
     assert!(sem.force_release().await.unwrap());
@@ -672,7 +677,7 @@ async fn force_release_frees_and_wakes_every_hash_kind() {
         c.rw_lock("rw").unwrap().read().acquire().await.unwrap(),
     ];
     assert!(rw.force_release().await.unwrap());
-    assert!(!cmd::<bool>(&server, &["EXISTS", "leasehold:{rw}"]).await);
+    assert!(!servers.cmd::<bool>(&["EXISTS", "leasehold:{rw}"]).await);
     for r in readers {
         assert!(r.release().await.unwrap_err().is_not_held());
     }
@@ -753,10 +758,8 @@ async fn dropping_a_waiting_hash_acquire_at_any_point_leaves_nothing_behind() {
 
 /// What `inspect` says is left is the longest lease's time, for every hash
 /// kind: not the semaphore count's retention, nor a lease already over.
-#[tokio::test]
-async fn inspect_reports_the_time_left_on_the_leases() {
-    let server = RedisServer::start();
-    let c = client_with(&server, LONG, true);
+async fn inspect_reports_the_time_left_on_the_leases(servers: Servers) {
+    let c = servers.client_with(LONG, true);
     let sem = c.semaphore("s", 2).unwrap();
     let permit = sem.acquire().await.unwrap();
     let info = sem.inspect().await.unwrap();

@@ -1,11 +1,12 @@
 //! How long a lease is held: hold-at-least (run-once jobs) and max hold (a
-//! cap on renewal).
+//! cap on renewal); on one server and on a Redis Cluster (`name::single`,
+//! `name::cluster`), but for the renewal through a faulty proxy.
 
 mod common;
 
 use std::time::Duration;
 
-use common::{client, client_with, cmd, eventually};
+use common::{client, cmd, eventually, Servers};
 use leasehold::{ErrorKind, LossReason};
 use leasehold_testkit::RedisServer;
 use tokio::time::Instant;
@@ -13,18 +14,27 @@ use tokio::time::Instant;
 const LONG: Duration = Duration::from_secs(30);
 const HOLD: Duration = Duration::from_secs(3);
 
+common::on_both_topologies!(
+    a_release_within_the_hold_keeps_the_lock_until_it_ends,
+    a_release_after_the_hold_frees_the_lock_at_once,
+    a_dropped_guard_keeps_the_hold,
+    a_fair_release_within_the_hold_hands_nothing_over: multi_thread,
+    the_watchdog_stops_at_the_max_hold,
+    an_extend_stops_at_the_max_hold,
+);
+
 /// Two hosts whose cron fires half a second apart: the first runs the job
 /// and releases at once, the second finds the lock busy, and the lock is
 /// free again once the hold has passed.
-#[tokio::test]
-async fn a_release_within_the_hold_keeps_the_lock_until_it_ends() {
-    let server = RedisServer::start();
-    let first = client(&server)
+async fn a_release_within_the_hold_keeps_the_lock_until_it_ends(servers: Servers) {
+    let first = servers
+        .client()
         .mutex("nightly")
         .unwrap()
         .with_hold_at_least(HOLD)
         .unwrap();
-    let second = client(&server)
+    let second = servers
+        .client()
         .mutex("nightly")
         .unwrap()
         .with_hold_at_least(HOLD)
@@ -62,10 +72,9 @@ async fn a_release_within_the_hold_keeps_the_lock_until_it_ends() {
     guard.release().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_release_after_the_hold_frees_the_lock_at_once() {
-    let server = RedisServer::start();
-    let mutex = client(&server)
+async fn a_release_after_the_hold_frees_the_lock_at_once(servers: Servers) {
+    let mutex = servers
+        .client()
         .mutex("job")
         .unwrap()
         .with_hold_at_least(Duration::from_millis(200))
@@ -77,10 +86,8 @@ async fn a_release_after_the_hold_frees_the_lock_at_once() {
 }
 
 /// A dropped guard keeps the hold as its release does.
-#[tokio::test]
-async fn a_dropped_guard_keeps_the_hold() {
-    let server = RedisServer::start();
-    let c = client(&server);
+async fn a_dropped_guard_keeps_the_hold(servers: Servers) {
+    let c = servers.client();
     let mutex = c.mutex("job").unwrap().with_hold_at_least(HOLD).unwrap();
     drop(mutex.acquire().await.unwrap());
     c.flush().await;
@@ -94,18 +101,17 @@ async fn a_dropped_guard_keeps_the_hold() {
 
 /// A fair lock released within its hold is not handed to the waiter: the
 /// waiter takes it when the hold ends.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fair_release_within_the_hold_hands_nothing_over() {
-    let server = RedisServer::start();
+async fn a_fair_release_within_the_hold_hands_nothing_over(servers: Servers) {
     let hold = Duration::from_secs(2);
-    let holder = client(&server)
+    let holder = servers
+        .client()
         .fair_mutex("job")
         .unwrap()
         .with_hold_at_least(hold)
         .unwrap();
     let before = Instant::now();
     let guard = holder.acquire().await.unwrap();
-    let waiter = client(&server).fair_mutex("job").unwrap();
+    let waiter = servers.client().fair_mutex("job").unwrap();
     let waiting = tokio::spawn(async move {
         let guard = waiter.acquire_timeout(LONG).await.unwrap();
         let taken = Instant::now();
@@ -113,7 +119,7 @@ async fn a_fair_release_within_the_hold_hands_nothing_over() {
         taken
     });
     eventually("the waiter to queue", || async {
-        cmd::<u64>(&server, &["ZCARD", "leasehold:{job}:q"]).await == 1
+        servers.cmd::<u64>(&["ZCARD", "leasehold:{job}:q"]).await == 1
     })
     .await;
     guard.release().await.unwrap();
@@ -171,10 +177,8 @@ async fn holds_and_caps_out_of_range_are_refused() {
 
 /// The watchdog stops at the max hold: the lease ends, `lost()` fires, and
 /// the loss names the cap.
-#[tokio::test]
-async fn the_watchdog_stops_at_the_max_hold() {
-    let server = RedisServer::start();
-    let c = client_with(&server, Duration::from_millis(300), true);
+async fn the_watchdog_stops_at_the_max_hold(servers: Servers) {
+    let c = servers.client_with(Duration::from_millis(300), true);
     let mutex = c
         .mutex("job")
         .unwrap()
@@ -190,16 +194,14 @@ async fn the_watchdog_stops_at_the_max_hold() {
     assert_eq!(err.kind(), ErrorKind::NotHeld, "{err:?}");
     assert!(err.to_string().contains("max hold of 1s"), "{err}");
     // The lock ends in Redis too, and goes to the next.
-    let next = client(&server).mutex("job").unwrap();
+    let next = servers.client().mutex("job").unwrap();
     let guard = next.acquire_timeout(LONG).await.unwrap();
     guard.release().await.unwrap();
 }
 
 /// An extend stops at the max hold too.
-#[tokio::test]
-async fn an_extend_stops_at_the_max_hold() {
-    let server = RedisServer::start();
-    let c = client_with(&server, Duration::from_millis(500), false);
+async fn an_extend_stops_at_the_max_hold(servers: Servers) {
+    let c = servers.client_with(Duration::from_millis(500), false);
     let mutex = c
         .fair_mutex("job")
         .unwrap()

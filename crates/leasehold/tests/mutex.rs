@@ -1,24 +1,48 @@
-//! The mutex against a real redis-server started by the test kit.
+//! The mutex against real redis-servers started by the test kit: most
+//! tests run on one server and on a Redis Cluster (`name::single`,
+//! `name::cluster`); those that pause, stop or count the commands of one
+//! server run on one server alone.
 
 mod common;
 
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use common::{client, client_with, cmd, eventually, hold, raw};
+use common::{client_with, cmd, eventually, hold, raw, Servers};
 use leasehold::{Client, ErrorKind, LossReason};
 use leasehold_testkit::RedisServer;
 
 const LONG: Duration = Duration::from_secs(60);
+/// The key of the lock "job".
+const JOB: &str = "leasehold:{job}";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mutual_exclusion_keeps_every_update_and_fences_grow_in_order() {
-    let server = RedisServer::start();
+common::on_both_topologies!(
+    mutual_exclusion_keeps_every_update_and_fences_grow_in_order: multi_thread,
+    try_acquire_reports_busy_then_succeeds_after_release,
+    a_waiter_wakes_on_release_not_on_expiry,
+    a_waiter_takes_the_lock_when_a_vanished_holder_expires,
+    acquire_timeout_gives_up_with_a_timeout_error,
+    the_watchdog_keeps_a_short_lease_alive,
+    a_fixed_lease_is_reported_lost_when_it_runs_out,
+    a_deleted_key_makes_lost_fire,
+    extend_moves_the_lease,
+    a_dropped_guard_is_released_in_the_background,
+    fences_keep_growing_when_redis_loses_the_counter,
+    operations_survive_a_script_flush,
+    inspect_and_force_release,
+    tokens_release_and_extend_detached_leases,
+    keys_written_by_hand_give_errors_or_waits_never_panics,
+    lost_wakes_at_a_deadline_moved_earlier: multi_thread,
+    the_fence_counter_expires_and_fences_still_grow,
+    a_lost_lease_says_why,
+);
+
+async fn mutual_exclusion_keeps_every_update_and_fences_grow_in_order(servers: Servers) {
     let fences = Arc::new(StdMutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for _ in 0..8 {
-        let mutex = client(&server).mutex("counter").unwrap();
-        let mut conn = raw(&server).await;
+        let mutex = servers.client().mutex("counter").unwrap();
+        let mut conn = raw(servers.server_for("counter")).await;
         let fences = Arc::clone(&fences);
         tasks.push(tokio::spawn(async move {
             for _ in 0..20 {
@@ -43,7 +67,7 @@ async fn mutual_exclusion_keeps_every_update_and_fences_grow_in_order() {
     for task in tasks {
         task.await.unwrap();
     }
-    let counter: u64 = cmd(&server, &["GET", "counter"]).await;
+    let counter: u64 = servers.cmd(&["GET", "counter"]).await;
     assert_eq!(
         counter, 160,
         "an update was lost: the lock let two holders in"
@@ -56,11 +80,9 @@ async fn mutual_exclusion_keeps_every_update_and_fences_grow_in_order() {
     );
 }
 
-#[tokio::test]
-async fn try_acquire_reports_busy_then_succeeds_after_release() {
-    let server = RedisServer::start();
-    let a = client(&server).mutex("job").unwrap();
-    let b = client(&server).mutex("job").unwrap();
+async fn try_acquire_reports_busy_then_succeeds_after_release(servers: Servers) {
+    let a = servers.client().mutex("job").unwrap();
+    let b = servers.client().mutex("job").unwrap();
     let held = a.try_acquire().await.unwrap().unwrap();
     assert!(b.try_acquire().await.unwrap().is_none());
     let first = held.fence();
@@ -70,11 +92,9 @@ async fn try_acquire_reports_busy_then_succeeds_after_release() {
     second.release().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_waiter_wakes_on_release_not_on_expiry() {
-    let server = RedisServer::start();
-    let holder = client_with(&server, LONG, true);
-    let waiter = client(&server);
+async fn a_waiter_wakes_on_release_not_on_expiry(servers: Servers) {
+    let holder = servers.client_with(LONG, true);
+    let waiter = servers.client();
     let held = holder.mutex("job").unwrap().acquire().await.unwrap();
     let mutex = waiter.mutex("job").unwrap();
     // The wait bound is half the holder's lease: only a release can end it in time.
@@ -91,10 +111,8 @@ async fn a_waiter_wakes_on_release_not_on_expiry() {
     guard.release().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_waiter_takes_the_lock_when_a_vanished_holder_expires() {
-    let server = RedisServer::start();
-    let holder = client_with(&server, Duration::from_millis(300), false);
+async fn a_waiter_takes_the_lock_when_a_vanished_holder_expires(servers: Servers) {
+    let holder = servers.client_with(Duration::from_millis(300), false);
     let gone = holder
         .mutex("job")
         .unwrap()
@@ -102,7 +120,7 @@ async fn a_waiter_takes_the_lock_when_a_vanished_holder_expires() {
         .await
         .unwrap()
         .detach();
-    let waiter = client(&server);
+    let waiter = servers.client();
     let guard = waiter
         .mutex("job")
         .unwrap()
@@ -113,12 +131,11 @@ async fn a_waiter_takes_the_lock_when_a_vanished_holder_expires() {
     guard.release().await.unwrap();
 }
 
-#[tokio::test]
-async fn acquire_timeout_gives_up_with_a_timeout_error() {
-    let server = RedisServer::start();
-    let holder = client_with(&server, LONG, true);
+async fn acquire_timeout_gives_up_with_a_timeout_error(servers: Servers) {
+    let holder = servers.client_with(LONG, true);
     let _held = holder.mutex("job").unwrap().acquire().await.unwrap();
-    let err = client(&server)
+    let err = servers
+        .client()
         .mutex("job")
         .unwrap()
         .acquire_timeout(Duration::from_millis(200))
@@ -127,7 +144,8 @@ async fn acquire_timeout_gives_up_with_a_timeout_error() {
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
     assert!(err.is_retryable());
     assert!(err.to_string().contains("still held"), "{err}");
-    let zero = client(&server)
+    let zero = servers
+        .client()
         .mutex("job")
         .unwrap()
         .acquire_timeout(Duration::ZERO)
@@ -136,16 +154,14 @@ async fn acquire_timeout_gives_up_with_a_timeout_error() {
     assert!(zero.is_timeout());
 }
 
-#[tokio::test]
-async fn the_watchdog_keeps_a_short_lease_alive() {
-    let server = RedisServer::start();
+async fn the_watchdog_keeps_a_short_lease_alive(servers: Servers) {
     // Long enough that a scheduling stall on a busy machine cannot lose it,
     // and slept through twice, so it lives only if it was renewed.
     let lease = Duration::from_secs(2);
-    let guard = hold(&server, lease, true).await;
+    let guard = servers.hold(lease, true).await;
     tokio::time::sleep(lease * 2).await;
     assert!(!guard.is_lost());
-    let other = client(&server);
+    let other = servers.client();
     assert!(other
         .mutex("job")
         .unwrap()
@@ -153,27 +169,23 @@ async fn the_watchdog_keeps_a_short_lease_alive() {
         .await
         .unwrap()
         .is_none());
-    let pttl: i64 = cmd(&server, &["PTTL", "leasehold:{job}"]).await;
+    let pttl: i64 = servers.cmd(&["PTTL", JOB]).await;
     assert!(pttl > 0 && pttl <= 2000, "pttl {pttl}");
     guard.release().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_fixed_lease_is_reported_lost_when_it_runs_out() {
-    let server = RedisServer::start();
-    let guard = hold(&server, Duration::from_millis(200), false).await;
+async fn a_fixed_lease_is_reported_lost_when_it_runs_out(servers: Servers) {
+    let guard = servers.hold(Duration::from_millis(200), false).await;
     tokio::time::timeout(LONG, guard.lost()).await.unwrap();
     assert!(guard.is_lost());
     assert_eq!(guard.valid_for(), Duration::ZERO);
     assert!(guard.release().await.unwrap_err().is_not_held());
 }
 
-#[tokio::test]
-async fn a_deleted_key_makes_lost_fire() {
-    let server = RedisServer::start();
-    let guard = hold(&server, Duration::from_millis(900), true).await;
+async fn a_deleted_key_makes_lost_fire(servers: Servers) {
+    let guard = servers.hold(Duration::from_millis(900), true).await;
     assert!(!guard.is_lost());
-    let _: i64 = cmd(&server, &["DEL", "leasehold:{job}"]).await;
+    let _: i64 = servers.cmd(&["DEL", JOB]).await;
     tokio::time::timeout(LONG, guard.lost()).await.unwrap();
     assert!(guard.is_lost());
     let err = guard.extend(Duration::from_secs(5)).await.unwrap_err();
@@ -199,12 +211,10 @@ async fn a_stopped_server_makes_lost_fire() {
     assert!(err.is_connection() || err.is_not_held(), "{err}");
 }
 
-#[tokio::test]
-async fn extend_moves_the_lease() {
-    let server = RedisServer::start();
-    let guard = hold(&server, Duration::from_secs(5), false).await;
+async fn extend_moves_the_lease(servers: Servers) {
+    let guard = servers.hold(Duration::from_secs(5), false).await;
     guard.extend(LONG).await.unwrap();
-    let pttl: i64 = cmd(&server, &["PTTL", "leasehold:{job}"]).await;
+    let pttl: i64 = servers.cmd(&["PTTL", JOB]).await;
     assert!(pttl > 50_000, "pttl {pttl}");
     assert!(guard.valid_for() > Duration::from_secs(50));
     guard.release().await.unwrap();
@@ -225,14 +235,13 @@ async fn an_extend_in_flight_leaves_the_watchdog_idle() {
     guard.release().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_dropped_guard_is_released_in_the_background() {
-    let server = RedisServer::start();
-    let holder = client_with(&server, LONG, true);
+async fn a_dropped_guard_is_released_in_the_background(servers: Servers) {
+    let holder = servers.client_with(LONG, true);
     let guard = holder.mutex("job").unwrap().acquire().await.unwrap();
     let first = guard.fence();
     drop(guard);
-    let next = client(&server)
+    let next = servers
+        .client()
         .mutex("job")
         .unwrap()
         .acquire_timeout(LONG / 2)
@@ -242,62 +251,58 @@ async fn a_dropped_guard_is_released_in_the_background() {
     next.release().await.unwrap();
 }
 
-#[tokio::test]
-async fn fences_keep_growing_when_redis_loses_the_counter() {
-    let server = RedisServer::start();
-    let client = client(&server);
+async fn fences_keep_growing_when_redis_loses_the_counter(servers: Servers) {
+    let client = servers.client();
     let mutex = client.mutex("job").unwrap();
     let first = mutex.acquire().await.unwrap();
     let fence = first.fence();
     first.release().await.unwrap();
-    let _: i64 = cmd(&server, &["DEL", "leasehold:{job}:fence"]).await;
+    let _: i64 = servers.cmd(&["DEL", "leasehold:{job}:fence"]).await;
     let second = mutex.acquire().await.unwrap();
     assert!(second.fence() > fence, "{} <= {fence}", second.fence());
     second.release().await.unwrap();
 }
 
-#[tokio::test]
-async fn operations_survive_a_script_flush() {
-    let server = RedisServer::start();
-    let client = client_with(&server, Duration::from_secs(2), true);
+async fn operations_survive_a_script_flush(servers: Servers) {
+    let client = servers.client_with(Duration::from_secs(2), true);
     let mutex = client.mutex("job").unwrap();
     let guard = mutex.acquire().await.unwrap();
-    let _: () = cmd(&server, &["SCRIPT", "FLUSH"]).await;
+    let _: () = cmd(servers.server_for(JOB), &["SCRIPT", "FLUSH"]).await;
     // The watchdog's pipelined renewals meet NOSCRIPT first; the lease
     // outlives this sleep only if they recovered.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert!(!guard.is_lost());
-    let _: () = cmd(&server, &["SCRIPT", "FLUSH"]).await;
+    let _: () = cmd(servers.server_for(JOB), &["SCRIPT", "FLUSH"]).await;
     guard.extend(Duration::from_secs(5)).await.unwrap();
-    let _: () = cmd(&server, &["SCRIPT", "FLUSH"]).await;
+    let _: () = cmd(servers.server_for(JOB), &["SCRIPT", "FLUSH"]).await;
     assert!(mutex.inspect().await.unwrap().held);
-    let _: () = cmd(&server, &["SCRIPT", "FLUSH"]).await;
+    let _: () = cmd(servers.server_for(JOB), &["SCRIPT", "FLUSH"]).await;
     guard.release().await.unwrap();
-    let _: () = cmd(&server, &["SCRIPT", "FLUSH"]).await;
+    let _: () = cmd(servers.server_for(JOB), &["SCRIPT", "FLUSH"]).await;
     let again = mutex.try_acquire().await.unwrap().unwrap();
-    let _: () = cmd(&server, &["SCRIPT", "FLUSH"]).await;
+    let _: () = cmd(servers.server_for(JOB), &["SCRIPT", "FLUSH"]).await;
     assert!(mutex.force_release().await.unwrap());
     drop(again);
 }
 
-#[tokio::test]
-async fn inspect_and_force_release() {
-    let server = RedisServer::start();
-    let client = client_with(&server, LONG, true);
+async fn inspect_and_force_release(servers: Servers) {
+    let client = servers.client_with(LONG, true);
     let mutex = client.mutex("job").unwrap();
     let free = mutex.inspect().await.unwrap();
     assert!(!free.held);
     assert_eq!(free.last_fence, None);
     assert_eq!(free.remaining, None);
+    assert_eq!(free.server, servers.addr_for(JOB), "{free:?}");
 
     let guard = mutex.acquire().await.unwrap();
     let info = mutex.inspect().await.unwrap();
     assert!(info.held);
     assert_eq!(info.last_fence, Some(guard.fence()));
     assert!(info.remaining.unwrap() > Duration::from_secs(30));
+    assert_eq!(info.server, servers.addr_for(JOB), "{info:?}");
 
     // A waiter with a bound below the lease: only force-release can let it in.
-    let waiter = client_with(&server, LONG, true).mutex("job").unwrap();
+    let waiter = servers.client_with(LONG, true).mutex("job").unwrap();
     let waiting = tokio::spawn(async move { waiter.acquire_timeout(LONG / 2).await });
     eventually("the waiter to subscribe", || async {
         mutex.inspect().await.unwrap().waiting_clients == 1
@@ -315,15 +320,13 @@ async fn inspect_and_force_release() {
     assert!(!mutex.force_release().await.unwrap());
 }
 
-#[tokio::test]
-async fn tokens_release_and_extend_detached_leases() {
-    let server = RedisServer::start();
-    let client = client_with(&server, Duration::from_secs(5), false);
+async fn tokens_release_and_extend_detached_leases(servers: Servers) {
+    let client = servers.client_with(Duration::from_secs(5), false);
     let mutex = client.mutex("job").unwrap();
     let lease = mutex.acquire().await.unwrap().detach();
     assert_eq!(lease.token.len(), 32);
     mutex.extend_token(&lease.token, LONG).await.unwrap();
-    let pttl: i64 = cmd(&server, &["PTTL", "leasehold:{job}"]).await;
+    let pttl: i64 = servers.cmd(&["PTTL", JOB]).await;
     assert!(pttl > 50_000);
     assert!(mutex
         .release_token("not-the-token")
@@ -384,17 +387,13 @@ async fn tasks_of_one_client_queue_locally_so_only_the_head_talks_to_redis() {
     );
 }
 
-#[tokio::test]
-async fn keys_written_by_hand_give_errors_or_waits_never_panics() {
-    let server = RedisServer::start();
-    let mutex = client(&server).mutex("job").unwrap();
+async fn keys_written_by_hand_give_errors_or_waits_never_panics(servers: Servers) {
+    let mutex = servers.client().mutex("job").unwrap();
 
     // A TTL far beyond any lease: the waiter still gives up on time.
-    let _: () = cmd(
-        &server,
-        &["SET", "leasehold:{job}", "x", "PX", "9000000000000000"],
-    )
-    .await;
+    let _: () = servers
+        .cmd(&["SET", JOB, "x", "PX", "9000000000000000"])
+        .await;
     let err = mutex
         .acquire_timeout(Duration::from_millis(100))
         .await
@@ -406,8 +405,8 @@ async fn keys_written_by_hand_give_errors_or_waits_never_panics() {
     // A lock key of another type is refused at once, naming the type (a
     // wait would never end); a release against it is a server error that
     // names the operation, and leaves the key alone.
-    let _: i64 = cmd(&server, &["DEL", "leasehold:{job}"]).await;
-    let _: i64 = cmd(&server, &["HSET", "leasehold:{job}", "f", "v"]).await;
+    let _: i64 = servers.cmd(&["DEL", JOB]).await;
+    let _: i64 = servers.cmd(&["HSET", JOB, "f", "v"]).await;
     let err = mutex.try_acquire().await.unwrap_err();
     assert!(err.is_conflict(), "{err:?}");
     assert!(err.to_string().contains("in use as a hash"), "{err}");
@@ -419,14 +418,16 @@ async fn keys_written_by_hand_give_errors_or_waits_never_panics() {
     let err = mutex.release_token("t").await.unwrap_err();
     assert!(err.is_server(), "{err:?}");
     assert!(err.to_string().contains("release"), "{err}");
-    let kept: String = cmd(&server, &["HGET", "leasehold:{job}", "f"]).await;
+    let kept: String = servers.cmd(&["HGET", JOB, "f"]).await;
     assert_eq!(kept, "v");
-    let _: i64 = cmd(&server, &["DEL", "leasehold:{job}"]).await;
+    let _: i64 = servers.cmd(&["DEL", JOB]).await;
 
     // A fence counter leasehold did not write counts as lost: fences start
     // again from the server clock, and the lock keeps working.
     for garbage in ["not a number", "inf", "-inf", "nan", "1e300", "-5"] {
-        let _: () = cmd(&server, &["SET", "leasehold:{job}:fence", garbage]).await;
+        let _: () = servers
+            .cmd(&["SET", "leasehold:{job}:fence", garbage])
+            .await;
         let guard = mutex.try_acquire().await.unwrap().unwrap();
         let fence = guard.fence();
         assert!(fence > 1_000_000_000_000_000, "{garbage}: {fence}");
@@ -439,10 +440,8 @@ async fn keys_written_by_hand_give_errors_or_waits_never_panics() {
 
 /// `lost()` awaited before an extend that shortens the lease wakes at the
 /// new deadline, not the old one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lost_wakes_at_a_deadline_moved_earlier() {
-    let server = RedisServer::start();
-    let guard = Arc::new(hold(&server, LONG, false).await);
+async fn lost_wakes_at_a_deadline_moved_earlier(servers: Servers) {
+    let guard = Arc::new(servers.hold(LONG, false).await);
     let watching = {
         let guard = Arc::clone(&guard);
         tokio::spawn(async move { guard.lost().await })
@@ -460,12 +459,10 @@ async fn lost_wakes_at_a_deadline_moved_earlier() {
 /// The fence counter expires after its retention (a week by default), so
 /// per-entity lock names do not pile up in Redis; fences keep growing when
 /// it is gone.
-#[tokio::test]
-async fn the_fence_counter_expires_and_fences_still_grow() {
-    let server = RedisServer::start();
-    let mutex = client(&server).mutex("job").unwrap();
+async fn the_fence_counter_expires_and_fences_still_grow(servers: Servers) {
+    let mutex = servers.client().mutex("job").unwrap();
     let first = mutex.try_acquire().await.unwrap().unwrap();
-    let ttl: i64 = cmd(&server, &["PTTL", "leasehold:{job}:fence"]).await;
+    let ttl: i64 = servers.cmd(&["PTTL", "leasehold:{job}:fence"]).await;
     let week = i64::try_from(leasehold::DEFAULT_FENCE_RETENTION.as_millis()).unwrap();
     assert!(
         ttl > week - 60_000 && ttl <= week,
@@ -474,17 +471,16 @@ async fn the_fence_counter_expires_and_fences_still_grow() {
     let fence = first.fence();
     first.release().await.unwrap();
     // As if the retention had run out.
-    let _: i64 = cmd(&server, &["DEL", "leasehold:{job}:fence"]).await;
+    let _: i64 = servers.cmd(&["DEL", "leasehold:{job}:fence"]).await;
     let next = mutex.try_acquire().await.unwrap().unwrap();
     assert!(next.fence() > fence);
     next.release().await.unwrap();
     // Nothing leasehold leaves behind lives forever.
-    let keys: Vec<String> = cmd(&server, &["KEYS", "leasehold:*"]).await;
-    for key in keys {
-        let ttl: i64 = cmd(&server, &["PTTL", &key]).await;
+    for (key, master) in servers.keys("leasehold:*").await {
+        let ttl: i64 = cmd(master, &["PTTL", &key]).await;
         assert!(ttl > 0, "{key} has no expiry");
     }
-    let err = Client::builder(server.url())
+    let err = Client::builder(servers.url())
         .fence_retention(Duration::from_secs(60))
         .build()
         .unwrap_err();
@@ -542,10 +538,9 @@ async fn redis_calls_per_acquisition_stay_flat_as_waiters_grow() {
 
 /// A lost guard says why: the token gone from Redis, or a deadline passed
 /// with nothing to renew it.
-#[tokio::test]
-async fn a_lost_lease_says_why() {
-    let server = RedisServer::start();
-    let renewed = client_with(&server, Duration::from_millis(300), true)
+async fn a_lost_lease_says_why(servers: Servers) {
+    let renewed = servers
+        .client_with(Duration::from_millis(300), true)
         .mutex("taken")
         .unwrap();
     let guard = renewed.acquire().await.unwrap();
@@ -557,7 +552,8 @@ async fn a_lost_lease_says_why() {
     assert_eq!(guard.loss_reason(), Some(LossReason::TokenGone));
     assert!(guard.loss_reason().unwrap().to_string().contains("token"));
 
-    let fixed = client_with(&server, Duration::from_millis(200), false)
+    let fixed = servers
+        .client_with(Duration::from_millis(200), false)
         .mutex("fixed")
         .unwrap();
     let guard = fixed.acquire().await.unwrap();

@@ -126,6 +126,11 @@ impl Route {
         &self.checkout.server
     }
 
+    /// The server behind this route: host and port, never a password.
+    pub(crate) fn address(&self) -> &str {
+        &self.connection.address
+    }
+
     /// Runs one script; NOSCRIPT is answered by loading it and sending it
     /// again. Bounded by the command timeout.
     pub(crate) async fn eval(

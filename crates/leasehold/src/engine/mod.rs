@@ -45,7 +45,8 @@ struct SlotMaster {
 
 /// What a script that may grant a lock got.
 pub(crate) enum Answer {
-    Reply(redis::Value),
+    /// The reply, and the route of the server that gave it.
+    Reply(redis::Value, Route),
     /// Not sent: the server that serves the key now is in its grace, which
     /// ends in this long.
     InGrace(Duration),
@@ -162,11 +163,27 @@ impl Engine {
         key_list: &[&str],
         args: &[&[u8]],
     ) -> Result<redis::Value> {
+        self.eval_answered(route, key, operation, pick, key_list, args)
+            .await
+            .map(|(reply, _)| reply)
+    }
+
+    /// [`eval_on`](Self::eval_on), with the route of the server that
+    /// answered: the one the last redirect led to.
+    pub(crate) async fn eval_answered(
+        &self,
+        route: Route,
+        key: &str,
+        operation: &str,
+        pick: Pick,
+        key_list: &[&str],
+        args: &[&[u8]],
+    ) -> Result<(redis::Value, Route)> {
         match self
             .send(route, key, operation, pick, key_list, args, false)
             .await?
         {
-            Answer::Reply(reply) => Ok(reply),
+            Answer::Reply(reply, route) => Ok((reply, route)),
             Answer::InGrace(left) => Err(Error::new(
                 ErrorKind::Connection,
                 format!("the master of {key:?} is in its grace for {left:?}; try again then"),
@@ -192,9 +209,8 @@ impl Engine {
         let mut hops = 0;
         loop {
             let script = pick(route.scripts());
-            let reply = route.clone().eval(operation, script, key_list, args).await;
-            let error = match reply {
-                Ok(reply) => return Ok(Answer::Reply(reply)),
+            let error = match route.clone().eval(operation, script, key_list, args).await {
+                Ok(reply) => return Ok(Answer::Reply(reply, route)),
                 Err(error) => error,
             };
             let Some(redirect) = error.redirect().filter(|_| hops < MAX_REDIRECTS) else {

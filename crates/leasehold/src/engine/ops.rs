@@ -135,20 +135,22 @@ pub(crate) async fn force_release(engine: &Engine, keys: &LockKeys) -> Result<bo
 
 /// The lock's state as Redis sees it now.
 pub(crate) async fn inspect(engine: &Engine, keys: &LockKeys) -> Result<LockInfo> {
-    let reply = engine
-        .eval(
-            keys,
+    let route = engine.route(keys).await?;
+    let (reply, answered) = engine
+        .eval_answered(
+            route,
+            &keys.lock,
             "inspect",
             |s| &s.inspect,
             &[&keys.lock, &keys.fence, &keys.queue],
             &[],
         )
         .await?;
-    lock_info(&keys.name, &reply)
+    lock_info(&keys.name, answered.address(), &reply)
 }
 
-/// Reads the reply of `scripts/inspect.lua`.
-fn lock_info(name: &str, reply: &Value) -> Result<LockInfo> {
+/// Reads the reply of `scripts/inspect.lua`, which `server` sent.
+fn lock_info(name: &str, server: &str, reply: &Value) -> Result<LockInfo> {
     let unexpected = || Error::unexpected_reply("inspect", reply);
     let redis::Value::Array(items) = reply else {
         return Err(unexpected());
@@ -195,6 +197,7 @@ fn lock_info(name: &str, reply: &Value) -> Result<LockInfo> {
         holders,
         permits: u32::try_from(permits).ok(),
         read_at,
+        server: server.to_owned(),
     })
 }
 

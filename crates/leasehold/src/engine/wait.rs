@@ -522,7 +522,7 @@ async fn attempt(
         )
         .await?
     {
-        Answer::Reply(reply) => reply,
+        Answer::Reply(reply, _) => reply,
         Answer::InGrace(left) => return Ok(Outcome::InGrace { left }),
     };
     let outcome = read_attempt(request, &reply, sent_at);

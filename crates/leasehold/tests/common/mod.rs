@@ -8,6 +8,11 @@ use std::time::Duration;
 use leasehold::{Client, MutexGuard};
 use leasehold_testkit::RedisServer;
 
+mod topology;
+// Not every test file runs on both topologies.
+#[allow(unused_imports)]
+pub(crate) use topology::{on_both_topologies, Servers, Topology};
+
 pub(crate) fn client(server: &RedisServer) -> Client {
     Client::open(&server.url()).unwrap()
 }
