@@ -59,19 +59,6 @@ impl From<&KindArgs> for Kind {
     }
 }
 
-impl Kind {
-    /// The flag that asks for this kind, as the user would type it.
-    fn flag(self) -> Option<String> {
-        match self {
-            Kind::Mutex => None,
-            Kind::Fair => Some("--fair".to_owned()),
-            Kind::Read => Some("--read".to_owned()),
-            Kind::Write => Some("--write".to_owned()),
-            Kind::Semaphore(n) => Some(format!("--semaphore {n}")),
-        }
-    }
-}
-
 /// The lock `run` and `acquire` take, through the face of its kind.
 pub(crate) type Lock = Box<dyn leasehold::Lock>;
 
@@ -319,26 +306,28 @@ impl leasehold::Lock for Taking {
 }
 
 /// The client name a command's leases carry, so that `inspect` shows who
-/// holds a lock: "leasehold run nightly --read -- ./job.sh --full", cut to
-/// the longest name a lease records. Only the lock's name, the kind flag and
-/// the command are kept: the connection flags may carry a password.
-pub(crate) fn client_name(subcommand: &str, name: &str, kind: Kind, command: &[String]) -> String {
-    client_name_of(subcommand, &[name], kind, command)
+/// holds a lock: the command line as it was typed ("leasehold run nightly
+/// --read --no-wait --hold-at-least 10m -- ./job.sh --full"), cut to the
+/// longest name a lease records. `--url` and its value are left out: a URL
+/// may carry a password.
+pub(crate) fn client_name() -> String {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    client_name_from(&args)
 }
 
-/// As [`client_name`], for a command that takes several locks.
-pub(crate) fn client_name_of(
-    subcommand: &str,
-    names: &[&str],
-    kind: Kind,
-    command: &[String],
-) -> String {
-    let mut words = vec!["leasehold".to_owned(), subcommand.to_owned()];
-    words.extend(names.iter().map(|name| quote(name)));
-    words.extend(kind.flag());
-    if !command.is_empty() {
-        words.push("--".to_owned());
-        words.extend(command.iter().map(|arg| quote(arg)));
+/// As [`client_name`], for the words after the program's name.
+fn client_name_from(args: &[String]) -> String {
+    let mut words = vec!["leasehold".to_owned()];
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        if arg == "--url" {
+            args.next();
+            continue;
+        }
+        if arg.starts_with("--url=") {
+            continue;
+        }
+        words.push(quote(arg));
     }
     cut(&words.join(" "), leasehold::MAX_CLIENT_NAME_LEN)
 }
@@ -380,28 +369,42 @@ mod tests {
     #[test]
     fn the_client_name_reads_as_the_command_line() {
         assert_eq!(
-            client_name("run", "nightly", Kind::Mutex, &words(&["./job.sh"])),
+            client_name_from(&words(&["run", "nightly", "--", "./job.sh"])),
             "leasehold run nightly -- ./job.sh"
         );
         assert_eq!(
-            client_name(
+            client_name_from(&words(&[
+                "--url",
+                "redis://:secret@db:6379",
                 "run",
                 "db",
-                Kind::Semaphore(3),
-                &words(&["sh", "-c", "echo it's $HOME"])
-            ),
-            r#"leasehold run db --semaphore 3 -- sh -c 'echo it'\''s $HOME'"#
+                "--semaphore",
+                "3",
+                "--no-wait",
+                "--hold-at-least",
+                "10m",
+                "--",
+                "sh",
+                "-c",
+                "echo it's $HOME",
+            ])),
+            r#"leasehold run db --semaphore 3 --no-wait --hold-at-least 10m -- sh -c 'echo it'\''s $HOME'"#
         );
         assert_eq!(
-            client_name("acquire", "cfg", Kind::Read, &[]),
+            client_name_from(&words(&[
+                "--url=redis://:pw@h:1",
+                "acquire",
+                "cfg",
+                "--read"
+            ])),
             "leasehold acquire cfg --read"
         );
     }
 
     #[test]
     fn a_long_client_name_is_cut_on_a_char_boundary() {
-        let long = words(&["echo", &"é".repeat(200)]);
-        let name = client_name("run", "job", Kind::Write, &long);
+        let long = words(&["run", "job", "--write", "--", "echo", &"é".repeat(200)]);
+        let name = client_name_from(&long);
         assert!(name.len() <= leasehold::MAX_CLIENT_NAME_LEN, "{name}");
         assert!(name.starts_with("leasehold run job --write -- echo '"));
         assert!(name.ends_with("..."), "{name}");

@@ -37,10 +37,9 @@ pub(crate) async fn run(conn: &Connection, args: RunArgs) -> anyhow::Result<Exit
     }
     let grace = args.take.restart_grace.as_ref().map(|g| g.get());
     let kind = Kind::from(&args.take.kind);
-    let names: Vec<&str> = args.names.iter().map(String::as_str).collect();
     let client = conn
         .builder(args.lease.get(), true, grace)
-        .name(kind::client_name_of("run", &names, kind, &args.command))
+        .name(kind::client_name())
         .build()?;
     let result = run_locked(&client, &args, kind).await;
     // Releases from cancelled acquisitions must finish before the runtime stops.

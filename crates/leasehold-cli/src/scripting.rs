@@ -100,7 +100,7 @@ pub(crate) async fn acquire(conn: &Connection, args: AcquireArgs) -> anyhow::Res
     let kind = Kind::from(&args.take.kind);
     let client = conn
         .builder(args.lease.get(), false, grace)
-        .name(kind::client_name("acquire", &args.name, kind, &[]))
+        .name(kind::client_name())
         .build()?;
     let holding = kind::Holding {
         at_least: args.hold_at_least.as_ref().map(|hold| hold.get()),
@@ -137,10 +137,10 @@ pub(crate) async fn acquire(conn: &Connection, args: AcquireArgs) -> anyhow::Res
     Ok(ExitCode::SUCCESS)
 }
 
-/// Releases the lock; before `--hold-until` the token's lease is set to end
-/// then instead, which keeps the lock held and wakes nobody, as a release
-/// within the library's hold-at-least does. Nothing new is stored in Redis:
-/// the moment travels with the token, in the script.
+/// Releases the lock; before `--hold-until` the lock is kept until then
+/// instead, marked as kept, and nobody is woken, as a release within the
+/// library's hold-at-least does. The moment travels with the token, in the
+/// script.
 pub(crate) async fn release(conn: &Connection, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
     let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
     let mutex = client.mutex(&args.lock.name)?;
@@ -165,7 +165,7 @@ pub(crate) async fn release(conn: &Connection, args: ReleaseArgs) -> anyhow::Res
         }
     }
     match keep {
-        Some(keep) => mutex.extend_token(&args.lock.token, keep).await?,
+        Some(keep) => mutex.release_token_keeping(&args.lock.token, keep).await?,
         None => mutex.release_token(&args.lock.token).await?,
     }
     if args.json {

@@ -148,6 +148,7 @@ pub(crate) fn json_fields(info: &leasehold::LockInfo) -> [(&'static str, Value);
                 "levels": holder.levels,
                 "owner": holder.owner,
                 "fence": fence_of(info, holder),
+                "kept": holder.kept,
             })
         })
         .collect();

@@ -477,7 +477,7 @@ fn shared_leases_taken_by_acquire_are_extended_and_released_by_token() {
         assert!(holder["held_ms"].is_u64(), "{holder}");
         assert_eq!(
             holder["client_name"],
-            format!("leasehold acquire {name} {}", flags.join(" "))
+            format!("leasehold {}", args.join(" "))
         );
         assert!(holder["remaining_ms"].as_u64().unwrap() <= 60_000);
         let out = leasehold(&url, &["inspect", name]);

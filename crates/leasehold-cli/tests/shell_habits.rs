@@ -180,7 +180,11 @@ fn a_wait_that_runs_out_says_how_long_as_it_was_typed() {
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(75), "{err}");
         assert!(err.contains("held by pid "), "{err}");
-        assert!(err.contains("(leasehold acquire job)"), "{err}");
+        // The holder's whole command line, as typed (less the URL).
+        assert!(
+            err.contains("(leasehold acquire job --json --no-wait --lease 2m)"),
+            "{err}"
+        );
         assert!(err.contains("of lease left"), "{err}");
     }
 }
@@ -473,6 +477,19 @@ fn acquire_hold_at_least_keeps_the_lock_after_release() {
     assert_eq!(state["held"], true);
     assert_eq!(state["last_fence"].to_string(), fence);
     assert!(state["remaining_ms"].as_u64().unwrap() > 60_000, "{state}");
+    // Shown as kept on purpose, with the command line that took it whole.
+    let holder = &state["holders"][0];
+    assert_eq!(holder["kept"], true, "{state}");
+    assert_eq!(
+        holder["client_name"], "leasehold acquire job --lease 1m --hold-at-least 10m",
+        "{state}"
+    );
+    let out = leasehold(&url, &["inspect", "job"]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("released and kept until its hold-at-least is over"),
+        "{text}"
+    );
     let out = leasehold(&url, &["acquire", "job", "--no-wait"]);
     assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
     // A moment no hold reaches is refused, and changes nothing.

@@ -219,6 +219,12 @@ impl LockCore {
         }
     }
 
+    pub(crate) async fn release_token_keeping(&self, token: &str, keep: Duration) -> Result<()> {
+        validate_token(token)?;
+        validate_lease(keep)?;
+        ops::release_token_keeping(&self.engine, &self.keys, token, keep).await
+    }
+
     pub(crate) async fn extend_token(&self, token: &str, lease: Duration) -> Result<()> {
         validate_token(token)?;
         validate_lease(lease)?;

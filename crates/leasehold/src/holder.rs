@@ -125,17 +125,23 @@ pub struct Holder {
     /// The fence of the acquisition, where the record keeps one (the hash
     /// primitives; a mutex's holder has the lock's last fence).
     pub fence: Option<u64>,
+    /// The holder released the lock within its hold-at-least, and the lock
+    /// is kept, on purpose, until that is over ([`remaining`](Self::remaining)
+    /// says how long): nobody runs under it any more.
+    pub kept: bool,
 }
 
 impl Holder {
     /// Reads "<acquired µs> <pid> <host> <name>" (a mutex's record without
     /// its token).
     pub(crate) fn from_mutex_record(record: &str, remaining: Option<Duration>) -> Holder {
+        let (record, kept) = unmark(record);
         let mut words = record.splitn(4, ' ');
         let acquired = words.next().and_then(|w| w.parse::<u64>().ok());
         let mut holder = Holder::identity_only(words.next(), words.next(), words.next());
         holder.acquired_at = acquired.map(|us| UNIX_EPOCH + Duration::from_micros(us));
         holder.remaining = remaining;
+        holder.kept = kept;
         holder
     }
 
@@ -143,6 +149,7 @@ impl Holder {
     /// µs> <pid> <host> <name>" (a hash primitive's lease); `remaining` is
     /// the first field when `left` is true.
     pub(crate) fn from_hash_record(record: &str, left: bool) -> Option<Holder> {
+        let (record, kept) = unmark(record);
         let mut words = record.splitn(9, ' ');
         let first = words.next()?.parse::<u64>().ok()?;
         let mode = match words.next()? {
@@ -169,6 +176,8 @@ impl Holder {
         holder.fence = fence;
         holder.acquired_at = acquired.map(|us| UNIX_EPOCH + Duration::from_micros(us));
         holder.remaining = left.then(|| Duration::from_millis(first));
+        // A reentrant hold with no level left is kept too.
+        holder.kept = kept || levels == 0;
         Some(holder)
     }
 
@@ -184,6 +193,7 @@ impl Holder {
             levels: 1,
             owner: None,
             fence: None,
+            kept: false,
         }
     }
 
@@ -198,11 +208,27 @@ impl Holder {
     /// "pid 4242 on build-7 (nightly-job)", or "an unnamed holder" for a
     /// record without an identity.
     pub fn describe(&self) -> String {
-        match self.pid {
+        let who = match self.pid {
             Some(pid) if self.client_name.is_empty() => format!("pid {pid} on {}", self.host),
             Some(pid) => format!("pid {pid} on {} ({})", self.host, self.client_name),
             None => "a holder that recorded no identity".to_owned(),
+        };
+        if self.kept {
+            format!("{who}, released and kept until its hold-at-least is over")
+        } else {
+            who
         }
+    }
+}
+
+/// How a record that a release kept ends (see `KEPT` in `lib.lua`).
+const KEPT: &str = "\u{1f}kept";
+
+/// `record` without the mark of a kept lease, and whether it had it.
+fn unmark(record: &str) -> (&str, bool) {
+    match record.strip_suffix(KEPT) {
+        Some(rest) => (rest, true),
+        None => (record, false),
     }
 }
 

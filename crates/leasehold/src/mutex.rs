@@ -134,6 +134,30 @@ impl Mutex {
         .await
     }
 
+    /// Releases the lock that `token` holds within a hold-at-least of
+    /// `keep` from now: the lock stays held, marked as kept
+    /// ([`Holder::kept`](crate::Holder::kept)), and is no longer renewed,
+    /// until `keep` has passed; nobody is woken early. For a lease taken by
+    /// another process (`leasehold acquire --hold-at-least`, then `leasehold
+    /// release --hold-until`).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the token does
+    /// not hold the lock; [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput)
+    /// for a keep out of range (10 ms to 24 h).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not release the lock.
+    pub async fn release_token_keeping(&self, token: &str, keep: Duration) -> Result<()> {
+        observe::traced(
+            self.core.span(Op::ReleaseToken),
+            self.core.release_token_keeping(token, keep),
+        )
+        .await
+    }
+
     /// Sets the remaining lease of `token` to `lease` if it still holds the lock.
     ///
     /// # Errors

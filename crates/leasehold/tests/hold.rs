@@ -21,7 +21,54 @@ common::on_both_topologies!(
     a_fair_release_within_the_hold_hands_nothing_over: multi_thread,
     the_watchdog_stops_at_the_max_hold,
     an_extend_stops_at_the_max_hold,
+    inspect_shows_a_kept_lock_as_kept,
 );
+
+/// A lock released within its hold-at-least is shown as kept, by every
+/// kind; a lock whose holder still holds it is not.
+async fn inspect_shows_a_kept_lock_as_kept(servers: Servers) {
+    let client = servers.client();
+    let mutex = client.mutex("m").unwrap().with_hold_at_least(HOLD).unwrap();
+    let rw = client
+        .rw_lock("rw")
+        .unwrap()
+        .with_hold_at_least(HOLD)
+        .unwrap();
+    let sem = client
+        .semaphore("s", 2)
+        .unwrap()
+        .with_hold_at_least(HOLD)
+        .unwrap();
+    let reentrant = client
+        .reentrant_mutex("r")
+        .unwrap()
+        .with_hold_at_least(HOLD)
+        .unwrap();
+    let guards = [
+        mutex.acquire().await.unwrap(),
+        rw.read().acquire().await.unwrap(),
+        sem.acquire().await.unwrap(),
+        reentrant.acquire().await.unwrap(),
+    ];
+    for name in ["m", "rw", "s", "r"] {
+        let info = client.mutex(name).unwrap().inspect().await.unwrap();
+        assert!(!info.holders[0].kept, "{name}: {info:?}");
+    }
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    for name in ["m", "rw", "s", "r"] {
+        let info = client.mutex(name).unwrap().inspect().await.unwrap();
+        assert!(info.held, "{name}: {info:?}");
+        let holder = &info.holders[0];
+        assert!(holder.kept, "{name}: {info:?}");
+        assert!(holder
+            .describe()
+            .ends_with("released and kept until its hold-at-least is over"));
+        // The mark is not part of the holder's name.
+        assert!(!holder.client_name.contains("kept"), "{name}: {holder:?}");
+    }
+}
 
 /// Two hosts whose cron fires half a second apart: the first runs the job
 /// and releases at once, the second finds the lock busy, and the lock is

@@ -60,6 +60,22 @@ pub(crate) async fn release_token(engine: &Engine, keys: &LockKeys, token: &str)
     }
 }
 
+/// Releases `token` but keeps the lock held, marked as kept, for `keep`
+/// from now (a hold-at-least of a lease taken elsewhere): nobody is woken.
+pub(crate) async fn release_token_keeping(
+    engine: &Engine,
+    keys: &LockKeys,
+    token: &str,
+    keep: Duration,
+) -> Result<()> {
+    let until = tokio::time::Instant::now() + keep;
+    if release(engine, keys, token, false, Some(until)).await? {
+        Ok(())
+    } else {
+        Err(token_not_held(&keys.name))
+    }
+}
+
 /// Sets the lease of `token` to `lease`, or says that it holds nothing.
 pub(crate) async fn extend_token(
     engine: &Engine,

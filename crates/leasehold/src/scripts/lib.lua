@@ -69,6 +69,19 @@ local function publish(channel, message)
   redis.pcall('PUBLISH', channel, message)
 end
 
+-- A lease released within its hold-at-least and kept until that is over
+-- ends its record (a string lock's value, a hash lease's identity) with
+-- KEPT: a byte no identity has (their control characters are replaced).
+local KEPT = '\31kept'
+
+-- `record`, marked as kept.
+local function kept(record)
+  if string.sub(record, -#KEPT) == KEPT then
+    return record
+  end
+  return record .. KEPT
+end
+
 -- Whether a string lock's value is held by `token`.
 local function holds(value, token)
   return value == token or string.sub(value, 1, #token + 1) == token .. ' '

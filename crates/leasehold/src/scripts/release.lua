@@ -69,6 +69,7 @@ if type(holder) == 'table' then
       end
       if keep > 0 then
         e.expiry = now + keep
+        e.identity = kept(e.identity)
         if kind == 'reentrant' then
           -- Kept with no level. The owner taking it again meanwhile starts
           -- a hold of its own; the marker and the keep stay, so that this
@@ -104,7 +105,8 @@ end
 local released = 0
 if holder and holds(holder, token) then
   if tonumber(ARGV[5]) > 0 then
-    redis.call('PEXPIRE', KEYS[1], ARGV[5])
+    -- Kept, marked so (see KEPT in lib.lua), until the hold is over.
+    redis.call('SET', KEYS[1], kept(holder), 'PX', ARGV[5])
     return 2
   end
   redis.call('DEL', KEYS[1])
