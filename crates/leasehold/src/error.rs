@@ -32,8 +32,10 @@ pub enum ErrorKind {
     /// Redis refused the connection's settings: a database number it does
     /// not have, TLS on a port without it or a certificate it cannot prove.
     /// Or the URL names a server that cannot hold the locks as it is: a
-    /// read-only replica (READONLY), or a Sentinel. Trying again does not
-    /// help: fix the URL or the TLS settings.
+    /// read-only replica (READONLY), or a Sentinel given as a data node
+    /// (`redis://` instead of `redis+sentinel://`), or the sentinels watch
+    /// no master of the URL's name. Trying again does not help: fix the
+    /// URL or the TLS settings.
     Config,
     /// Redis answered with an error, or with a reply leasehold does not
     /// understand. Trying again does not help; the message and the
@@ -245,7 +247,8 @@ impl Error {
     /// on another node: MOVED and ASK are followed to the cluster node that
     /// serves the lock (and pass, transient `Connection`, should the slot
     /// keep moving past a few hops); READONLY (a replica) is `Config`, a
-    /// URL to fix, and keeps the reply for [`is_readonly`](Self::is_readonly).
+    /// URL to fix, and keeps the reply for [`is_readonly`](Self::is_readonly):
+    /// a Sentinel deployment follows it to the new master instead.
     pub(crate) fn redis(address: &str, operation: &str, err: redis::RedisError) -> Self {
         let error = if err.kind() == redis::ErrorKind::InvalidClientConfig {
             Error::new(
@@ -293,8 +296,8 @@ impl Error {
                 format!(
                     "redis at {address} is a read-only replica and refused {operation}: point \
                      the URL at its master (INFO replication on the replica names it: \
-                     master_host, master_port); leasehold does not follow a Sentinel to the \
-                     master yet"
+                     master_host, master_port), or, if sentinels watch it, at them: \
+                     redis+sentinel://host:port[,host:port…]/MASTER_NAME"
                 ),
             )
         } else if let Some(redirect) = redirect_of(&err) {
@@ -382,21 +385,15 @@ impl Error {
             ErrorKind::Config,
             format!(
                 "redis at {address} is a Sentinel, not a data node: point the URL at the master \
-                 it watches (SENTINEL get-master-addr-by-name MASTER_NAME, asked of it, gives \
-                 its address); leasehold does not follow a Sentinel to the master yet"
+                 it watches, or give the sentinels as redis+sentinel://{address}/MASTER_NAME \
+                 (the others after it, separated by commas) and leasehold follows them to the \
+                 master through failovers"
             ),
         )
     }
 
     /// Redis refused a write because it is a replica (READONLY): the URL
     /// names one, or a failover just made this master one.
-    #[cfg_attr(
-        not(test),
-        expect(
-            dead_code,
-            reason = "for the Sentinel deployment, to follow the master"
-        )
-    )]
     pub(crate) fn is_readonly(&self) -> bool {
         self.redis_error()
             .is_some_and(|err| has_code(err, "READONLY"))

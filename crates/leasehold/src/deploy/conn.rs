@@ -6,6 +6,7 @@
 //! and a refused connection as "cannot reach".
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -76,6 +77,8 @@ pub(crate) struct Connection {
     slot: Mutex<Slot>,
     /// One connect at a time; the others wait for its outcome.
     connecting: tokio::sync::Mutex<()>,
+    /// The server answered READONLY: it is a replica now.
+    demoted: AtomicBool,
 }
 
 impl std::fmt::Debug for Connection {
@@ -94,7 +97,18 @@ impl Connection {
             timeout,
             slot: Mutex::default(),
             connecting: tokio::sync::Mutex::new(()),
+            demoted: AtomicBool::new(false),
         }
+    }
+
+    /// Whether the server answered a write with READONLY: a failover made
+    /// it a replica (or the URL names one).
+    pub(crate) fn is_demoted(&self) -> bool {
+        self.demoted.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn demoted(&self) {
+        self.demoted.store(true, Ordering::Relaxed);
     }
 
     fn slot(&self) -> MutexGuard<'_, Slot> {
@@ -288,7 +302,11 @@ impl Connection {
                     // The server answered, with an error.
                     self.slot().last_answer = Some(Instant::now());
                 }
-                Err(Error::redis(&self.address, operation, e))
+                let error = Error::redis(&self.address, operation, e);
+                if error.is_readonly() {
+                    self.demoted();
+                }
+                Err(error)
             }
             Err(_) => {
                 self.broken(generation);

@@ -9,10 +9,11 @@
 //!
 //! - [`standalone`]: one Redis server (or a cluster-mode server that holds
 //!   every slot).
+//! - [`cluster`]: a Redis Cluster, routed by slot, following redirections.
+//! - [`sentinel`]: the master a group of sentinels names, following
+//!   failovers.
 //!
-//! A Redis Cluster routes by slot and follows redirections, a
-//! Sentinel-managed master follows failovers; both stand behind the same
-//! trait. A quorum of independent masters (Redlock) is several standalone
+//! A quorum of independent masters (Redlock) is several standalone
 //! deployments side by side, each asked in parallel by the engine.
 
 pub(crate) mod cluster;
@@ -20,6 +21,7 @@ pub(crate) mod conn;
 pub(crate) mod detect;
 pub(crate) mod notify;
 pub(crate) mod probe;
+pub(crate) mod sentinel;
 pub(crate) mod standalone;
 
 use std::fmt;
@@ -61,6 +63,13 @@ pub(crate) trait Deployment: Send + Sync + fmt::Debug {
         key: &'a str,
         redirect: &'a Redirect,
     ) -> Option<BoxFuture<'a, Result<Route>>>;
+
+    /// The server of a route refused a write as a replica (READONLY): a
+    /// route to the master that replaced it, for a deployment that follows
+    /// failovers. `None` when it does not (the error stands).
+    fn failed_over<'a>(&'a self, _key: &'a str) -> Option<BoxFuture<'a, Result<Route>>> {
+        None
+    }
 
     /// Which server of the deployment serves `key` now, as a small number:
     /// the watchdog sends one renewal pipeline per server.
@@ -167,11 +176,20 @@ impl Route {
         operation: &str,
         pipe: &redis::Pipeline,
     ) -> Result<Vec<redis::Value>> {
-        self.connection
+        let replies: Vec<redis::Value> = self
+            .connection
             .run_on(self.checkout.clone(), operation, |mut conn, _| async move {
                 pipe.query_async(&mut conn).await
             })
-            .await
+            .await?;
+        // A pipeline that keeps going past errors says READONLY in its replies.
+        if replies
+            .iter()
+            .any(|reply| matches!(reply, redis::Value::ServerError(e) if e.code() == "READONLY"))
+        {
+            self.connection.demoted();
+        }
+        Ok(replies)
     }
 
     /// Loads `script` into the server's script cache.

@@ -36,9 +36,9 @@ pub(crate) enum Answer {
 /// Names one script of a set (see [`Scripts`]).
 pub(crate) type Pick = fn(&Scripts) -> &redis::Script;
 
-/// How many MOVED or ASK one request follows before it gives up: a slot
-/// that moves more often than this while one request is sent is a cluster
-/// in trouble.
+/// How many MOVED, ASK or READONLY one request follows before it gives
+/// up: a slot (or a master) that moves more often than this while one
+/// request is sent is a deployment in trouble.
 const MAX_REDIRECTS: u32 = 5;
 
 /// How an engine behaves, fixed when it is made.
@@ -179,10 +179,18 @@ impl Engine {
                 }
                 Err(error) => error,
             };
-            let Some(redirect) = error.redirect().filter(|_| hops < MAX_REDIRECTS) else {
+            if hops >= MAX_REDIRECTS {
                 return Err(error);
+            }
+            // A cluster's MOVED and ASK, and a demoted master's READONLY
+            // (Sentinel), are followed to the server that serves `key` now.
+            let redirect = error.redirect();
+            let next = match &redirect {
+                Some(redirect) => self.deployment.follow(key, redirect),
+                None if error.is_readonly() => self.deployment.failed_over(key),
+                None => None,
             };
-            let Some(next) = self.deployment.follow(key, &redirect) else {
+            let Some(next) = next else {
                 return Err(error);
             };
             route = next.await?;
