@@ -48,6 +48,11 @@ pub enum ErrorKind {
     /// read lock asked for the write lock (an upgrade, which could deadlock),
     /// or a semaphore was asked for with another permit count than it has.
     Conflict,
+    /// Fewer replicas than asked acknowledged an acquisition or an extend
+    /// in time (see `with_replica_ack`). An acquisition was undone: the
+    /// lock is not held. Trying again may succeed once the replicas catch
+    /// up; the message says how many acknowledged.
+    ReplicasMissing,
 }
 
 /// The error of every fallible leasehold operation.
@@ -162,6 +167,29 @@ impl Error {
         )
     }
 
+    /// Fewer than `ack.replicas` replicas (`acked`) acknowledged that the
+    /// lock `name` was `done` (taken, extended) within the WAIT's timeout;
+    /// `then` says what became of it.
+    pub(crate) fn replicas_missing(
+        name: &str,
+        done: &str,
+        acked: u32,
+        ack: crate::engine::ReplicaAck,
+        then: &str,
+    ) -> Self {
+        let plural = if ack.replicas == 1 { "" } else { "s" };
+        Error::new(
+            ErrorKind::ReplicasMissing,
+            format!(
+                "lock {name:?} was {done} on the master, but only {acked} of the {} replica{plural} \
+                 asked for acknowledged it within {:?}, so {then}: check the replicas (INFO \
+                 replication on the master lists them), ask for fewer, or allow a longer replica \
+                 timeout",
+                ack.replicas, ack.timeout
+            ),
+        )
+    }
+
     /// A wait that ran out while the server was younger than the restart grace.
     pub(crate) fn wait_timed_out_in_grace(name: &str, waited: Duration) -> Self {
         Error::new(
@@ -230,11 +258,20 @@ impl Error {
         self.kind == ErrorKind::Conflict
     }
 
+    /// Fewer replicas than asked acknowledged an acquisition or an extend.
+    pub fn is_replicas_missing(&self) -> bool {
+        self.kind == ErrorKind::ReplicasMissing
+    }
+
     /// Trying the same operation again later may succeed: Redis was out of
-    /// reach or not ready, or the lock was busy for the whole wait. False
-    /// for refused credentials and settings, which only a fix makes work.
+    /// reach or not ready, the lock was busy for the whole wait, or too few
+    /// replicas acknowledged in time. False for refused credentials and
+    /// settings, which only a fix makes work.
     pub fn is_retryable(&self) -> bool {
-        matches!(self.kind, ErrorKind::Connection | ErrorKind::Timeout)
+        matches!(
+            self.kind,
+            ErrorKind::Connection | ErrorKind::Timeout | ErrorKind::ReplicasMissing
+        )
     }
 }
 

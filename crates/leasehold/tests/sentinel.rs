@@ -204,3 +204,75 @@ async fn a_master_name_the_sentinels_do_not_watch_is_a_config_error() {
         "{err}"
     );
 }
+
+/// `with_replica_ack`: with the replica up, a grant is on it when the
+/// acquisition returns; with it stopped, the grant is undone, the error
+/// says how many acknowledged, and nothing stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_ack_holds_only_what_the_replicas_acknowledged() {
+    let mut group = Sentinels::start(1, 1);
+    let client = Client::open(&group.url()).unwrap();
+    let ack = Duration::from_millis(300);
+    let mutex = client
+        .mutex("job")
+        .unwrap()
+        .with_replica_ack(1, ack)
+        .unwrap();
+    let guard = mutex.acquire().await.unwrap();
+    let replica = group.replicas()[0];
+    assert!(
+        exists(replica, "leasehold:{job}"),
+        "acknowledged by the replica"
+    );
+    guard.extend(Duration::from_secs(20)).await.unwrap();
+
+    blocking(|| group.stop_replica(0));
+    let err = guard.extend(Duration::from_secs(20)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ReplicasMissing, "{err:?}");
+    assert!(err.is_replicas_missing() && err.is_retryable());
+    assert!(err.to_string().contains("stays extended"), "{err}");
+    guard.release().await.unwrap();
+
+    let err = mutex.try_acquire().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ReplicasMissing, "{err:?}");
+    assert!(
+        err.to_string().contains(
+            "lock \"job\" was taken on the master, but only 0 of the 1 replica asked for \
+             acknowledged it within 300ms, so it was released and is not held"
+        ),
+        "{err}"
+    );
+    assert!(
+        !exists(group.master(), "leasehold:{job}"),
+        "nothing is held"
+    );
+
+    // A wait tries again within its bound, and ends on the same error.
+    let err = mutex
+        .acquire_timeout(Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert!(err.is_replicas_missing(), "{err:?}");
+    assert!(
+        !exists(group.master(), "leasehold:{job}"),
+        "nothing is held"
+    );
+    assert!(!mutex.inspect().await.unwrap().held);
+
+    // Without the setting, the lock is taken as before.
+    let guard = client.mutex("job").unwrap().try_acquire().await.unwrap();
+    assert!(guard.is_some());
+}
+
+#[test]
+fn a_replica_timeout_out_of_range_is_refused() {
+    let client = Client::open("redis://127.0.0.1:1").unwrap();
+    for timeout in [Duration::ZERO, Duration::from_secs(61)] {
+        let err = client
+            .mutex("job")
+            .unwrap()
+            .with_replica_ack(1, timeout)
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err:?}");
+    }
+}

@@ -289,8 +289,26 @@ impl Connection {
         F: FnOnce(MultiplexedConnection, ServerInfo) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
+        self.run_on_within(checkout, operation, Duration::ZERO, f)
+            .await
+    }
+
+    /// As [`run_on`](Self::run_on), with `more` time than the command
+    /// timeout: for what the server itself holds back (WAIT).
+    pub(crate) async fn run_on_within<T, F, Fut>(
+        &self,
+        checkout: Checkout,
+        operation: &str,
+        more: Duration,
+        f: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(MultiplexedConnection, ServerInfo) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
         let generation = checkout.generation;
-        match tokio::time::timeout(self.timeout, f(checkout.conn, checkout.server)).await {
+        let limit = self.timeout + more;
+        match tokio::time::timeout(limit, f(checkout.conn, checkout.server)).await {
             Ok(Ok(value)) => {
                 self.slot().last_answer = Some(Instant::now());
                 Ok(value)
@@ -310,7 +328,7 @@ impl Connection {
             }
             Err(_) => {
                 self.broken(generation);
-                Err(Error::no_answer(&self.address, operation, self.timeout))
+                Err(Error::no_answer(&self.address, operation, limit))
             }
         }
     }

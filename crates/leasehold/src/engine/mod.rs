@@ -27,7 +27,9 @@ use crate::keys::{hash_slot, LockKeys};
 
 /// What a script that may grant a lock got.
 pub(crate) enum Answer {
-    Reply(redis::Value),
+    /// The script's reply, and how many replicas acknowledged it when
+    /// the route asked (see [`ReplicaAck`]).
+    Reply(redis::Value, Option<u32>),
     /// Not sent: the server that serves the key now is in its grace, which
     /// ends in this long.
     InGrace(Duration),
@@ -145,7 +147,7 @@ impl Engine {
             .send(route, key, operation, pick, key_list, args, false)
             .await?
         {
-            Answer::Reply(reply) => Ok(reply),
+            Answer::Reply(reply, _) => Ok(reply),
             Answer::InGrace(left) => Err(Error::new(
                 ErrorKind::Connection,
                 format!("the master of {key:?} is in its grace for {left:?}; try again then"),
@@ -169,13 +171,14 @@ impl Engine {
         grants: bool,
     ) -> Result<Answer> {
         let mut hops = 0;
+        let ack = route.ack();
         loop {
             let script = pick(route.scripts());
             let reply = route.clone().eval(operation, script, key_list, args).await;
             let error = match reply {
-                Ok(reply) => {
+                Ok((reply, acked)) => {
                     self.reached.store(true, Ordering::Relaxed);
-                    return Ok(Answer::Reply(reply));
+                    return Ok(Answer::Reply(reply, acked));
                 }
                 Err(error) => error,
             };
@@ -193,7 +196,7 @@ impl Engine {
             let Some(next) = next else {
                 return Err(error);
             };
-            route = next.await?;
+            route = next.await?.with_ack(ack);
             hops += 1;
             if grants {
                 if let Some(left) = self.grace_left(key, route.server()) {
@@ -312,6 +315,14 @@ pub(crate) fn stored_phrase(stored: &str) -> String {
     }
 }
 
+/// How many replicas must acknowledge a write, and how long Redis waits
+/// for them (`WAIT replicas timeout`, sent right behind the script).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaAck {
+    pub(crate) replicas: u32,
+    pub(crate) timeout: Duration,
+}
+
 /// What an acquisition asks for.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Request<'a> {
@@ -329,6 +340,8 @@ pub(crate) struct Request<'a> {
     pub(crate) owner: &'a str,
     /// Semaphore permits asked for (1 for the other kinds).
     pub(crate) permits: u32,
+    /// Replicas that must acknowledge the grant, else it is undone.
+    pub(crate) replica_ack: Option<ReplicaAck>,
 }
 
 /// A fresh 128-bit token from the operating system, as 32 hex digits.
