@@ -97,7 +97,8 @@ impl Connection {
 pub(crate) enum Command {
     /// Start here: workers contend for one lock on a private redis-server, live
     Demo(DemoArgs),
-    /// Run a command while holding a lock; the lease is renewed while it runs
+    /// Run a command while holding a lock, or several (all or none); the lease is renewed while
+    /// it runs
     Run(RunArgs),
     /// Take a lock with a fixed lease and print its token and fence (for shell scripts)
     Acquire(AcquireArgs),
@@ -187,8 +188,12 @@ pub(crate) enum OnLost {
 
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
-    /// The lock's name
-    pub(crate) name: String,
+    /// The lock's name; several names take several locks, all or none, each
+    /// of the kind the flags say. They are taken in the order of their keys,
+    /// not the order given, so runs that name the same locks in any order
+    /// never deadlock; a lease lost on any of them is a lost lease (76)
+    #[arg(required = true, value_name = "NAME")]
+    pub(crate) names: Vec<String>,
     #[command(flatten)]
     pub(crate) wait: WaitArgs,
     #[command(flatten)]
@@ -208,7 +213,9 @@ pub(crate) struct RunArgs {
     /// What to do to the command if the lease is lost
     #[arg(long, value_enum, default_value_t = OnLost::Term)]
     pub(crate) on_lost: OnLost,
-    /// The command and its arguments; it gets LEASEHOLD_FENCE and LEASEHOLD_NAME
+    /// The command and its arguments; it gets LEASEHOLD_FENCE and LEASEHOLD_NAME (of the first
+    /// name), and LEASEHOLD_FENCE_1, LEASEHOLD_NAME_1, LEASEHOLD_FENCE_2, ... for each name in
+    /// the order given
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<String>,
     /// From the global --json: after the command, one JSON object about the

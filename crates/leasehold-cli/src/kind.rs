@@ -5,9 +5,12 @@
 //! scripts serve every kind by token, so the rest of the CLI does not care
 //! which kind it holds.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use leasehold::{LeaseGuard, LockFuture, MultiGuard, MultiLock};
 
 /// The kind flags; at most one of them.
 #[derive(Debug, Clone, Args)]
@@ -117,12 +120,226 @@ pub(crate) fn lock(
     })
 }
 
+/// What `run` and `acquire` take: one lock, or several together.
+pub(crate) trait Take {
+    type Guard;
+
+    /// The lock the status line and a busy error speak of: of several, the
+    /// one being taken now.
+    fn shown(&self) -> &Lock;
+
+    async fn try_take(&self) -> leasehold::Result<Option<Self::Guard>>;
+
+    /// Waits at most `wait`, or forever.
+    async fn take(&self, wait: Option<Duration>) -> leasehold::Result<Self::Guard>;
+}
+
+impl Take for Lock {
+    type Guard = LeaseGuard;
+
+    fn shown(&self) -> &Lock {
+        self
+    }
+
+    async fn try_take(&self) -> leasehold::Result<Option<LeaseGuard>> {
+        self.try_acquire().await
+    }
+
+    async fn take(&self, wait: Option<Duration>) -> leasehold::Result<LeaseGuard> {
+        match wait {
+            Some(wait) => self.acquire_timeout(wait).await,
+            None => self.acquire().await,
+        }
+    }
+}
+
+/// The locks `run` takes, all or none, through the library's `MultiLock`,
+/// and a view of the one it is taking now.
+#[derive(Debug)]
+pub(crate) struct Locks {
+    multi: MultiLock,
+    now: Lock,
+}
+
+impl Take for Locks {
+    type Guard = MultiGuard;
+
+    fn shown(&self) -> &Lock {
+        &self.now
+    }
+
+    async fn try_take(&self) -> leasehold::Result<Option<MultiGuard>> {
+        self.multi.try_acquire().await
+    }
+
+    async fn take(&self, wait: Option<Duration>) -> leasehold::Result<MultiGuard> {
+        match wait {
+            Some(wait) => self.multi.acquire_timeout(wait).await,
+            None => self.multi.acquire().await,
+        }
+    }
+}
+
+/// The locks `names` of `kind`, to be taken together.
+pub(crate) fn locks(
+    client: &leasehold::Client,
+    names: &[String],
+    kind: Kind,
+    holding: Holding,
+) -> leasehold::Result<Locks> {
+    let locks = names
+        .iter()
+        .map(|name| lock(client, name, kind, holding).map(Arc::new))
+        .collect::<leasehold::Result<Vec<_>>>()?;
+    let taking = Arc::new(AtomicUsize::new(0));
+    let members: Vec<Lock> = locks
+        .iter()
+        .enumerate()
+        .map(|(index, lock)| {
+            Box::new(Member {
+                lock: Arc::clone(lock),
+                index,
+                taking: Arc::clone(&taking),
+            }) as Lock
+        })
+        .collect();
+    let multi = MultiLock::new(members)?;
+    // Before the first attempt, the first lock in the order they are taken.
+    let first = locks
+        .iter()
+        .enumerate()
+        .min_by(|(_, a), (_, b)| a.key().cmp(b.key()))
+        .map_or(0, |(index, _)| index);
+    taking.store(first, Ordering::Relaxed);
+    Ok(Locks {
+        multi,
+        now: Box::new(Taking { locks, taking }),
+    })
+}
+
+/// One lock of a `Locks`: notes that it is the one being taken.
+#[derive(Debug)]
+struct Member {
+    lock: Arc<Lock>,
+    index: usize,
+    taking: Arc<AtomicUsize>,
+}
+
+impl Member {
+    fn note<'a, T>(&self, attempt: LockFuture<'a, T>) -> LockFuture<'a, T> {
+        self.taking.store(self.index, Ordering::Relaxed);
+        attempt
+    }
+}
+
+impl leasehold::Lock for Member {
+    fn name(&self) -> &str {
+        self.lock.name()
+    }
+
+    fn key(&self) -> &str {
+        self.lock.key()
+    }
+
+    fn try_acquire(&self) -> LockFuture<'_, Option<LeaseGuard>> {
+        self.note(self.lock.try_acquire())
+    }
+
+    fn acquire(&self) -> LockFuture<'_, LeaseGuard> {
+        self.note(self.lock.acquire())
+    }
+
+    fn acquire_timeout(&self, wait: Duration) -> LockFuture<'_, LeaseGuard> {
+        self.note(self.lock.acquire_timeout(wait))
+    }
+
+    fn release_token<'a>(&'a self, token: &'a str) -> LockFuture<'a, ()> {
+        self.lock.release_token(token)
+    }
+
+    fn extend_token<'a>(&'a self, token: &'a str, lease: Duration) -> LockFuture<'a, ()> {
+        self.lock.extend_token(token, lease)
+    }
+
+    fn force_release(&self) -> LockFuture<'_, bool> {
+        self.lock.force_release()
+    }
+
+    fn inspect(&self) -> LockFuture<'_, leasehold::LockInfo> {
+        self.lock.inspect()
+    }
+}
+
+/// The lock of a `Locks` being taken now (or last): what the status line
+/// shows and a busy error names.
+#[derive(Debug)]
+struct Taking {
+    locks: Vec<Arc<Lock>>,
+    taking: Arc<AtomicUsize>,
+}
+
+impl Taking {
+    fn now(&self) -> &Lock {
+        // `taking` is always an index of `locks`.
+        &self.locks[self.taking.load(Ordering::Relaxed)]
+    }
+}
+
+impl leasehold::Lock for Taking {
+    fn name(&self) -> &str {
+        self.now().name()
+    }
+
+    fn key(&self) -> &str {
+        self.now().key()
+    }
+
+    fn try_acquire(&self) -> LockFuture<'_, Option<LeaseGuard>> {
+        self.now().try_acquire()
+    }
+
+    fn acquire(&self) -> LockFuture<'_, LeaseGuard> {
+        self.now().acquire()
+    }
+
+    fn acquire_timeout(&self, wait: Duration) -> LockFuture<'_, LeaseGuard> {
+        self.now().acquire_timeout(wait)
+    }
+
+    fn release_token<'a>(&'a self, token: &'a str) -> LockFuture<'a, ()> {
+        self.now().release_token(token)
+    }
+
+    fn extend_token<'a>(&'a self, token: &'a str, lease: Duration) -> LockFuture<'a, ()> {
+        self.now().extend_token(token, lease)
+    }
+
+    fn force_release(&self) -> LockFuture<'_, bool> {
+        self.now().force_release()
+    }
+
+    fn inspect(&self) -> LockFuture<'_, leasehold::LockInfo> {
+        self.now().inspect()
+    }
+}
+
 /// The client name a command's leases carry, so that `inspect` shows who
 /// holds a lock: "leasehold run nightly --read -- ./job.sh --full", cut to
 /// the longest name a lease records. Only the lock's name, the kind flag and
 /// the command are kept: the connection flags may carry a password.
 pub(crate) fn client_name(subcommand: &str, name: &str, kind: Kind, command: &[String]) -> String {
-    let mut words = vec!["leasehold".to_owned(), subcommand.to_owned(), quote(name)];
+    client_name_of(subcommand, &[name], kind, command)
+}
+
+/// As [`client_name`], for a command that takes several locks.
+pub(crate) fn client_name_of(
+    subcommand: &str,
+    names: &[&str],
+    kind: Kind,
+    command: &[String],
+) -> String {
+    let mut words = vec!["leasehold".to_owned(), subcommand.to_owned()];
+    words.extend(names.iter().map(|name| quote(name)));
     words.extend(kind.flag());
     if !command.is_empty() {
         words.push("--".to_owned());

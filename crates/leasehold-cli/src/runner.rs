@@ -37,9 +37,10 @@ pub(crate) async fn run(conn: &Connection, args: RunArgs) -> anyhow::Result<Exit
     }
     let grace = args.take.restart_grace.as_ref().map(|g| g.get());
     let kind = Kind::from(&args.take.kind);
+    let names: Vec<&str> = args.names.iter().map(String::as_str).collect();
     let client = conn
         .builder(args.lease.get(), true, grace)
-        .name(kind::client_name("run", &args.name, kind, &args.command))
+        .name(kind::client_name_of("run", &names, kind, &args.command))
         .build()?;
     let result = run_locked(&client, &args, kind).await;
     // Releases from cancelled acquisitions must finish before the runtime stops.
@@ -57,17 +58,17 @@ async fn run_locked(
         at_most: args.max_hold.as_ref().map(|max| max.get()),
         replicas: args.take.replicas.ack(),
     };
-    let lock = kind::lock(client, &args.name, kind, holding)?;
+    let locks = kind::locks(client, &args.names, kind, holding)?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut hangup = signal(SignalKind::hangup())?;
 
     // A signal while waiting ends the wait: the acquire is cancel safe.
     let guard = tokio::select! {
-        guard = take(&lock, &args.wait, &args.take) => guard?,
-        _ = interrupt.recv() => return Err(wait_ended(&args.name, libc::SIGINT, "SIGINT").into()),
-        _ = terminate.recv() => return Err(wait_ended(&args.name, libc::SIGTERM, "SIGTERM").into()),
-        _ = hangup.recv() => return Err(wait_ended(&args.name, libc::SIGHUP, "SIGHUP").into()),
+        guard = take(&locks, &args.wait, &args.take) => guard?,
+        _ = interrupt.recv() => return Err(wait_ended(&args.names, libc::SIGINT, "SIGINT").into()),
+        _ = terminate.recv() => return Err(wait_ended(&args.names, libc::SIGTERM, "SIGTERM").into()),
+        _ = hangup.recv() => return Err(wait_ended(&args.names, libc::SIGHUP, "SIGHUP").into()),
     };
 
     // Decided before the spawn: the child takes the terminal itself, before
@@ -87,12 +88,12 @@ async fn run_locked(
         }
     };
     // The wait, the warden and a stop may have taken the lease's last moments.
-    if let Err(fail) = check_lease_left(&args.name, &guard) {
+    if let Err(fail) = check_lease_left(&guard) {
         // Nothing ran: the release's outcome changes nothing.
         let _ = guard.release().await;
         return Err(fail.into());
     }
-    let spawned = spawn(args, guard.fence(), foreground, handover.as_ref());
+    let spawned = spawn(args, &guard.fences(), foreground, handover.as_ref());
     if let Some(handover) = handover {
         if spawned.is_ok() && !handover.confirmed() {
             warn_unguarded("it did not answer");
@@ -165,17 +166,22 @@ async fn run_locked(
     let status = status?;
 
     let lost_after = guard.is_lost();
-    let fence = guard.fence();
+    let fences = guard.fences();
+    // Of several, the one whose lease was lost.
+    let lost_name = guard.loss_reason().map(|loss| loss.name);
     let released = Released::from(guard.release().await);
-    match ending(&args.name, args.on_lost, lost, lost_after, released) {
+    let name = lost_name.as_deref().unwrap_or(first_name(args));
+    match ending(name, args.on_lost, lost, lost_after, released) {
         Ending::Code(warning) => {
             let code = status_code(status);
             if args.json {
                 println!(
                     "{}",
                     serde_json::json!({
-                        "name": args.name,
-                        "fence": fence,
+                        "name": first_name(args),
+                        "fence": fences.first(),
+                        "names": args.names,
+                        "fences": fences,
                         "exit": code,
                         "lease_held": warning.is_none() && !lost,
                     })
@@ -194,9 +200,18 @@ async fn run_locked(
     }
 }
 
-/// `Err` (exit 76) when the lease has no time left to start the command under.
-fn check_lease_left(name: &str, guard: &leasehold::MutexGuard) -> Result<(), Fail> {
-    if guard.is_lost() || guard.valid_for().is_zero() {
+/// The first name given: the one `LEASEHOLD_NAME` and `--json`'s `name` give.
+fn first_name(args: &RunArgs) -> &str {
+    args.names.first().map_or("", String::as_str)
+}
+
+/// `Err` (exit 76) when a lease has no time left to start the command under.
+fn check_lease_left(guard: &leasehold::MultiGuard) -> Result<(), Fail> {
+    let out = guard
+        .guards()
+        .iter()
+        .find(|lease| lease.is_lost() || lease.valid_for().is_zero());
+    if let Some(name) = out.map(leasehold::LeaseGuard::name) {
         return Err(Fail {
             code: exit::LOST,
             message: format!(
@@ -270,10 +285,13 @@ fn ending(
     }
 }
 
-fn on_lost(args: &RunArgs, group: Option<i32>, reason: Option<leasehold::LossReason>) {
-    // The guard has its reason once `lost()` resolves.
-    let why = reason.map_or(String::new(), |reason| format!(" ({reason})"));
-    let lost = format!("lease on {:?} lost while the command ran{why}", args.name);
+fn on_lost(args: &RunArgs, group: Option<i32>, loss: Option<leasehold::MultiLoss>) {
+    // The guard has its loss once `lost()` resolves.
+    let (name, why) = match &loss {
+        Some(loss) => (loss.name.as_str(), format!(" ({})", loss.reason)),
+        None => (first_name(args), String::new()),
+    };
+    let lost = format!("lease on {name:?} lost while the command ran{why}");
     match args.on_lost {
         OnLost::Term => {
             eprintln!(
@@ -306,7 +324,7 @@ struct Job<'a> {
 /// the child back the terminal (if the job is in the foreground) and wakes it.
 /// While stopped nothing renews the lease: a lease lost meanwhile is handled
 /// before the child may run again, unless it is to be ignored.
-fn suspend(job: &Job<'_>, guard: &leasehold::MutexGuard) {
+fn suspend(job: &Job<'_>, guard: &leasehold::MultiGuard) {
     let Job {
         group, foreground, ..
     } = *job;
@@ -338,19 +356,25 @@ fn warn_unguarded(why: &str) {
 }
 
 /// Starts the command in a new process group it leads, with the warden in
-/// it before it execs.
+/// it before it execs. `fences` are the names', in the order given.
 fn spawn(
     args: &RunArgs,
-    fence: u64,
+    fences: &[u64],
     foreground: bool,
     warden: Option<&warden::Handover>,
 ) -> io::Result<tokio::process::Child> {
     let mut command = std::process::Command::new(&args.command[0]);
-    command
-        .args(&args.command[1..])
-        .env("LEASEHOLD_FENCE", fence.to_string())
-        .env("LEASEHOLD_NAME", &args.name)
-        .process_group(0);
+    command.args(&args.command[1..]).process_group(0);
+    for (i, (name, fence)) in args.names.iter().zip(fences).enumerate() {
+        if i == 0 {
+            command
+                .env("LEASEHOLD_FENCE", fence.to_string())
+                .env("LEASEHOLD_NAME", name);
+        }
+        command
+            .env(format!("LEASEHOLD_FENCE_{}", i + 1), fence.to_string())
+            .env(format!("LEASEHOLD_NAME_{}", i + 1), name);
+    }
     let runner = std::process::id();
     let handover = warden.map(warden::Handover::raw);
     // SAFETY: the closure runs in the forked child before exec and calls
@@ -408,11 +432,22 @@ fn signal_group(group: Option<i32>, signal: libc::c_int) {
     }
 }
 
-/// A signal ended the wait for the lock: exit 128 + its number, as shells do.
-fn wait_ended(name: &str, signal: libc::c_int, signal_name: &str) -> Fail {
+/// A signal ended the wait for the locks: exit 128 + its number, as shells do.
+fn wait_ended(names: &[String], signal: libc::c_int, signal_name: &str) -> Fail {
+    let locks = match names {
+        [name] => format!("lock {name:?}"),
+        names => format!(
+            "locks {}",
+            names
+                .iter()
+                .map(|name| format!("{name:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
     Fail {
         code: u8::try_from(128 + signal).unwrap_or(exit::FAILURE),
-        message: format!("{signal_name} ended the wait for lock {name:?}: nothing was run"),
+        message: format!("{signal_name} ended the wait for {locks}: nothing was run"),
     }
 }
 
@@ -501,6 +536,13 @@ mod tests {
         }
     }
 
+    fn multi(client: &leasehold::Client, name: &str) -> leasehold::MultiLock {
+        leasehold::MultiLock::builder()
+            .lock(client.mutex(name).unwrap())
+            .build()
+            .unwrap()
+    }
+
     fn block_on<F: std::future::Future>(future: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -514,8 +556,8 @@ mod tests {
         let server = RedisServer::start();
         block_on(async {
             let client = leasehold::Client::builder(server.url()).build().unwrap();
-            let guard = client.mutex("job").unwrap().acquire().await.unwrap();
-            assert!(check_lease_left("job", &guard).is_ok());
+            let guard = multi(&client, "job").acquire().await.unwrap();
+            assert!(check_lease_left(&guard).is_ok());
             guard.release().await.unwrap();
         });
     }
@@ -529,14 +571,14 @@ mod tests {
                 .watchdog(false)
                 .build()
                 .unwrap();
-            let guard = client.mutex("job").unwrap().acquire().await.unwrap();
+            let guard = multi(&client, "job").acquire().await.unwrap();
             for _ in 0..1500 {
                 if guard.valid_for().is_zero() {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            let fail = check_lease_left("job", &guard).expect_err("the command may start");
+            let fail = check_lease_left(&guard).expect_err("the command may start");
             assert_eq!(fail.code, exit::LOST);
             assert!(fail.message.contains("nothing was run"), "{}", fail.message);
         });
@@ -551,13 +593,13 @@ mod tests {
                 .build()
                 .unwrap();
             let mutex = client.mutex("job").unwrap();
-            let guard = mutex.acquire().await.unwrap();
+            let guard = multi(&client, "job").acquire().await.unwrap();
             assert!(mutex.force_release().await.unwrap());
             // The next renewal finds the lock gone.
             tokio::time::timeout(Duration::from_secs(30), guard.lost())
                 .await
                 .expect("the loss was never noticed");
-            let fail = check_lease_left("job", &guard).expect_err("the command may start");
+            let fail = check_lease_left(&guard).expect_err("the command may start");
             assert_eq!(fail.code, exit::LOST);
             client.flush().await;
         });

@@ -9,18 +9,18 @@ use crate::cli::{
     AcquireArgs, Connection, ExtendArgs, InspectArgs, NameArgs, ReleaseArgs, TakeArgs, WaitArgs,
 };
 use crate::exit::{self, Fail};
-use crate::kind::{self, Kind, Lock};
+use crate::kind::{self, Kind, Lock, Take};
 use crate::{duration, state, status};
 
-/// Takes the lock as `wait` says, with the status line while it waits
-/// (unless `--quiet`); a busy lock is an error that exits 75.
-pub(crate) async fn take(
-    lock: &Lock,
+/// Takes the lock (or locks) as `wait` says, with the status line while it
+/// waits (unless `--quiet`); a busy lock is an error that exits 75.
+pub(crate) async fn take<T: Take>(
+    lock: &T,
     wait: &WaitArgs,
     how: &TakeArgs,
-) -> anyhow::Result<leasehold::MutexGuard> {
+) -> anyhow::Result<T::Guard> {
     status::while_waiting(
-        lock,
+        lock.shown(),
         wait.wait.as_ref(),
         how.quiet,
         take_quietly(lock, wait, how),
@@ -28,11 +28,11 @@ pub(crate) async fn take(
     .await
 }
 
-async fn take_quietly(
-    lock: &Lock,
+async fn take_quietly<T: Take>(
+    lock: &T,
     wait: &WaitArgs,
     how: &TakeArgs,
-) -> anyhow::Result<leasehold::MutexGuard> {
+) -> anyhow::Result<T::Guard> {
     // Under a restart grace a young server grants nothing, and says so
     // only as a busy lock.
     let grace = match &how.restart_grace {
@@ -42,27 +42,28 @@ async fn take_quietly(
         ),
         None => String::new(),
     };
-    let name = lock.name();
     if wait.no_wait {
-        if let Some(guard) = lock.try_acquire().await? {
+        if let Some(guard) = lock.try_take().await? {
             return Ok(guard);
         }
-        let holder = holder_of(lock).await;
+        // Of several, the one that was busy.
+        let busy = lock.shown();
+        let name = busy.name();
+        let holder = holder_of(busy).await;
         return Err(Fail {
             code: exit::BUSY,
             message: format!("lock {name:?} is held by {holder}{grace}"),
         }
         .into());
     }
-    let taken = match &wait.wait {
-        Some(limit) => lock.acquire_timeout(limit.get()).await,
-        None => lock.acquire().await,
-    };
+    let taken = lock.take(wait.wait.as_ref().map(|limit| limit.get())).await;
     match (taken, &wait.wait) {
         (Ok(guard), _) => Ok(guard),
         // The bound as it was typed, not as the library prints it.
         (Err(err), Some(limit)) if err.is_timeout() => {
-            let holder = holder_of(lock).await;
+            let busy = lock.shown();
+            let name = busy.name();
+            let holder = holder_of(busy).await;
             Err(Fail {
                 code: exit::BUSY,
                 message: format!(

@@ -1252,77 +1252,6 @@ fn refused_credentials_exit_77_and_a_refused_database_78() {
     assert!(!ran.exists(), "the command ran without the lock");
 }
 
-/// A Redis Sentinel that watches no master, on a free loopback port; killed
-/// when dropped.
-struct Sentinel {
-    port: u16,
-    child: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Sentinel {
-    /// Starts one and waits until it answers PING.
-    fn start() -> Sentinel {
-        let dir = tempfile::tempdir().unwrap();
-        // A Sentinel needs a configuration file it can rewrite.
-        let config = dir.path().join("sentinel.conf");
-        std::fs::write(&config, "").unwrap();
-        let log = dir.path().join("sentinel.log");
-        let port = leasehold_testkit::free_port();
-        let child = Command::new(leasehold_testkit::redis_server_path().unwrap())
-            .arg(&config)
-            .arg("--sentinel")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .arg("--dir")
-            .arg(dir.path())
-            .arg("--logfile")
-            .arg(&log)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let sentinel = Sentinel {
-            port,
-            child,
-            _dir: dir,
-        };
-        // Logged once its listener is bound: the port is its own.
-        eventually("the sentinel to answer PING", || {
-            std::fs::read_to_string(&log).is_ok_and(|l| l.contains("Sentinel ID is"))
-                && sentinel.answers_ping()
-        });
-        sentinel
-    }
-
-    fn answers_ping(&self) -> bool {
-        use std::io::{Read, Write};
-        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
-            return false;
-        };
-        let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-        let mut reply = [0u8; 5];
-        stream.write_all(b"PING\r\n").is_ok()
-            && stream.read_exact(&mut reply).is_ok()
-            && &reply == b"+PONG"
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for Sentinel {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A URL that names a replica or a Sentinel is a setting to fix (78): the
 /// message says what to point it at, and nothing runs.
 #[test]
@@ -1338,7 +1267,8 @@ fn a_replica_or_a_sentinel_url_exits_78_and_runs_nothing() {
             .unwrap()
             .contains("master_link_status:up")
     });
-    let sentinel = Sentinel::start();
+    let sentinels = leasehold_testkit::Sentinels::start(0, 1);
+    let sentinel = &sentinels.sentinels()[0];
     let dir = tempfile::tempdir().unwrap();
     let ran = dir.path().join("ran");
     let touch = format!("touch '{}'", ran.display());
@@ -1351,7 +1281,7 @@ fn a_replica_or_a_sentinel_url_exits_78_and_runs_nothing() {
             &[&run[..], &acquire][..],
         ),
         (
-            (sentinel.url(), sentinel.addr()),
+            (sentinel.url(), sentinel.addr().to_string()),
             "is a Sentinel, not a data node: point the URL at the master it watches",
             &[&run[..], &acquire, &["inspect", "job"]],
         ),

@@ -30,6 +30,7 @@
 //! | many readers or one writer, writers not starved | [`RwLock`] |
 //! | at most N holders at once (a pool of slots, a rate of parallel jobs) | [`Semaphore`] |
 //! | a job started on many hosts runs once | any, with a hold-at-least (see [Run-once jobs](#run-once-jobs)) |
+//! | several locks at once, all or none, without deadlock (a transfer between two accounts) | [`MultiLock`] over any of them |
 //!
 //! Every primitive is fenced, renewed by the same watchdog, reports a lost
 //! lease the same way, and hands out the same [`LeaseGuard`] (named
@@ -318,6 +319,7 @@
 //! ```text
 //! leasehold run nightly-report --no-wait --hold-at-least 10m -- ./report.sh
 //! leasehold run catalog --read -- ./export.sh      # --write, --fair, --semaphore N
+//! leasehold run acct:alice acct:bob -- ./move.sh   # both, all or none; LEASEHOLD_FENCE_1, _2
 //! out=$(leasehold acquire deploy --lease 5m --wait 1m) || exit   # "TOKEN FENCE"
 //! read -r token fence <<<"$out"
 //! leasehold release deploy "$token"                # extend NAME TOKEN --lease DUR
@@ -369,6 +371,7 @@ mod guard;
 mod holder;
 mod keys;
 mod lock;
+mod multi_lock;
 mod mutex;
 pub mod observe;
 mod owner;
@@ -389,6 +392,7 @@ pub use guard::{DetachedLease, LeaseGuard, MutexGuard};
 pub use holder::{HoldMode, Holder, LockInfo, MAX_CLIENT_NAME_LEN};
 pub use keys::{MAX_LEASE, MAX_NAME_LEN, MAX_PREFIX_LEN, MAX_TOKEN_LEN, MAX_WAIT, MIN_LEASE};
 pub use lock::{Lock, LockFuture};
+pub use multi_lock::{MultiGuard, MultiLock, MultiLockBuilder, MultiLoss};
 pub use mutex::Mutex;
 pub use owner::{Owner, MAX_OWNER_LEN};
 /// The Redis client crate leasehold is built on, so that users name one version.
@@ -418,5 +422,7 @@ mod tests {
         is_send_sync::<Election>();
         is_send_sync::<Leadership>();
         is_send_sync::<Error>();
+        is_send_sync::<MultiLock>();
+        is_send_sync::<MultiGuard>();
     }
 }

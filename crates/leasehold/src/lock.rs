@@ -40,6 +40,10 @@ pub trait Lock: std::fmt::Debug + Send + Sync {
     /// The lock's name.
     fn name(&self) -> &str;
 
+    /// The Redis key of the lock itself (`<prefix>:{name}`): what a
+    /// [`MultiLock`](crate::MultiLock) orders its locks by.
+    fn key(&self) -> &str;
+
     /// One attempt: the guard if the lock could be taken now, else `None`.
     fn try_acquire(&self) -> LockFuture<'_, Option<LeaseGuard>>;
 
@@ -72,6 +76,10 @@ macro_rules! impl_lock {
         impl Lock for $face {
             fn name(&self) -> &str {
                 &self.core.keys.name
+            }
+
+            fn key(&self) -> &str {
+                &self.core.keys.lock
             }
 
             fn try_acquire(&self) -> LockFuture<'_, Option<LeaseGuard>> {

@@ -324,3 +324,153 @@ async fn the_grace_holds_a_promoted_master_back_until_it_has_passed() {
         .expect("granted once the grace has passed");
     guard.release().await.unwrap();
 }
+
+/// Two lock names whose keys share one hash slot, on `shard`.
+fn two_names_in_one_slot(cluster: &RedisCluster, shard: usize) -> (String, String) {
+    let first = name_on(cluster, shard, "pair");
+    let slot = key_slot(format!("leasehold:{{{first}}}"));
+    let second = (0..1_000_000)
+        .map(|i| format!("other-{i}"))
+        .find(|name| key_slot(format!("leasehold:{{{name}}}")) == slot)
+        .expect("a second name in the slot");
+    (first, second)
+}
+
+/// Two leases of one client in one slot share a renew script. While the
+/// slot migrates with one lock's key moved and the other's not, the source
+/// answers that script TRYAGAIN (some keys here, some gone): the watchdog
+/// renews each alone (one on the source, one through ASK), and both hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_leases_in_a_half_migrated_slot_are_both_kept() {
+    let cluster = RedisCluster::start(3, 0);
+    let client = Client::builder(cluster.urls()[0].clone())
+        .lease(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let (a, b) = two_names_in_one_slot(&cluster, 0);
+    let key_a = format!("leasehold:{{{a}}}");
+    let held_a = client.mutex(&a).unwrap().acquire().await.unwrap();
+    let held_b = client.mutex(&b).unwrap().acquire().await.unwrap();
+    let migration = cluster.begin_migration(key_slot(&key_a), 1);
+    assert!(migration.move_key(&key_a), "a's lock key moved");
+    // Each alone can be renewed: a through ASK, b on the source.
+    held_a.extend(Duration::from_secs(1)).await.unwrap();
+    held_b.extend(Duration::from_secs(1)).await.unwrap();
+    // Past two leases: the watchdog should have kept both.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (lost_a, lost_b) = (held_a.loss_reason(), held_b.loss_reason());
+    migration.finish();
+    assert!(
+        lost_a.is_none() && lost_b.is_none(),
+        "leases lost while the slot was half-migrated: a {lost_a:?}, b {lost_b:?}"
+    );
+}
+
+/// A fresh client that reaches a cluster whose lock slot answers TRYAGAIN
+/// (a migration in progress) has reached Redis: its wait is not cut short
+/// by the connect timeout, and ends with the lock once the move is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_client_that_meets_tryagain_waits_on() {
+    let cluster = RedisCluster::start(3, 0);
+    let holder = Client::open(&cluster.urls()[0]).unwrap();
+    let name = name_on(&cluster, 0, "moving");
+    let key = format!("leasehold:{{{name}}}");
+    let held = holder.mutex(&name).unwrap().acquire().await.unwrap();
+    held.release().await.unwrap();
+    // The fence key stays on the source; the lock key is gone.
+    let migration = cluster.begin_migration(key_slot(&key), 1);
+    let fresh = Client::builder(cluster.urls()[0].clone())
+        .connect_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let lock = fresh.mutex(&name).unwrap();
+    let waiting = tokio::spawn(async move { lock.acquire_timeout(LONG).await });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    migration.finish();
+    match waiting.await.unwrap() {
+        Ok(guard) => guard.release().await.unwrap(),
+        Err(err) => panic!("the wait ended within its bound: {err}"),
+    }
+}
+
+/// With a restart grace, a slot that moved to another (long-running)
+/// master by a resharding is not held back: the keys moved with it and
+/// nothing can have been lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grace_does_not_hold_back_a_slot_that_only_migrated() {
+    let cluster = RedisCluster::start(3, 0);
+    let grace = Duration::from_secs(5);
+    let graced = Client::builder(cluster.urls()[0].clone())
+        .restart_grace(grace)
+        .build()
+        .unwrap();
+    let name = name_on(&cluster, 0, "resharded");
+    let key = format!("leasehold:{{{name}}}");
+    let lock = graced.mutex(&name).unwrap();
+    common::eventually("the cluster to be older than the grace", || async {
+        match lock.try_acquire().await {
+            Ok(Some(guard)) => guard.release().await.is_ok(),
+            _ => false,
+        }
+    })
+    .await;
+    cluster.migrate_slot(key_slot(&key), 1);
+    let got = lock.try_acquire().await.unwrap();
+    assert!(
+        got.is_some(),
+        "a lock on a slot that only migrated was held back by the grace"
+    );
+}
+
+/// With a restart grace, a graceful failover while a reentrant lock is
+/// held: renewals and the release go on, and a reentry by the holder itself
+/// makes no other holder, so the grace does not hold it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grace_does_not_hold_back_the_holders_own_reentry() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let graced = Client::builder("")
+        .seeds(cluster.urls())
+        .restart_grace(Duration::from_secs(5))
+        .lease(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let name = name_on(&cluster, 0, "reentered");
+    let lock = graced.reentrant_mutex(&name).unwrap();
+    common::eventually("the cluster to be older than the grace", || async {
+        match lock.try_acquire().await {
+            Ok(Some(guard)) => guard.release().await.is_ok(),
+            _ => false,
+        }
+    })
+    .await;
+    let outer = lock.acquire().await.unwrap();
+    cluster.failover(0);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(!outer.is_lost(), "{:?}", outer.loss_reason());
+    let inner = lock.try_acquire().await.unwrap();
+    let reentered = inner.is_some();
+    if let Some(inner) = inner {
+        inner.release().await.unwrap();
+    }
+    outer.release().await.unwrap();
+    assert!(reentered, "the holder's reentry was held back by the grace");
+}
+
+/// The first seed is a replica: the cluster is still found, and every
+/// shard serves locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_as_the_first_seed_finds_the_cluster() {
+    let cluster = RedisCluster::start(3, 1);
+    let replica = cluster.replicas()[0].url();
+    let client = Client::open(&replica).unwrap();
+    for shard in 0..3 {
+        let name = name_on(&cluster, shard, "via-replica");
+        let guard = client
+            .mutex(&name)
+            .unwrap()
+            .acquire_timeout(LONG)
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+    }
+}

@@ -127,7 +127,8 @@ async fn a_replica_url_is_a_config_error_that_points_at_the_master() {
 /// before any lock command is sent.
 #[tokio::test]
 async fn a_sentinel_url_is_a_config_error() {
-    let sentinel = common::Sentinel::start();
+    let sentinels = leasehold_testkit::Sentinels::start(0, 1);
+    let sentinel = &sentinels.sentinels()[0];
     let mutex = Client::open(&sentinel.url()).unwrap().mutex("job").unwrap();
     let err = mutex.try_acquire().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Config, "{err:?}");

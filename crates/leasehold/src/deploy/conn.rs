@@ -42,6 +42,12 @@ pub(crate) struct ServerInfo {
     /// digest of its run id and replication id. Another value for the same
     /// slot is another master (a restart, or a replica promoted).
     pub(crate) identity: u64,
+    /// A digest of its replication id.
+    pub(crate) replid: u64,
+    /// A digest of the replication id it had before it was last promoted
+    /// (`master_replid2`), when it was: a replica promoted in place of a
+    /// master carries that master's replication id here.
+    pub(crate) promoted_from: Option<u64>,
 }
 
 #[derive(Clone)]
@@ -265,6 +271,10 @@ impl Connection {
                 info_field(&server, "run_id").unwrap_or_default(),
                 info_field(&replication, "master_replid").unwrap_or_default(),
             ]),
+            replid: digest(&[info_field(&replication, "master_replid").unwrap_or_default()]),
+            promoted_from: info_field(&replication, "master_replid2")
+                .filter(|id| id.bytes().any(|b| b != b'0'))
+                .map(|id| digest(&[id])),
         };
         Ok((conn, info))
     }

@@ -135,6 +135,11 @@ impl Route {
         self
     }
 
+    /// Whether this route carries one command that an ASK sent here.
+    pub(crate) fn is_asking(&self) -> bool {
+        self.asking
+    }
+
     /// The scripts this server runs: they publish as its deployment does.
     pub(crate) fn scripts(&self) -> &'static Scripts {
         Scripts::get(self.publish)

@@ -25,6 +25,24 @@ use crate::engine::scripts::Scripts;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{hash_slot, LockKeys};
 
+/// The masters a client has seen serve its locks' slots, for the grace on
+/// a change of master.
+#[derive(Debug, Default)]
+struct Masters {
+    /// The master each slot was last served by.
+    slots: HashMap<u16, SlotMaster>,
+    /// Every master seen serve any slot, by identity.
+    known: std::collections::HashSet<u64>,
+}
+
+#[derive(Debug)]
+struct SlotMaster {
+    identity: u64,
+    replid: u64,
+    /// When a promoted master took the slot over, as seen here.
+    changed: Option<Instant>,
+}
+
 /// What a script that may grant a lock got.
 pub(crate) enum Answer {
     /// The script's reply, and how many replicas acknowledged it when
@@ -66,10 +84,9 @@ pub(crate) struct Engine {
     /// the one waiter it wakes, on its client's channel alone.
     pub(crate) id: String,
     pub(crate) leases: state::LeaseState,
-    /// Under a grace: the master each slot this client used was last
-    /// served by, and when that changed.
-    masters: std::sync::Mutex<HashMap<u16, (u64, Option<Instant>)>>,
-    /// Some script got an answer from Redis.
+    /// Under a grace: the masters this client has seen.
+    masters: std::sync::Mutex<Masters>,
+    /// Some request of this client got a connection that Redis answered.
     reached: AtomicBool,
 }
 
@@ -95,7 +112,11 @@ impl Engine {
     /// A healthy route to the server of `keys`, for a request that must
     /// arm something first.
     pub(crate) async fn route(&self, keys: &LockKeys) -> Result<Route> {
-        self.deployment.route(&keys.lock).await
+        let route = self.deployment.route(&keys.lock).await?;
+        // A connection was made and the server answered it: whatever it
+        // says next, this client has reached Redis.
+        self.reached.store(true, Ordering::Relaxed);
+        Ok(route)
     }
 
     /// The notifications of the shard of `keys`, once the deployment knows
@@ -176,10 +197,7 @@ impl Engine {
             let script = pick(route.scripts());
             let reply = route.clone().eval(operation, script, key_list, args).await;
             let error = match reply {
-                Ok((reply, acked)) => {
-                    self.reached.store(true, Ordering::Relaxed);
-                    return Ok(Answer::Reply(reply, acked));
-                }
+                Ok((reply, acked)) => return Ok(Answer::Reply(reply, acked)),
                 Err(error) => error,
             };
             if hops >= MAX_REDIRECTS {
@@ -198,7 +216,9 @@ impl Engine {
             };
             route = next.await?.with_ack(ack);
             hops += 1;
-            if grants {
+            // An ASK sends one command to where the slot is moving: it says
+            // nothing of who serves the slot.
+            if grants && !route.is_asking() {
                 if let Some(left) = self.grace_left(key, route.server()) {
                     return Ok(Answer::InGrace(left));
                 }
@@ -206,7 +226,7 @@ impl Engine {
         }
     }
 
-    /// Whether a script of this client ever got an answer from Redis.
+    /// Whether this client ever reached Redis (a connection it answered).
     pub(crate) fn has_reached_redis(&self) -> bool {
         self.reached.load(Ordering::Relaxed)
     }
@@ -220,9 +240,12 @@ impl Engine {
 
     /// How long from now no lock on `key` may be granted by the server
     /// behind `server`, under the grace: while that server has been up for
-    /// less than the grace (a restart), or has been the master of `key`'s
-    /// slot, as this client saw it, for less than the grace (a replica
-    /// promoted, or another master after a restart that kept the uptime).
+    /// less than the grace (a restart), or since it took over `key`'s slot
+    /// by a promotion, as this client saw it: it was promoted from the
+    /// master this client last saw serve the slot, or it is a master this
+    /// client did not know that was promoted at some time. A slot that
+    /// moved to a master this client knew (a migration: the keys move
+    /// with it) is not held back.
     pub(crate) fn grace_left(&self, key: &str, server: &ServerInfo) -> Option<Duration> {
         let grace = self.config.restart_grace?;
         let now = Instant::now();
@@ -232,19 +255,27 @@ impl Engine {
             .masters
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match masters.get_mut(&slot) {
-            None => {
-                masters.insert(slot, (server.identity, None));
+        let known = masters.known.contains(&server.identity);
+        let changed = match masters.slots.get(&slot) {
+            Some(seen) if seen.identity != server.identity => {
+                let promoted = server.promoted_from == Some(seen.replid)
+                    || (!known && server.promoted_from.is_some());
+                promoted.then_some(now).or(seen.changed)
             }
-            Some((known, changed)) => {
-                if *known != server.identity {
-                    *known = server.identity;
-                    *changed = Some(now);
-                }
-                if let Some(at) = changed {
-                    ends = ends.max(*at + grace);
-                }
-            }
+            Some(seen) => seen.changed,
+            None => None,
+        };
+        masters.known.insert(server.identity);
+        masters.slots.insert(
+            slot,
+            SlotMaster {
+                identity: server.identity,
+                replid: server.replid,
+                changed,
+            },
+        );
+        if let Some(at) = changed {
+            ends = ends.max(at + grace);
         }
         let left = ends.saturating_duration_since(now);
         (!left.is_zero()).then_some(left)
@@ -294,6 +325,11 @@ impl Kind {
             Kind::Semaphore { total } => format!("a semaphore of {total} permits"),
             _ => stored_phrase(self.stored_name()),
         }
+    }
+
+    /// Acquisitions are made by an owner, who may take the lock again.
+    pub(crate) fn has_owner(self) -> bool {
+        matches!(self, Kind::Reentrant | Kind::Read | Kind::Write)
     }
 
     /// Kept in a hash with one entry per lease (see `scripts/lib.lua`).

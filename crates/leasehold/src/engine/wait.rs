@@ -481,7 +481,13 @@ async fn attempt(
     // Nothing can be held before the request leaves: connect first, then
     // arm the release that undoes a request cut off on its way.
     let route = engine.route(keys).await?;
-    if let Some(left) = engine.grace_left(&keys.lock, route.server()) {
+    // An owner that holds the lock already takes it again (a reentry, a
+    // downgrade) without a grace: no other holder can be made by it.
+    let reentry = request.kind.has_owner() && engine.leases.holds_for(&keys.lock, request.owner);
+    if let Some(left) = engine
+        .grace_left(&keys.lock, route.server())
+        .filter(|_| !reentry)
+    {
         return Ok(Outcome::InGrace { left });
     }
     // Sent before: this token may hold the lock or be queued already.
@@ -549,7 +555,9 @@ async fn attempt(
     let sent_at = Instant::now();
     let route = route.with_ack(request.replica_ack);
     let (reply, acked) = match engine
-        .send(route, &keys.lock, "acquire", pick, &keys_list, &args, true)
+        .send(
+            route, &keys.lock, "acquire", pick, &keys_list, &args, !reentry,
+        )
         .await?
     {
         Answer::Reply(reply, acked) => (reply, acked),

@@ -245,9 +245,11 @@ async fn renew_on_server(engine: &Engine, leases: Vec<Due>) {
         // later retry rather than due again at once.
         let outcomes = match replies.get(i) {
             Some(Value::Array(items)) if items.len() == batch.len() => items,
-            Some(Value::ServerError(e)) if is_redirect(e) => {
-                // The slot moved, or is moving: renewed one by one below,
-                // each following the cluster to where its lock is now.
+            Some(Value::ServerError(e)) if is_redirect(e) || batch.len() > 1 && is_try_again(e) => {
+                // The slot moved, or is moving (a batch whose keys are now
+                // on both sides of a migration is refused whole): renewed
+                // one by one below, each following the cluster to where
+                // its lock is now.
                 redirected.extend(batch.iter());
                 continue;
             }
@@ -272,9 +274,21 @@ async fn renew_on_server(engine: &Engine, leases: Vec<Due>) {
             engine.leases.watchdog.enqueue(lease);
         }
     }
-    for (lease, _, _) in redirected {
-        renew_alone(engine, lease).await;
+    for some in redirected.chunks(RENEWED_ALONE_AT_ONCE) {
+        let alone = some.iter().map(|(lease, _, _)| renew_alone(engine, lease));
+        futures_util::future::join_all(alone).await;
     }
+}
+
+/// Leases renewed alone at once, after a redirect: enough that a slot
+/// with many leases is done within a few round trips, few enough not to
+/// flood a cluster that is moving slots.
+const RENEWED_ALONE_AT_ONCE: usize = 32;
+
+/// Whether a server refused a batch because its keys are on both sides of
+/// a slot migration (TRYAGAIN).
+fn is_try_again(error: &redis::ServerError) -> bool {
+    matches!(error.kind(), Some(redis::ServerErrorKind::TryAgain))
 }
 
 /// Whether a server sent a renewal elsewhere (MOVED, ASK).
