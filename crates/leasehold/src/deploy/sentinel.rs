@@ -18,7 +18,7 @@
 //! retry is bounded by the lock's own time budget.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -101,15 +101,16 @@ pub(crate) struct Sentinel {
     made: AtomicU64,
     /// One resolution at a time; the others take its outcome.
     resolving: tokio::sync::Mutex<()>,
-    /// The `+switch-master` listener, started on the first request.
-    listener: OnceLock<tokio::task::AbortHandle>,
+    /// The `+switch-master` listener, started on the first request (and
+    /// again should its runtime have stopped it).
+    listener: Mutex<Option<tokio::task::AbortHandle>>,
     /// Off in tests that must meet a demoted master.
     listen: bool,
 }
 
 impl Drop for Sentinel {
     fn drop(&mut self) {
-        if let Some(listener) = self.listener.get() {
+        if let Some(listener) = self.listener.get_mut().ok().and_then(Option::take) {
             listener.abort();
         }
     }
@@ -140,7 +141,7 @@ impl Sentinel {
             }),
             made: AtomicU64::new(0),
             resolving: tokio::sync::Mutex::new(()),
-            listener: OnceLock::new(),
+            listener: Mutex::new(None),
             listen: true,
         }
     }
@@ -154,7 +155,11 @@ impl Sentinel {
     }
 
     fn start_listener(&self) {
-        if !self.listen || self.listener.get().is_some() {
+        if !self.listen {
+            return;
+        }
+        let mut listener = self.listener.lock().unwrap_or_else(PoisonError::into_inner);
+        if listener.as_ref().is_some_and(|task| !task.is_finished()) {
             return;
         }
         let task = tokio::spawn(listen(
@@ -163,10 +168,7 @@ impl Sentinel {
             self.name.clone(),
             self.command_timeout,
         ));
-        if let Err(handle) = self.listener.set(task.abort_handle()) {
-            // Another request started one first.
-            handle.abort();
-        }
+        *listener = Some(task.abort_handle());
     }
 
     /// The master in use, if it is not known to be demoted.
