@@ -20,6 +20,18 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
 }
 
+/// Waits (bounded) until some client waits in the queue of `name`.
+async fn queued(client: &Client, name: &str) {
+    let mutex = client.mutex(name).unwrap();
+    tokio::time::timeout(LONG, async {
+        while mutex.inspect().await.unwrap().waiting_clients == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("a waiter queues");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_primitive_works_through_the_sentinels() {
     let group = Sentinels::start(1, 3);
@@ -75,7 +87,7 @@ async fn every_primitive_works_through_the_sentinels() {
             .await
             .map(|g| g.fence())
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    queued(&client, "w").await;
     let fence = holder.fence();
     holder.release().await.unwrap();
     assert!(waiter.await.unwrap().unwrap() > fence);
@@ -97,7 +109,7 @@ async fn waiters_and_holders_follow_failovers() {
         let guard = mutex.acquire_timeout(LONG).await?;
         Ok::<_, leasehold::Error>((waiter_client, guard))
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    queued(&holder_client, "job").await;
 
     let old = group.master_addr();
     blocking(|| group.failover());
@@ -123,7 +135,7 @@ async fn waiters_and_holders_follow_failovers() {
         let guard = next.mutex("job").unwrap().acquire_timeout(LONG).await?;
         Ok::<_, leasehold::Error>((next, guard))
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    queued(&waiter_client, "job").await;
     blocking(|| group.kill_master());
     assert_ne!(group.master_addr(), new);
     guard.release().await.unwrap();
