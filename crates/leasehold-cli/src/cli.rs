@@ -145,11 +145,34 @@ pub(crate) struct TakeArgs {
     /// it to at least the lease [default: off]
     #[arg(long, value_name = "DUR", value_parser = duration::up_to_a_day)]
     pub(crate) restart_grace: Option<Dur>,
+    #[command(flatten)]
+    pub(crate) replicas: ReplicaArgs,
     /// Print no status line while waiting for the lock (by default, after
     /// a second, one on stderr says how long the wait has lasted and what
     /// Redis says of the lock: held, lease left, last fence, waiters)
     #[arg(long, short)]
     pub(crate) quiet: bool,
+}
+
+/// Replica acknowledgement of a grant or an extend.
+#[derive(Debug, Args)]
+pub(crate) struct ReplicaArgs {
+    /// Wait for N replicas to acknowledge the grant (WAIT, in the same round
+    /// trip); fewer undo it and exit 74, or a wait tries again. Best effort,
+    /// not consensus: a failover may still lose the lock [default: off]
+    #[arg(long, value_name = "N")]
+    pub(crate) replicas: Option<u32>,
+    /// How long Redis waits for those replicas (10ms to 60s)
+    #[arg(long, value_name = "DUR", default_value = "1s", requires = "replicas",
+          value_parser = duration::replica_timeout)]
+    pub(crate) replica_timeout: Dur,
+}
+
+impl ReplicaArgs {
+    /// The replicas to wait for and how long, if asked.
+    pub(crate) fn ack(&self) -> Option<(u32, std::time::Duration)> {
+        self.replicas.map(|n| (n, self.replica_timeout.get()))
+    }
 }
 
 /// What to do to the command when its lease is lost.
@@ -251,6 +274,8 @@ pub(crate) struct ExtendArgs {
     /// The new remaining lease, from now (10ms to 24h)
     #[arg(long, value_name = "DUR", value_parser = duration::lease)]
     pub(crate) lease: Dur,
+    #[command(flatten)]
+    pub(crate) replicas: ReplicaArgs,
     /// From the global --json
     #[arg(skip)]
     pub(crate) json: bool,

@@ -49,6 +49,11 @@ pub(crate) fn lease(text: &str) -> Result<Dur, String> {
 }
 
 /// A wait, a hold or a grace: at most a day.
+/// A replica timeout: 10 ms to 60 s.
+pub(crate) fn replica_timeout(text: &str) -> Result<Dur, String> {
+    within(parse(text)?, leasehold::MIN_LEASE, Duration::from_secs(60))
+}
+
 pub(crate) fn up_to_a_day(text: &str) -> Result<Dur, String> {
     within(parse(text)?, Duration::ZERO, MAX_WAIT.min(MAX_LEASE))
 }

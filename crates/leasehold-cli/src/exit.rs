@@ -5,6 +5,9 @@ pub(crate) const USAGE: u8 = 2;
 /// EX_DATAERR: the name is in use by another kind of lock (or by a
 /// semaphore of another size). Waiting would never end, so it is not busy.
 pub(crate) const CONFLICT: u8 = 65;
+/// Fewer replicas than `--replicas` acknowledged the grant (undone) or the
+/// extend in time.
+pub(crate) const REPLICAS: u8 = 74;
 /// EX_UNAVAILABLE: Redis cannot be reached, or is not ready (loading, busy,
 /// failing over).
 pub(crate) const UNAVAILABLE: u8 = 69;
@@ -52,6 +55,7 @@ pub(crate) fn code_for(err: &anyhow::Error) -> u8 {
         leasehold::ErrorKind::Connection => UNAVAILABLE,
         leasehold::ErrorKind::Auth => AUTH,
         leasehold::ErrorKind::Config => CONFIG,
+        leasehold::ErrorKind::ReplicasMissing => REPLICAS,
         _ => FAILURE,
     }
 }
@@ -61,6 +65,7 @@ pub(crate) fn kind(code: u8) -> &'static str {
     match code {
         USAGE => "usage",
         CONFLICT => "conflict",
+        REPLICAS => "replicas_missing",
         UNAVAILABLE => "unavailable",
         BUSY => "busy",
         LOST => "lost",

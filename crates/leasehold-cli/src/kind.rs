@@ -69,6 +69,8 @@ pub(crate) struct Holding {
     pub(crate) at_least: Option<Duration>,
     /// Renewed no further than this after it was taken.
     pub(crate) at_most: Option<Duration>,
+    /// Replicas that must acknowledge the grant, and how long Redis waits.
+    pub(crate) replicas: Option<(u32, Duration)>,
 }
 
 /// `face` with `holding`'s settings.
@@ -80,6 +82,9 @@ macro_rules! held {
         }
         if let Some(max) = $holding.at_most {
             face = face.with_max_hold(max)?;
+        }
+        if let Some((replicas, timeout)) = $holding.replicas {
+            face = face.with_replica_ack(replicas, timeout)?;
         }
         face
     }};

@@ -11,6 +11,7 @@
 //! | 2 | usage: a bad flag, duration, lease or lock name |
 //! | 65 | the name is in use by another kind of lock (a mutex asked for `--read`, say), or by a semaphore of another size |
 //! | 69 | Redis cannot be reached, or is not ready: loading, busy, failing over (`demo`: `redis-server` is not installed) |
+//! | 74 | fewer replicas than `--replicas` acknowledged the grant in time: it was undone, nothing is held (`extend`: the lease stays extended on the master) |
 //! | 75 | the lock is held by someone else and the wait ran out (or `--no-wait`) |
 //! | 76 | `run`: the lease was lost while the command ran, or the release after it got no answer (both unless `--on-lost ignore`), or the lease ran out before the command could start (nothing was run); `release` / `extend`: the token no longer holds the lock |
 //! | 77 | Redis refused the credentials: a wrong or missing password or user, or an ACL user without the rights |
@@ -20,7 +21,7 @@
 //!
 //! With `--json`, a failure also prints one object on stdout:
 //! `{"error": KIND, "message": ..., "exit": N}`, KIND one of `usage` (2),
-//! `conflict` (65), `unavailable` (69), `busy` (75), `lost` (76), `auth` (77), `config` (78),
+//! `conflict` (65), `unavailable` (69), `replicas_missing` (74), `busy` (75), `lost` (76), `auth` (77), `config` (78),
 //! `cannot_execute` (126), `not_found` (127), `signal` (128+N), `failure` (1).
 
 #![cfg_attr(

@@ -55,6 +55,7 @@ async fn run_locked(
     let holding = kind::Holding {
         at_least: args.hold_at_least.as_ref().map(|hold| hold.get()),
         at_most: args.max_hold.as_ref().map(|max| max.get()),
+        replicas: args.take.replicas.ack(),
     };
     let locks = kind::locks(client, &args.names, kind, holding)?;
     let mut interrupt = signal(SignalKind::interrupt())?;

@@ -105,6 +105,7 @@ pub(crate) async fn acquire(conn: &Connection, args: AcquireArgs) -> anyhow::Res
     let holding = kind::Holding {
         at_least: args.hold_at_least.as_ref().map(|hold| hold.get()),
         at_most: None,
+        replicas: args.take.replicas.ack(),
     };
     let lock = kind::lock(&client, &args.name, kind, holding)?;
     let taken = take(&lock, &args.wait, &args.take).await;
@@ -183,8 +184,11 @@ pub(crate) async fn release(conn: &Connection, args: ReleaseArgs) -> anyhow::Res
 
 pub(crate) async fn extend(conn: &Connection, args: ExtendArgs) -> anyhow::Result<ExitCode> {
     let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
-    client
-        .mutex(&args.lock.name)?
+    let mut mutex = client.mutex(&args.lock.name)?;
+    if let Some((replicas, timeout)) = args.replicas.ack() {
+        mutex = mutex.with_replica_ack(replicas, timeout)?;
+    }
+    mutex
         .extend_token(&args.lock.token, args.lease.get())
         .await?;
     if args.json {

@@ -282,7 +282,7 @@ fn readers_share_the_lock_and_a_waiting_writer_goes_before_later_readers() {
         assert_eq!(holder["mode"], "read");
         let name = holder["client_name"].as_str().unwrap();
         assert!(
-            name.starts_with("leasehold run catalog --read -- sh -c "),
+            name.starts_with("leasehold run catalog --wait 5m --read -- sh -c "),
             "{name}"
         );
         assert!(holder["remaining_ms"].as_u64().unwrap() > 0);

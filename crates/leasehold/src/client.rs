@@ -9,7 +9,10 @@ use redis::io::tcp::{socket2, TcpSettings};
 use redis::IntoConnectionInfo;
 
 use crate::core::{LockCore, Owners, Settings};
+use crate::deploy::cluster::NodeFactory;
 use crate::deploy::detect::Detect;
+use crate::deploy::sentinel::Sentinel;
+use crate::deploy::Deployment;
 use crate::engine::{Engine, EngineConfig, Kind};
 use crate::error::{Error, Result};
 use crate::fair_mutex::FairMutex;
@@ -204,6 +207,21 @@ impl ClientBuilder {
                 "restart grace is longer than 24h: set it to the longest lease in use",
             ));
         }
+        if self.url.trim().starts_with("rediss") {
+            // rustls needs a process-wide crypto provider; keep the one the
+            // application installed, if any.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        if let Some(sentinel) = sentinel_deployment(
+            self.url.trim(),
+            self.command_timeout,
+            self.tls_root.as_deref(),
+        )? {
+            return Ok(Client {
+                engine: Engine::new(Arc::new(sentinel), self.engine)?,
+                config: Arc::new(self.config),
+            });
+        }
         let urls: Vec<&str> = self
             .url
             .split(',')
@@ -216,16 +234,11 @@ impl ClientBuilder {
                  separated by commas",
             ));
         }
-        if urls.iter().any(|url| url.starts_with("rediss:")) {
-            // rustls needs a process-wide crypto provider; keep the one the
-            // application installed, if any.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
         let seeds = urls
             .iter()
             .map(|url| seed(url, self.command_timeout, self.tls_root.as_deref()))
             .collect::<Result<Vec<_>>>()?;
-        let deployment = Arc::new(Detect::new(seeds, self.command_timeout));
+        let deployment: Arc<dyn Deployment> = Arc::new(Detect::new(seeds, self.command_timeout));
         Ok(Client {
             engine: Engine::new(deployment, self.engine)?,
             config: Arc::new(self.config),
@@ -289,6 +302,14 @@ impl Client {
     /// hash slot. Several seeds of a cluster may be given separated by
     /// commas (or with [`ClientBuilder::seeds`]); they are tried in turn,
     /// and one that cannot be reached is skipped.
+    ///
+    /// A master watched by Redis Sentinel is named by its sentinels:
+    /// `redis+sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME[/DB]`
+    /// (`rediss+sentinel://` for TLS; port 26379 if none is given). The
+    /// user, password, database and TLS are the master's; the sentinels
+    /// are asked without credentials. The client follows failovers: on
+    /// `+switch-master`, a READONLY answer or a lost connection it asks the
+    /// sentinels again and moves every connection to the new master.
     pub fn builder(url: impl Into<String>) -> ClientBuilder {
         ClientBuilder {
             url: url.into(),
@@ -457,6 +478,100 @@ fn seed(url: &str, command_timeout: Duration, tls_root: Option<&[u8]>) -> Result
             })
         }
     }
+}
+
+/// The port a sentinel listens on when its URL gives none.
+const SENTINEL_PORT: u16 = 26379;
+
+/// The deployment of a `redis+sentinel://` (or `rediss+sentinel://`) URL:
+/// `[user:password@]host:port[,host:port…]/MASTER_NAME[/DB]`, `None` for
+/// another scheme. The user, password, database and TLS are the data
+/// nodes'; the sentinels are reached with TLS if the URL says so, without
+/// credentials.
+fn sentinel_deployment(
+    url: &str,
+    command_timeout: Duration,
+    tls_root: Option<&[u8]>,
+) -> Result<Option<Sentinel>> {
+    let (tls, rest) = if let Some(rest) = url.strip_prefix("redis+sentinel://") {
+        (false, rest)
+    } else if let Some(rest) = url.strip_prefix("rediss+sentinel://") {
+        (true, rest)
+    } else {
+        return Ok(None);
+    };
+    let invalid = |why: &str| {
+        Error::invalid(format!(
+            "sentinel URL is not valid: {why}; use \
+             redis+sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME"
+        ))
+    };
+    let (rest, fragment) = match rest.split_once('#') {
+        Some((rest, fragment)) => (rest, format!("#{fragment}")),
+        None => (rest, String::new()),
+    };
+    let (authority, path) = rest
+        .split_once('/')
+        .ok_or_else(|| invalid("it names no master (the name goes after the sentinels)"))?;
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
+        None => (String::new(), authority),
+    };
+    let (name, db) = match path.split_once('/') {
+        Some((name, db)) => (name, db),
+        None => (path, ""),
+    };
+    if name.is_empty() {
+        return Err(invalid("the master name is empty"));
+    }
+    if !db.is_empty() && db.parse::<u32>().is_err() {
+        return Err(invalid(
+            "the database after the master name is not a number",
+        ));
+    }
+    let scheme = if tls { "rediss" } else { "redis" };
+    let mut sentinels = Vec::new();
+    for host in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+        // `host`, `host:port`, `[v6]` or `[v6]:port`.
+        let has_port = match host.rsplit_once(':') {
+            Some((before, port)) => {
+                (!before.contains(':') || before.ends_with(']')) && port.parse::<u16>().is_ok()
+            }
+            None => false,
+        };
+        let addr = if has_port {
+            host.to_owned()
+        } else {
+            format!("{host}:{SENTINEL_PORT}")
+        };
+        let client = seed(
+            &format!("{scheme}://{addr}{fragment}"),
+            command_timeout,
+            tls_root,
+        )?;
+        sentinels.push((client, addr));
+    }
+    let Some((_, first)) = sentinels.first() else {
+        return Err(invalid("it names no sentinel"));
+    };
+    // The data nodes' settings, on the address of a sentinel: each master
+    // is reached with them at its own address.
+    let db = if db.is_empty() {
+        String::new()
+    } else {
+        format!("/{db}")
+    };
+    let template = seed(
+        &format!("{scheme}://{userinfo}{first}{db}{fragment}"),
+        command_timeout,
+        tls_root,
+    )?;
+    Ok(Some(Sentinel::new(
+        name.to_owned(),
+        sentinels,
+        NodeFactory::new(&template),
+        command_timeout,
+    )))
 }
 
 /// The Redis URL the environment names, as [`ClientBuilder::from_env`] reads it.

@@ -8,13 +8,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::engine::held::Held;
-use crate::engine::{ops, wait, Engine, Kind, Request};
+use crate::engine::{ops, wait, Engine, Kind, ReplicaAck, Request};
 use crate::error::{Error, Result};
 use crate::guard::LeaseGuard;
 use crate::holder::LockInfo;
 use crate::keys::{validate_lease, validate_token, validate_wait, LockKeys, MAX_LEASE, MIN_LEASE};
 use crate::observe::{self, Op};
 use crate::owner::Owner;
+
+/// The longest a lock waits for its replicas' acknowledgement.
+const MAX_REPLICA_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What the settings methods of every face change.
 #[derive(Debug, Clone)]
@@ -23,6 +26,7 @@ pub(crate) struct Settings {
     pub(crate) watchdog: bool,
     pub(crate) hold_at_least: Option<Duration>,
     pub(crate) max_hold: Option<Duration>,
+    pub(crate) replica_ack: Option<ReplicaAck>,
 }
 
 impl Settings {
@@ -32,7 +36,23 @@ impl Settings {
             watchdog,
             hold_at_least: None,
             max_hold: None,
+            replica_ack: None,
         }
+    }
+
+    pub(crate) fn set_replica_ack(&mut self, replicas: u32, timeout: Duration) -> Result<()> {
+        if replicas == 0 {
+            self.replica_ack = None;
+            return Ok(());
+        }
+        if timeout < MIN_LEASE || timeout > MAX_REPLICA_TIMEOUT {
+            return Err(Error::invalid(format!(
+                "replica timeout {timeout:?} is out of range: give at least 10ms and at most 60s \
+                 (Redis holds the client's connection back that long at most)"
+            )));
+        }
+        self.replica_ack = Some(ReplicaAck { replicas, timeout });
+        Ok(())
     }
 
     pub(crate) fn set_lease(&mut self, lease: Duration) -> Result<()> {
@@ -161,6 +181,7 @@ impl LockCore {
             .field("watchdog", &self.settings.watchdog)
             .field("hold_at_least", &self.settings.hold_at_least)
             .field("max_hold", &self.settings.max_hold)
+            .field("replica_ack", &self.settings.replica_ack)
             .finish()
     }
 
@@ -176,6 +197,7 @@ impl LockCore {
             max_hold: s.max_hold,
             owner,
             permits: self.permits,
+            replica_ack: s.replica_ack,
         }
     }
 
@@ -228,7 +250,14 @@ impl LockCore {
     pub(crate) async fn extend_token(&self, token: &str, lease: Duration) -> Result<()> {
         validate_token(token)?;
         validate_lease(lease)?;
-        ops::extend_token(&self.engine, &self.keys, token, lease).await
+        ops::extend_token(
+            &self.engine,
+            &self.keys,
+            token,
+            lease,
+            self.settings.replica_ack,
+        )
+        .await
     }
 
     pub(crate) async fn force_release(&self) -> Result<bool> {
@@ -241,7 +270,8 @@ impl LockCore {
 }
 
 /// The settings methods every face has, written once: `name`, `with_lease`,
-/// `with_watchdog`, `with_hold_at_least` and `with_max_hold`, on a type
+/// `with_watchdog`, `with_hold_at_least`, `with_max_hold` and
+/// `with_replica_ack`, on a type
 /// whose `core` field is a [`LockCore`].
 macro_rules! lock_settings {
     ($face:ident) => {
@@ -322,6 +352,42 @@ macro_rules! lock_settings {
             /// hold-at-least.
             pub fn with_max_hold(mut self, max: std::time::Duration) -> $crate::Result<Self> {
                 self.core.settings.set_max_hold(max)?;
+                Ok(self)
+            }
+
+            /// This lock with replica acknowledgement (off by default):
+            /// each acquisition, and each
+            /// [`extend`](crate::LeaseGuard::extend), is followed on the
+            /// same connection, in the same round trip, by `WAIT replicas
+            /// timeout`. When fewer than `replicas` replicas acknowledge
+            /// the grant within `timeout`, it is released at once and the
+            /// acquisition fails with
+            /// [`ErrorKind::ReplicasMissing`](crate::ErrorKind::ReplicasMissing),
+            /// saying how many did; a wait (`acquire`) keeps trying within
+            /// its bound instead. An extend that too few replicas
+            /// acknowledge fails the same way, and the lease stays
+            /// extended on the master. `replicas` of 0 turns it off.
+            ///
+            /// What it gives is best effort, not consensus: a replica that
+            /// acknowledged has the lock's keys in memory, so a failover
+            /// to it keeps the lock, but a failover to another replica, or
+            /// a replica that restarts without persistence, still loses it
+            /// (Redis's WAIT documentation says the same). The watchdog's
+            /// renewals send no WAIT. Redis holds this client's command
+            /// connection, shared by its locks, for up to `timeout` while
+            /// replicas lag: keep it short against the lease (tens of
+            /// milliseconds on a healthy network).
+            ///
+            /// # Errors
+            ///
+            /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for
+            /// a timeout under 10 ms or over 60 s.
+            pub fn with_replica_ack(
+                mut self,
+                replicas: u32,
+                timeout: std::time::Duration,
+            ) -> $crate::Result<Self> {
+                self.core.settings.set_replica_ack(replicas, timeout)?;
                 Ok(self)
             }
         }

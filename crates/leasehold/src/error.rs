@@ -32,8 +32,10 @@ pub enum ErrorKind {
     /// Redis refused the connection's settings: a database number it does
     /// not have, TLS on a port without it or a certificate it cannot prove.
     /// Or the URL names a server that cannot hold the locks as it is: a
-    /// read-only replica (READONLY), or a Sentinel. Trying again does not
-    /// help: fix the URL or the TLS settings.
+    /// read-only replica (READONLY), or a Sentinel given as a data node
+    /// (`redis://` instead of `redis+sentinel://`), or the sentinels watch
+    /// no master of the URL's name. Trying again does not help: fix the
+    /// URL or the TLS settings.
     Config,
     /// Redis answered with an error, or with a reply leasehold does not
     /// understand. Trying again does not help; the message and the
@@ -46,6 +48,11 @@ pub enum ErrorKind {
     /// read lock asked for the write lock (an upgrade, which could deadlock),
     /// or a semaphore was asked for with another permit count than it has.
     Conflict,
+    /// Fewer replicas than asked acknowledged an acquisition or an extend
+    /// in time (see `with_replica_ack`). An acquisition was undone: the
+    /// lock is not held. Trying again may succeed once the replicas catch
+    /// up; the message says how many acknowledged.
+    ReplicasMissing,
 }
 
 /// The error of every fallible leasehold operation.
@@ -160,6 +167,29 @@ impl Error {
         )
     }
 
+    /// Fewer than `ack.replicas` replicas (`acked`) acknowledged that the
+    /// lock `name` was `done` (taken, extended) within the WAIT's timeout;
+    /// `then` says what became of it.
+    pub(crate) fn replicas_missing(
+        name: &str,
+        done: &str,
+        acked: u32,
+        ack: crate::engine::ReplicaAck,
+        then: &str,
+    ) -> Self {
+        let plural = if ack.replicas == 1 { "" } else { "s" };
+        Error::new(
+            ErrorKind::ReplicasMissing,
+            format!(
+                "lock {name:?} was {done} on the master, but only {acked} of the {} replica{plural} \
+                 asked for acknowledged it within {:?}, so {then}: check the replicas (INFO \
+                 replication on the master lists them), ask for fewer, or allow a longer replica \
+                 timeout",
+                ack.replicas, ack.timeout
+            ),
+        )
+    }
+
     /// A wait that ran out while the server was younger than the restart grace.
     pub(crate) fn wait_timed_out_in_grace(name: &str, waited: Duration) -> Self {
         Error::new(
@@ -228,11 +258,20 @@ impl Error {
         self.kind == ErrorKind::Conflict
     }
 
+    /// Fewer replicas than asked acknowledged an acquisition or an extend.
+    pub fn is_replicas_missing(&self) -> bool {
+        self.kind == ErrorKind::ReplicasMissing
+    }
+
     /// Trying the same operation again later may succeed: Redis was out of
-    /// reach or not ready, or the lock was busy for the whole wait. False
-    /// for refused credentials and settings, which only a fix makes work.
+    /// reach or not ready, the lock was busy for the whole wait, or too few
+    /// replicas acknowledged in time. False for refused credentials and
+    /// settings, which only a fix makes work.
     pub fn is_retryable(&self) -> bool {
-        matches!(self.kind, ErrorKind::Connection | ErrorKind::Timeout)
+        matches!(
+            self.kind,
+            ErrorKind::Connection | ErrorKind::Timeout | ErrorKind::ReplicasMissing
+        )
     }
 }
 
@@ -245,7 +284,8 @@ impl Error {
     /// on another node: MOVED and ASK are followed to the cluster node that
     /// serves the lock (and pass, transient `Connection`, should the slot
     /// keep moving past a few hops); READONLY (a replica) is `Config`, a
-    /// URL to fix, and keeps the reply for [`is_readonly`](Self::is_readonly).
+    /// URL to fix, and keeps the reply for [`is_readonly`](Self::is_readonly):
+    /// a Sentinel deployment follows it to the new master instead.
     pub(crate) fn redis(address: &str, operation: &str, err: redis::RedisError) -> Self {
         let error = if err.kind() == redis::ErrorKind::InvalidClientConfig {
             Error::new(
@@ -293,8 +333,8 @@ impl Error {
                 format!(
                     "redis at {address} is a read-only replica and refused {operation}: point \
                      the URL at its master (INFO replication on the replica names it: \
-                     master_host, master_port); leasehold does not follow a Sentinel to the \
-                     master yet"
+                     master_host, master_port), or, if sentinels watch it, at them: \
+                     redis+sentinel://host:port[,host:port…]/MASTER_NAME"
                 ),
             )
         } else if let Some(redirect) = redirect_of(&err) {
@@ -382,21 +422,15 @@ impl Error {
             ErrorKind::Config,
             format!(
                 "redis at {address} is a Sentinel, not a data node: point the URL at the master \
-                 it watches (SENTINEL get-master-addr-by-name MASTER_NAME, asked of it, gives \
-                 its address); leasehold does not follow a Sentinel to the master yet"
+                 it watches, or give the sentinels as redis+sentinel://{address}/MASTER_NAME \
+                 (the others after it, separated by commas) and leasehold follows them to the \
+                 master through failovers"
             ),
         )
     }
 
     /// Redis refused a write because it is a replica (READONLY): the URL
     /// names one, or a failover just made this master one.
-    #[cfg_attr(
-        not(test),
-        expect(
-            dead_code,
-            reason = "for the Sentinel deployment, to follow the master"
-        )
-    )]
     pub(crate) fn is_readonly(&self) -> bool {
         self.redis_error()
             .is_some_and(|err| has_code(err, "READONLY"))

@@ -164,6 +164,7 @@ fn error_outcome(kind: ErrorKind) -> &'static str {
         ErrorKind::Server => "server",
         ErrorKind::System => "system",
         ErrorKind::Conflict => "conflict",
+        ErrorKind::ReplicasMissing => "replicas_missing",
     }
 }
 

@@ -74,7 +74,7 @@ impl NodeFactory {
         }
     }
 
-    fn client(&self, host: &str, port: u16) -> Result<redis::Client> {
+    pub(crate) fn client(&self, host: &str, port: u16) -> Result<redis::Client> {
         let name = format!("{host}:{port}");
         let host = host.to_owned();
         let addr = match self.seed.addr().clone() {
@@ -92,7 +92,8 @@ impl NodeFactory {
             _ => {
                 return Err(Error::new(
                     ErrorKind::Config,
-                    "a Redis Cluster is reached over TCP: give a redis:// or rediss:// URL",
+                    "a Redis Cluster or a Sentinel's master is reached over TCP: give a \
+                     redis://, rediss:// or redis+sentinel:// URL",
                 ))
             }
         };

@@ -6,6 +6,7 @@
 //! and a refused connection as "cannot reach".
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -82,6 +83,8 @@ pub(crate) struct Connection {
     slot: Mutex<Slot>,
     /// One connect at a time; the others wait for its outcome.
     connecting: tokio::sync::Mutex<()>,
+    /// The server answered READONLY: it is a replica now.
+    demoted: AtomicBool,
 }
 
 impl std::fmt::Debug for Connection {
@@ -100,7 +103,18 @@ impl Connection {
             timeout,
             slot: Mutex::default(),
             connecting: tokio::sync::Mutex::new(()),
+            demoted: AtomicBool::new(false),
         }
+    }
+
+    /// Whether the server answered a write with READONLY: a failover made
+    /// it a replica (or the URL names one).
+    pub(crate) fn is_demoted(&self) -> bool {
+        self.demoted.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn demoted(&self) {
+        self.demoted.store(true, Ordering::Relaxed);
     }
 
     fn slot(&self) -> MutexGuard<'_, Slot> {
@@ -285,8 +299,26 @@ impl Connection {
         F: FnOnce(MultiplexedConnection, ServerInfo) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
+        self.run_on_within(checkout, operation, Duration::ZERO, f)
+            .await
+    }
+
+    /// As [`run_on`](Self::run_on), with `more` time than the command
+    /// timeout: for what the server itself holds back (WAIT).
+    pub(crate) async fn run_on_within<T, F, Fut>(
+        &self,
+        checkout: Checkout,
+        operation: &str,
+        more: Duration,
+        f: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(MultiplexedConnection, ServerInfo) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
         let generation = checkout.generation;
-        match tokio::time::timeout(self.timeout, f(checkout.conn, checkout.server)).await {
+        let limit = self.timeout + more;
+        match tokio::time::timeout(limit, f(checkout.conn, checkout.server)).await {
             Ok(Ok(value)) => {
                 self.slot().last_answer = Some(Instant::now());
                 Ok(value)
@@ -298,11 +330,15 @@ impl Connection {
                     // The server answered, with an error.
                     self.slot().last_answer = Some(Instant::now());
                 }
-                Err(Error::redis(&self.address, operation, e))
+                let error = Error::redis(&self.address, operation, e);
+                if error.is_readonly() {
+                    self.demoted();
+                }
+                Err(error)
             }
             Err(_) => {
                 self.broken(generation);
-                Err(Error::no_answer(&self.address, operation, self.timeout))
+                Err(Error::no_answer(&self.address, operation, limit))
             }
         }
     }

@@ -110,6 +110,10 @@ impl Deployment for Detect {
         self.found.get()?.follow(key, redirect)
     }
 
+    fn failed_over<'a>(&'a self, key: &'a str) -> Option<BoxFuture<'a, Result<Route>>> {
+        self.found.get()?.failed_over(key)
+    }
+
     fn server_of(&self, key: &str) -> usize {
         self.found.get().map_or(0, |found| found.server_of(key))
     }

@@ -9,10 +9,11 @@
 //!
 //! - [`standalone`]: one Redis server (or a cluster-mode server that holds
 //!   every slot).
+//! - [`cluster`]: a Redis Cluster, routed by slot, following redirections.
+//! - [`sentinel`]: the master a group of sentinels names, following
+//!   failovers.
 //!
-//! A Redis Cluster routes by slot and follows redirections, a
-//! Sentinel-managed master follows failovers; both stand behind the same
-//! trait. A quorum of independent masters (Redlock) is several standalone
+//! A quorum of independent masters (Redlock) is several standalone
 //! deployments side by side, each asked in parallel by the engine.
 
 pub(crate) mod cluster;
@@ -20,6 +21,7 @@ pub(crate) mod conn;
 pub(crate) mod detect;
 pub(crate) mod notify;
 pub(crate) mod probe;
+pub(crate) mod sentinel;
 pub(crate) mod standalone;
 
 use std::fmt;
@@ -32,6 +34,7 @@ pub(crate) use conn::ServerInfo;
 pub(crate) use notify::{Notifier, Subscription};
 
 use crate::engine::scripts::{evalsha, is_noscript_error, Publish, Scripts};
+use crate::engine::ReplicaAck;
 use crate::error::{Redirect, Result};
 
 /// A future a deployment returns: boxed, so that the trait stays usable
@@ -62,6 +65,13 @@ pub(crate) trait Deployment: Send + Sync + fmt::Debug {
         redirect: &'a Redirect,
     ) -> Option<BoxFuture<'a, Result<Route>>>;
 
+    /// The server of a route refused a write as a replica (READONLY): a
+    /// route to the master that replaced it, for a deployment that follows
+    /// failovers. `None` when it does not (the error stands).
+    fn failed_over<'a>(&'a self, _key: &'a str) -> Option<BoxFuture<'a, Result<Route>>> {
+        None
+    }
+
     /// Which server of the deployment serves `key` now, as a small number:
     /// the watchdog sends one renewal pipeline per server.
     fn server_of(&self, key: &str) -> usize;
@@ -81,6 +91,8 @@ pub(crate) struct Route {
     publish: Publish,
     /// Sent after a server's ASK: the next command goes with ASKING.
     asking: bool,
+    /// A script is followed by WAIT on the same connection.
+    ack: Option<ReplicaAck>,
 }
 
 impl fmt::Debug for Route {
@@ -102,7 +114,19 @@ impl Route {
             checkout,
             publish,
             asking: false,
+            ack: None,
         }
+    }
+
+    /// This route for a script whose write `ack` replicas must
+    /// acknowledge: `WAIT` goes right behind it, in one round trip.
+    pub(crate) fn with_ack(mut self, ack: Option<ReplicaAck>) -> Self {
+        self.ack = ack;
+        self
+    }
+
+    pub(crate) fn ack(&self) -> Option<ReplicaAck> {
+        self.ack
     }
 
     /// This route for one command that an ASK sent here.
@@ -132,18 +156,21 @@ impl Route {
     }
 
     /// Runs one script; NOSCRIPT is answered by loading it and sending it
-    /// again. Bounded by the command timeout.
+    /// again. Bounded by the command timeout (and the WAIT's timeout, when
+    /// the route asks replicas to acknowledge: then also how many did).
     pub(crate) async fn eval(
         self,
         operation: &str,
         script: &redis::Script,
         keys: &[&str],
         args: &[&[u8]],
-    ) -> Result<redis::Value> {
+    ) -> Result<(redis::Value, Option<u32>)> {
         let asking = self.asking;
+        let ack = self.ack;
+        let within = ack.map_or(std::time::Duration::ZERO, |ack| ack.timeout);
         self.connection
-            .run_on(self.checkout, operation, |mut conn, _| async move {
-                if !asking {
+            .run_on_within(self.checkout, operation, within, |mut conn, _| async move {
+                if !asking && ack.is_none() {
                     let mut invocation = script.prepare_invoke();
                     for key in keys {
                         invocation.key(*key);
@@ -151,22 +178,36 @@ impl Route {
                     for arg in args {
                         invocation.arg(*arg);
                     }
-                    return invocation.invoke_async(&mut conn).await;
+                    return invocation.invoke_async(&mut conn).await.map(|v| (v, None));
                 }
-                // ASKING holds for the next command alone: both go in one
-                // pipeline, and again after a NOSCRIPT.
+                // ASKING holds for the next command alone, and WAIT counts
+                // the writes of this connection: all go in one pipeline,
+                // and again after a NOSCRIPT.
                 let mut pipe = redis::pipe();
-                pipe.cmd("ASKING").ignore();
+                if asking {
+                    pipe.cmd("ASKING").ignore();
+                }
                 pipe.add_command(evalsha(script, keys, args));
-                match pipe.query_async::<(redis::Value,)>(&mut conn).await {
+                if let Some(ack) = ack {
+                    pipe.cmd("WAIT")
+                        .arg(ack.replicas)
+                        .arg(crate::keys::millis(ack.timeout).max(1));
+                }
+                let replies = match pipe.query_async::<Vec<redis::Value>>(&mut conn).await {
                     Err(e) if is_noscript_error(&e) => {
                         script.prepare_invoke().load_async(&mut conn).await?;
-                        pipe.query_async::<(redis::Value,)>(&mut conn)
-                            .await
-                            .map(|(value,)| value)
+                        pipe.query_async::<Vec<redis::Value>>(&mut conn).await?
                     }
-                    reply => reply.map(|(value,)| value),
-                }
+                    reply => reply?,
+                };
+                let mut replies = replies.into_iter();
+                let value = replies.next().unwrap_or(redis::Value::Nil);
+                let acked = match (ack, replies.next()) {
+                    (None, _) => None,
+                    (Some(_), Some(redis::Value::Int(n))) => Some(u32::try_from(n).unwrap_or(0)),
+                    (Some(_), _) => Some(0),
+                };
+                Ok((value, acked))
             })
             .await
     }
@@ -177,11 +218,20 @@ impl Route {
         operation: &str,
         pipe: &redis::Pipeline,
     ) -> Result<Vec<redis::Value>> {
-        self.connection
+        let replies: Vec<redis::Value> = self
+            .connection
             .run_on(self.checkout.clone(), operation, |mut conn, _| async move {
                 pipe.query_async(&mut conn).await
             })
-            .await
+            .await?;
+        // A pipeline that keeps going past errors says READONLY in its replies.
+        if replies
+            .iter()
+            .any(|reply| matches!(reply, redis::Value::ServerError(e) if e.code() == "READONLY"))
+        {
+            self.connection.demoted();
+        }
+        Ok(replies)
     }
 
     /// Loads `script` into the server's script cache.

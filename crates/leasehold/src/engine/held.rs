@@ -138,7 +138,8 @@ impl Held {
             // The next renewal may have moved earlier.
             self.engine.leases.watchdog.schedule(lease);
         }
-        if renew_one(&self.engine, &lease.keys, &lease.renewal_token(), length).await? {
+        let token = lease.renewal_token();
+        if renew_one(&self.engine, &lease.keys, &token, length, lease.replica_ack).await? {
             lease.renewed(sent_at, length);
         } else {
             lease.mark_lost(LossReason::TokenGone);

@@ -95,6 +95,8 @@ pub(crate) struct Lease {
     /// Semaphore permits (1 for the other kinds).
     pub(crate) permits: u32,
     pub(crate) renew: bool,
+    /// Replicas that must acknowledge an extend (the acquisition's).
+    pub(crate) replica_ack: Option<crate::engine::ReplicaAck>,
     /// A release before this keeps the lock until then: at least the
     /// hold-at-least after the moment the grant was known here, which is
     /// after Redis granted it. Local monotonic time only, so no clock of
@@ -156,6 +158,7 @@ impl Lease {
             fence,
             permits: request.permits,
             renew: request.renew,
+            replica_ack: request.replica_ack,
             hold_until: request.hold_at_least.map(|hold| Instant::now() + hold),
             cap,
             max_hold: request.max_hold,

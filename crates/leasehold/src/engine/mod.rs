@@ -43,10 +43,14 @@ struct SlotMaster {
     changed: Option<Instant>,
 }
 
-/// What a script that may grant a lock got.
+/// What a script that may grant a lock got. Returned once per request,
+/// never stored: boxing the route would cost an allocation per request.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Answer {
-    /// The reply, and the route of the server that gave it.
-    Reply(redis::Value, Route),
+    /// The script's reply, how many replicas acknowledged it when the
+    /// route asked (see [`ReplicaAck`]), and the route of the server that
+    /// gave it.
+    Reply(redis::Value, Option<u32>, Route),
     /// Not sent: the server that serves the key now is in its grace, which
     /// ends in this long.
     InGrace(Duration),
@@ -55,9 +59,9 @@ pub(crate) enum Answer {
 /// Names one script of a set (see [`Scripts`]).
 pub(crate) type Pick = fn(&Scripts) -> &redis::Script;
 
-/// How many MOVED or ASK one request follows before it gives up: a slot
-/// that moves more often than this while one request is sent is a cluster
-/// in trouble.
+/// How many MOVED, ASK or READONLY one request follows before it gives
+/// up: a slot (or a master) that moves more often than this while one
+/// request is sent is a deployment in trouble.
 const MAX_REDIRECTS: u32 = 5;
 
 /// How an engine behaves, fixed when it is made.
@@ -183,7 +187,7 @@ impl Engine {
             .send(route, key, operation, pick, key_list, args, false)
             .await?
         {
-            Answer::Reply(reply, route) => Ok((reply, route)),
+            Answer::Reply(reply, _, route) => Ok((reply, route)),
             Answer::InGrace(left) => Err(Error::new(
                 ErrorKind::Connection,
                 format!("the master of {key:?} is in its grace for {left:?}; try again then"),
@@ -207,19 +211,29 @@ impl Engine {
         grants: bool,
     ) -> Result<Answer> {
         let mut hops = 0;
+        let ack = route.ack();
         loop {
             let script = pick(route.scripts());
-            let error = match route.clone().eval(operation, script, key_list, args).await {
-                Ok(reply) => return Ok(Answer::Reply(reply, route)),
+            let reply = route.clone().eval(operation, script, key_list, args).await;
+            let error = match reply {
+                Ok((reply, acked)) => return Ok(Answer::Reply(reply, acked, route)),
                 Err(error) => error,
             };
-            let Some(redirect) = error.redirect().filter(|_| hops < MAX_REDIRECTS) else {
+            if hops >= MAX_REDIRECTS {
+                return Err(error);
+            }
+            // A cluster's MOVED and ASK, and a demoted master's READONLY
+            // (Sentinel), are followed to the server that serves `key` now.
+            let redirect = error.redirect();
+            let next = match &redirect {
+                Some(redirect) => self.deployment.follow(key, redirect),
+                None if error.is_readonly() => self.deployment.failed_over(key),
+                None => None,
+            };
+            let Some(next) = next else {
                 return Err(error);
             };
-            let Some(next) = self.deployment.follow(key, &redirect) else {
-                return Err(error);
-            };
-            route = next.await?;
+            route = next.await?.with_ack(ack);
             hops += 1;
             // An ASK sends one command to where the slot is moving: it says
             // nothing of who serves the slot.
@@ -356,6 +370,14 @@ pub(crate) fn stored_phrase(stored: &str) -> String {
     }
 }
 
+/// How many replicas must acknowledge a write, and how long Redis waits
+/// for them (`WAIT replicas timeout`, sent right behind the script).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaAck {
+    pub(crate) replicas: u32,
+    pub(crate) timeout: Duration,
+}
+
 /// What an acquisition asks for.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Request<'a> {
@@ -373,6 +395,8 @@ pub(crate) struct Request<'a> {
     pub(crate) owner: &'a str,
     /// Semaphore permits asked for (1 for the other kinds).
     pub(crate) permits: u32,
+    /// Replicas that must acknowledge the grant, else it is undone.
+    pub(crate) replica_ack: Option<ReplicaAck>,
 }
 
 /// A fresh 128-bit token from the operating system, as 32 hex digits.

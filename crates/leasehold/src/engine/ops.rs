@@ -8,34 +8,54 @@ use std::time::{Duration, UNIX_EPOCH};
 use redis::Value;
 
 use crate::engine::release::{release, release_as};
-use crate::engine::{scripts, Engine, Kind};
+use crate::engine::{scripts, Answer, Engine, Kind, ReplicaAck};
 use crate::error::{Error, ErrorKind, Result};
 use crate::holder::{Holder, LockInfo};
 use crate::keys::{millis, LockKeys};
 
-/// Sets the lease of `token` to `lease` if it still holds the lock.
+/// Sets the lease of `token` to `lease` if it still holds the lock; with
+/// `ack`, fewer replicas acknowledging the extend than asked is an error
+/// (the lease is extended on the master all the same).
 pub(crate) async fn renew_one(
     engine: &Engine,
     keys: &LockKeys,
     token: &str,
     lease: Duration,
+    ack: Option<ReplicaAck>,
 ) -> Result<bool> {
     let ms = millis(lease).to_string();
-    let reply = engine
-        .eval(
-            keys,
+    let route = engine.route(keys).await?.with_ack(ack);
+    let args: [&[u8]; 2] = [token.as_bytes(), ms.as_bytes()];
+    let answer = engine
+        .send(
+            route,
+            &keys.lock,
             "extend",
             |s| &s.renew,
             &[&keys.lock],
-            &[token.as_bytes(), ms.as_bytes()],
+            &args,
+            false,
         )
         .await?;
+    let (reply, acked) = match answer {
+        Answer::Reply(reply, acked, _) => (reply, acked),
+        Answer::InGrace(_) => return Err(Error::unexpected_reply("extend", &Value::Nil)),
+    };
     let outcome = match &reply {
         Value::Array(items) if items.len() == 1 => scripts::renewal(&items[0]),
         _ => return Err(Error::unexpected_reply("extend", &reply)),
     };
     match outcome {
-        scripts::Renewal::Renewed => Ok(true),
+        scripts::Renewal::Renewed => match (ack, acked) {
+            (Some(ack), Some(acked)) if acked < ack.replicas => Err(Error::replicas_missing(
+                &keys.name,
+                "extended",
+                acked,
+                ack,
+                "the lease stays extended on the master",
+            )),
+            _ => Ok(true),
+        },
         scripts::Renewal::NotHeld => Ok(false),
         scripts::Renewal::Refused(why) => Err(Error::new(
             ErrorKind::Server,
@@ -82,8 +102,9 @@ pub(crate) async fn extend_token(
     keys: &LockKeys,
     token: &str,
     lease: Duration,
+    ack: Option<ReplicaAck>,
 ) -> Result<()> {
-    if renew_one(engine, keys, token, lease).await? {
+    if renew_one(engine, keys, token, lease, ack).await? {
         Ok(())
     } else {
         Err(token_not_held(&keys.name))

@@ -24,7 +24,7 @@ use crate::engine::lease::local_deadline;
 use crate::engine::release::{release, PendingRelease};
 use crate::engine::scripts::{self, Scripts};
 use crate::engine::Engine;
-use crate::engine::{new_token, pttl, Answer, Kind, Pick, Request};
+use crate::engine::{new_token, pttl, Answer, Kind, Pick, ReplicaAck, Request};
 use crate::error::{Error, Result};
 use crate::holder::Holder;
 use crate::keys::{millis, LockKeys, MAX_LEASE};
@@ -65,6 +65,9 @@ enum Outcome {
     /// Not asked: the server is younger than the restart grace, which ends
     /// in `left`.
     InGrace { left: Duration },
+    /// Granted, but only `acked` replicas acknowledged it, fewer than the
+    /// request asked: it is to be undone.
+    Unacked { acked: u32, ack: ReplicaAck },
 }
 
 /// One attempt without queueing: the lease if the lock was free.
@@ -101,7 +104,22 @@ pub(crate) async fn try_acquire(
             }
             Ok(None)
         }
+        Outcome::Unacked { acked, ack } => {
+            leave(engine, request.keys, &mut pending, &token).await;
+            Err(unacked(request, acked, ack))
+        }
     }
+}
+
+/// The error of a grant too few replicas acknowledged, once undone.
+fn unacked(request: &Request<'_>, acked: u32, ack: ReplicaAck) -> Error {
+    Error::replicas_missing(
+        &request.keys.name,
+        "taken",
+        acked,
+        ack,
+        "it was released and is not held",
+    )
 }
 
 /// Waits for the lock, at most `wait` if given.
@@ -136,12 +154,17 @@ struct Seen {
     last_error: Option<Error>,
     /// Who held the lock at the last busy answer.
     holder: Option<Holder>,
+    /// The last attempt was granted, but too few replicas acknowledged it.
+    unacked: Option<Error>,
 }
 
 impl Seen {
     /// The error a wait that ran out ends with: the last fault if Redis
     /// never answered during the whole wait, else a timeout.
     fn give_up(&mut self, request: &Request<'_>, wait: Duration) -> Error {
+        if let Some(error) = self.unacked.take() {
+            return error;
+        }
         match self.last_error.take() {
             Some(error) if !self.answered => error,
             _ if self.in_grace => Error::wait_timed_out_in_grace(&request.keys.name, wait),
@@ -237,9 +260,23 @@ async fn wait_for(
                 seen.answered = true;
                 seen.holder = holder;
                 seen.in_grace = false;
+                seen.unacked = None;
                 queued_at.get_or_insert(sent_at);
                 backoff = FIRST_BACKOFF;
                 (pttl, sent_at, fence)
+            }
+            Ok(Outcome::Unacked { acked, ack }) => {
+                // Undone before anything else, so that nothing stays held
+                // while the replicas catch up; the wait goes on afresh.
+                seen.answered = true;
+                leave(engine, keys, &mut pending, &token).await;
+                seen.unacked = Some(unacked(request, acked, ack));
+                token = new_token()?;
+                if !queue || deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(seen.give_up(request, waited));
+                }
+                pause(backoff_step(&mut backoff), deadline).await;
+                continue;
             }
             Ok(Outcome::InGrace { left }) => {
                 seen.answered = true;
@@ -516,16 +553,24 @@ async fn attempt(
     };
     args.extend(own.iter().map(String::as_bytes));
     let sent_at = Instant::now();
-    let reply = match engine
+    let route = route.with_ack(request.replica_ack);
+    let (reply, acked) = match engine
         .send(
             route, &keys.lock, "acquire", pick, &keys_list, &args, !reentry,
         )
         .await?
     {
-        Answer::Reply(reply, _) => reply,
+        Answer::Reply(reply, acked, _) => (reply, acked),
         Answer::InGrace(left) => return Ok(Outcome::InGrace { left }),
     };
     let outcome = read_attempt(request, &reply, sent_at);
+    if let (Ok(Outcome::Granted { .. }), Some(ack), Some(acked)) =
+        (&outcome, request.replica_ack, acked)
+    {
+        if acked < ack.replicas {
+            return Ok(Outcome::Unacked { acked, ack });
+        }
+    }
     if !sent_before && outcome.as_ref().is_err_and(Error::is_conflict) {
         // Refused before it could hold or queue anything.
         if let Some(pending) = pending.take() {

@@ -310,7 +310,8 @@ async fn renew_alone(engine: &Engine, lease: &Arc<Lease>) {
         engine.leases.watchdog.enqueue(lease);
         return;
     };
-    match renew_one(engine, &lease.keys, &lease.renewal_token(), length).await {
+    // No WAIT here: it would hold back the client's connection every round.
+    match renew_one(engine, &lease.keys, &lease.renewal_token(), length, None).await {
         Ok(true) if !lease.is_finished() => {
             crate::engine::metrics::renewed();
             lease.renewed(sent_at, length);

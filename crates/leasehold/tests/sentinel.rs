@@ -1,0 +1,290 @@
+//! The lock family behind Redis Sentinel (`redis+sentinel://`): every
+//! primitive on the master the sentinels name, and waiters, holders and
+//! fences across a failover by command and across a master killed.
+
+use std::time::Duration;
+
+use leasehold::{Client, ErrorKind};
+use leasehold_testkit::{RedisServer, Sentinels};
+
+/// Long enough for any step that should succeed; a hang fails the test.
+const LONG: Duration = Duration::from_secs(30);
+
+fn exists(server: &RedisServer, key: &str) -> bool {
+    server.command(&["EXISTS", key]).unwrap() == "1"
+}
+
+/// Runs a blocking step of the test kit (a failover, a kill) on this
+/// worker thread while the other keeps the client's tasks going.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+/// Waits (bounded) until some client waits in the queue of `name`.
+async fn queued(client: &Client, name: &str) {
+    let mutex = client.mutex(name).unwrap();
+    tokio::time::timeout(LONG, async {
+        while mutex.inspect().await.unwrap().waiting_clients == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("a waiter queues");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_primitive_works_through_the_sentinels() {
+    let group = Sentinels::start(1, 3);
+    let client = Client::open(&group.url()).unwrap();
+    let master = group.master();
+
+    let guard = client.mutex("m").unwrap().acquire().await.unwrap();
+    assert!(
+        exists(master, "leasehold:{m}"),
+        "the mutex is on the master"
+    );
+    assert!(client.mutex("m").unwrap().inspect().await.unwrap().held);
+    assert!(client
+        .mutex("m")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    guard.extend(Duration::from_secs(20)).await.unwrap();
+    guard.release().await.unwrap();
+    assert!(!exists(master, "leasehold:{m}"));
+
+    let fair = client.fair_mutex("f").unwrap().acquire().await.unwrap();
+    fair.release().await.unwrap();
+
+    let reentrant = client.reentrant_mutex("r").unwrap();
+    let outer = reentrant.acquire().await.unwrap();
+    let inner = reentrant.try_acquire().await.unwrap().expect("a reentry");
+    assert_eq!(inner.fence(), outer.fence());
+    inner.release().await.unwrap();
+    outer.release().await.unwrap();
+
+    let rw = client.rw_lock("rw").unwrap();
+    let read = rw.read().acquire().await.unwrap();
+    read.release().await.unwrap();
+    let write = rw.write().acquire().await.unwrap();
+    write.release().await.unwrap();
+
+    let semaphore = client.semaphore("s", 2).unwrap();
+    let permits = semaphore.acquire_many(2).await.unwrap();
+    assert_eq!(semaphore.available().await.unwrap(), 0);
+    permits.release().await.unwrap();
+
+    // A waiter is woken by the release's notification on the master.
+    let holder = client.mutex("w").unwrap().acquire().await.unwrap();
+    let other = Client::open(&group.url()).unwrap();
+    let waiter = tokio::spawn(async move {
+        other
+            .mutex("w")
+            .unwrap()
+            .acquire_timeout(LONG)
+            .await
+            .map(|g| g.fence())
+    });
+    queued(&client, "w").await;
+    let fence = holder.fence();
+    holder.release().await.unwrap();
+    assert!(waiter.await.unwrap().unwrap() > fence);
+}
+
+/// A holder and a waiter ride out a failover by command, then a master
+/// killed: the waiter's wait goes on, the release reaches the new master,
+/// and fences only grow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_and_holders_follow_failovers() {
+    let mut group = Sentinels::start(2, 3);
+    let url = group.url();
+    let holder_client = Client::open(&url).unwrap();
+    let waiter_client = Client::open(&url).unwrap();
+    let holder = holder_client.mutex("job").unwrap().acquire().await.unwrap();
+    let first_fence = holder.fence();
+    let waiter = tokio::spawn(async move {
+        let mutex = waiter_client.mutex("job").unwrap();
+        let guard = mutex.acquire_timeout(LONG).await?;
+        Ok::<_, leasehold::Error>((waiter_client, guard))
+    });
+    queued(&holder_client, "job").await;
+
+    let old = group.master_addr();
+    blocking(|| group.failover());
+    let new = group.master_addr();
+    assert_ne!(old, new);
+    assert!(
+        !waiter.is_finished(),
+        "the wait went on across the failover"
+    );
+    holder.release().await.unwrap();
+    let (waiter_client, guard) = waiter.await.unwrap().unwrap();
+    assert!(guard.fence() > first_fence, "fences grow across a failover");
+    assert!(
+        exists(group.master(), "leasehold:{job}"),
+        "the waiter holds the lock on the new master"
+    );
+
+    // Now the master dies: the next holder's release and a new waiter
+    // reach the master that replaces it.
+    let second_fence = guard.fence();
+    let next = Client::open(&url).unwrap();
+    let waiting = tokio::spawn(async move {
+        let guard = next.mutex("job").unwrap().acquire_timeout(LONG).await?;
+        Ok::<_, leasehold::Error>((next, guard))
+    });
+    queued(&waiter_client, "job").await;
+    blocking(|| group.kill_master());
+    assert_ne!(group.master_addr(), new);
+    guard.release().await.unwrap();
+    let (_next, third) = waiting.await.unwrap().unwrap();
+    assert!(
+        third.fence() > second_fence,
+        "fences grow across a master killed"
+    );
+    assert!(
+        waiter_client
+            .mutex("job")
+            .unwrap()
+            .inspect()
+            .await
+            .unwrap()
+            .held
+    );
+    assert!(exists(group.master(), "leasehold:{job}"));
+    third.release().await.unwrap();
+}
+
+/// With the restart grace on, the master that replaces one this client
+/// used grants nothing until the grace has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grace_holds_back_a_new_master() {
+    let mut group = Sentinels::start(1, 3);
+    let grace = Duration::from_secs(4);
+    let client = Client::builder(group.url())
+        .restart_grace(grace)
+        .build()
+        .unwrap();
+    let mutex = client.mutex("job").unwrap();
+    // The servers are younger than the grace at first: a wait rides it out.
+    let guard = mutex.acquire_timeout(LONG).await.unwrap();
+    let fence = guard.fence();
+    guard.release().await.unwrap();
+
+    blocking(|| group.failover());
+    assert!(
+        mutex.try_acquire().await.unwrap().is_none(),
+        "a new master grants nothing within the grace"
+    );
+    let guard = mutex.acquire_timeout(LONG).await.unwrap();
+    assert!(guard.fence() > fence);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_sentinel_url_that_names_no_master_is_refused() {
+    for url in [
+        "redis+sentinel://127.0.0.1:1",
+        "redis+sentinel://127.0.0.1:1/",
+        "redis+sentinel:///mymaster",
+        "redis+sentinel://127.0.0.1:1/mymaster/zero",
+    ] {
+        let err = Client::open(url).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{url}: {err:?}");
+        assert!(err.to_string().contains("redis+sentinel://"), "{err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_name_the_sentinels_do_not_watch_is_a_config_error() {
+    let group = Sentinels::start(0, 1);
+    let url = group.url();
+    let (sentinels, _) = url.rsplit_once('/').unwrap();
+    let client = Client::open(&format!("{sentinels}/nosuchmaster")).unwrap();
+    let err = client
+        .mutex("job")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("watch no master named \"nosuchmaster\""),
+        "{err}"
+    );
+}
+
+/// `with_replica_ack`: with the replica up, a grant is on it when the
+/// acquisition returns; with it stopped, the grant is undone, the error
+/// says how many acknowledged, and nothing stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_ack_holds_only_what_the_replicas_acknowledged() {
+    let mut group = Sentinels::start(1, 1);
+    let client = Client::open(&group.url()).unwrap();
+    let ack = Duration::from_millis(300);
+    let mutex = client
+        .mutex("job")
+        .unwrap()
+        .with_replica_ack(1, ack)
+        .unwrap();
+    let guard = mutex.acquire().await.unwrap();
+    let replica = group.replicas()[0];
+    assert!(
+        exists(replica, "leasehold:{job}"),
+        "acknowledged by the replica"
+    );
+    guard.extend(Duration::from_secs(20)).await.unwrap();
+
+    blocking(|| group.stop_replica(0));
+    let err = guard.extend(Duration::from_secs(20)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ReplicasMissing, "{err:?}");
+    assert!(err.is_replicas_missing() && err.is_retryable());
+    assert!(err.to_string().contains("stays extended"), "{err}");
+    guard.release().await.unwrap();
+
+    let err = mutex.try_acquire().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ReplicasMissing, "{err:?}");
+    assert!(
+        err.to_string().contains(
+            "lock \"job\" was taken on the master, but only 0 of the 1 replica asked for \
+             acknowledged it within 300ms, so it was released and is not held"
+        ),
+        "{err}"
+    );
+    assert!(
+        !exists(group.master(), "leasehold:{job}"),
+        "nothing is held"
+    );
+
+    // A wait tries again within its bound, and ends on the same error.
+    let err = mutex
+        .acquire_timeout(Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert!(err.is_replicas_missing(), "{err:?}");
+    assert!(
+        !exists(group.master(), "leasehold:{job}"),
+        "nothing is held"
+    );
+    assert!(!mutex.inspect().await.unwrap().held);
+
+    // Without the setting, the lock is taken as before.
+    let guard = client.mutex("job").unwrap().try_acquire().await.unwrap();
+    assert!(guard.is_some());
+}
+
+#[test]
+fn a_replica_timeout_out_of_range_is_refused() {
+    let client = Client::open("redis://127.0.0.1:1").unwrap();
+    for timeout in [Duration::ZERO, Duration::from_secs(61)] {
+        let err = client
+            .mutex("job")
+            .unwrap()
+            .with_replica_ack(1, timeout)
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err:?}");
+    }
+}
