@@ -1,12 +1,14 @@
 //! leasehold's lock benchmark, against its peer rslock 0.10 in the same run:
 //! W1 (uncontended), W2 (contended), W3 (many keys) for both, W5 (renewal
 //! load) for leasehold, and the floor (bare redis-rs on one connection), all
-//! against one fresh redis-server started by the test kit. The workloads are
-//! defined in the project's BENCH.md.
+//! against one fresh redis-server started by the test kit; then W3 and W2
+//! (`Mutex`) for leasehold on a fresh three-master Redis Cluster. The
+//! workloads are defined in the project's BENCH.md.
 //!
 //! ```text
 //! cargo bench -p leasehold --bench workloads              full run (W2, W3 10 s; W5 30 s per K)
 //! cargo bench -p leasehold --bench workloads -- --quick   short counts and durations, small K
+//! cargo bench -p leasehold --bench workloads -- --skip-w5 all but W5 (its targets: not run)
 //! ```
 //!
 //! `LEASEHOLD_BENCH_QUICK=1` does what `--quick` does. Run without cargo
@@ -25,15 +27,20 @@
 //! permits), printed next to the mutexes, each with the check that fits
 //! it (see `workloads/w2_shared.rs`).
 //!
+//! W3 and W2 (`Mutex`) run once more on a Redis Cluster of three masters
+//! started by the test kit, for leasehold alone (rslock 0.10 has no cluster
+//! support), next to the same run's single-node figures, with Redis calls
+//! and CPU summed over the masters (see `workloads/cluster.rs`).
+//!
 //! Prints a table per workload, each leasehold primitive's figures next to
 //! rslock's with their ratio (leasehold / rslock, and which way is better),
 //! then the targets (met, missed, or not run, judged on this run's figures
 //! alone), then one JSON object per workload per line and one for the
 //! targets. A missed target does not change the exit code.
 //!
-//! Exit codes: 0 the run is done; 1 it could not run; 2 a W2 run lost an
-//! update (its counter is not the number of acquisitions) or failed its
-//! shared-holder check.
+//! Exit codes: 0 the run is done; 1 it could not run; 2 a W2 run (the
+//! cluster's too) lost an update (its counter is not the number of
+//! acquisitions) or failed its shared-holder check.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::error::Error as StdError;
@@ -49,6 +56,8 @@ use leasehold_testkit::RedisServer;
 use rslock::{LockError, LockManager};
 use serde_json::{json, Map, Value};
 
+#[path = "workloads/cluster.rs"]
+mod cluster;
 #[path = "workloads/w2_shared.rs"]
 mod w2_shared;
 
@@ -110,20 +119,25 @@ fn run() -> Result<ExitCode> {
         kinds,
     };
     let plan = &bench.plan;
+    let single = Servers::single(&bench);
 
     let ping = bench.rt.block_on(floor_ping(&bench))?;
     let bare = bench.rt.block_on(floor_bare(&bench))?;
     let w1 = [w1::<LeaseholdMutex>(&bench)?, w1::<Rslock>(&bench)?];
     let mut w2_runs = Vec::new();
     for run in LEASEHOLD_W2 {
-        w2_runs.push(run(&bench)?);
+        w2_runs.push(run(&bench, &single)?);
     }
-    w2_runs.push(w2::<Rslock>(&bench)?);
+    w2_runs.push(w2::<Rslock>(&bench, &single)?);
     let mut shared_runs = Vec::new();
     for &shared in w2_shared::SHARED_W2 {
         shared_runs.push(w2_shared::w2_shared(&bench, shared)?);
     }
-    let w3 = [w3::<LeaseholdMutex>(&bench)?, w3::<Rslock>(&bench)?];
+    let w3 = [
+        w3::<LeaseholdMutex>(&bench, &single)?,
+        w3::<Rslock>(&bench, &single)?,
+    ];
+    let on_cluster = cluster::cluster_runs(&bench)?;
     let w5 = w5(&bench)?;
 
     println!(
@@ -136,8 +150,10 @@ fn run() -> Result<ExitCode> {
     print_w2(plan, &w2_runs);
     w2_shared::print_w2_shared(plan, &w2_runs, &shared_runs);
     print_w3(plan, &w3);
+    cluster::print_cluster(plan, &w2_runs, &w3, &on_cluster)?;
     print_w5(plan, &w5);
-    let targets = targets(plan, &bare, &w1, &w2_runs, &w3, &w5)?;
+    let mut targets = targets(plan, &bare, &w1, &w2_runs, &w3, &w5)?;
+    targets.extend(cluster::targets(&w2_runs, &w3, &on_cluster)?);
     print_targets(plan, &targets);
     println!();
     for line in [
@@ -146,6 +162,8 @@ fn run() -> Result<ExitCode> {
         w2_json(plan, &w2_runs),
         w2_shared::w2_shared_json(plan, &shared_runs),
         w3_json(plan, &w3),
+        cluster::w3_cluster_json(plan, &w3, &on_cluster)?,
+        cluster::w2_cluster_json(plan, &w2_runs, &on_cluster)?,
         w5_json(plan, &w5),
         targets_json(plan, &targets),
     ] {
@@ -153,10 +171,14 @@ fn run() -> Result<ExitCode> {
     }
 
     let mut lost = false;
-    for run in &w2_runs {
+    for (run, on) in w2_runs
+        .iter()
+        .map(|run| (run, single.name))
+        .chain([(&on_cluster.w2, on_cluster.name)])
+    {
         if run.counter != run.acquisitions.len() as u64 {
             eprintln!(
-                "workloads: W2 {} lost updates: the counter is {} after {} acquisitions",
+                "workloads: W2 {} on the {on} lost updates: the counter is {} after {} acquisitions",
                 run.library,
                 run.counter,
                 run.acquisitions.len()
@@ -179,17 +201,60 @@ fn run() -> Result<ExitCode> {
 
 /// What every workload runs against.
 struct Bench {
+    /// The single redis-server's.
     url: String,
     plan: Plan,
     /// The main thread's runtime: W1, the floor, W5, and the snapshots.
     rt: tokio::runtime::Runtime,
-    /// A connection of the benchmark's own, for INFO and the W2 counter.
+    /// A connection of the benchmark's own to the single redis-server, for
+    /// INFO and the W2 counter.
     stats: MultiplexedConnection,
     kinds: CommandKinds,
 }
 
+/// The Redis that W2 and W3 run on: the single redis-server, or the
+/// masters of a cluster (see `workloads/cluster.rs`).
+struct Servers {
+    /// Its name in the tables and messages.
+    name: &'static str,
+    /// What lock clients are given: a URL, or a cluster's seeds joined by
+    /// commas.
+    url: String,
+    /// The server that holds W2's counter (on a cluster, the master of its
+    /// slot), for the workers' plain GET and SET.
+    data_url: String,
+    /// A connection of the benchmark's own to `data_url`, for W2's counter.
+    data: MultiplexedConnection,
+    /// A connection of the benchmark's own to each master, for INFO; server
+    /// cost is summed over them.
+    masters: Vec<MultiplexedConnection>,
+}
+
+impl Servers {
+    fn single(bench: &Bench) -> Servers {
+        Servers {
+            name: "single node",
+            url: bench.url.clone(),
+            data_url: bench.url.clone(),
+            data: bench.stats.clone(),
+            masters: vec![bench.stats.clone()],
+        }
+    }
+
+    /// `INFO commandstats` and `INFO cpu` of each master, one after another.
+    async fn snapshot(&self) -> Result<Vec<ServerSnapshot>> {
+        let mut out = Vec::with_capacity(self.masters.len());
+        for master in &self.masters {
+            out.push(server_snapshot(&mut master.clone()).await?);
+        }
+        Ok(out)
+    }
+}
+
 struct Plan {
     quick: bool,
+    /// `--skip-w5`: W5 does not run (its targets are "not run").
+    skip_w5: bool,
     warmup: usize,
     cycles: usize,
     w2_run: Duration,
@@ -205,14 +270,16 @@ impl Plan {
         let mut quick =
             std::env::var("LEASEHOLD_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
         let mut bench = false;
+        let mut skip_w5 = false;
         for arg in std::env::args().skip(1) {
             match arg.as_str() {
                 "--bench" => bench = true,
                 "--quick" => quick = true,
+                "--skip-w5" => skip_w5 = true,
                 other => {
                     return Err(format!(
-                        "unknown argument {other:?}: the only option is --quick \
-                         (or LEASEHOLD_BENCH_QUICK=1)"
+                        "unknown argument {other:?}: the options are --quick \
+                         (or LEASEHOLD_BENCH_QUICK=1) and --skip-w5"
                     )
                     .into())
                 }
@@ -222,6 +289,7 @@ impl Plan {
         Ok(if quick || !bench {
             Plan {
                 quick: true,
+                skip_w5,
                 warmup: 10,
                 cycles: 500,
                 w2_run: Duration::from_secs(1),
@@ -233,6 +301,7 @@ impl Plan {
         } else {
             Plan {
                 quick: false,
+                skip_w5,
                 warmup: 100,
                 cycles: 5_000,
                 w2_run: Duration::from_secs(10),
@@ -286,7 +355,7 @@ trait Library: Sized + 'static {
 }
 
 /// Runs W2 for one library.
-type W2Fn = fn(&Bench) -> Result<W2Run>;
+type W2Fn = fn(&Bench, &Servers) -> Result<W2Run>;
 
 /// Makes each listed leasehold primitive a [`Library`] and runs W2 for each,
 /// in order (`LEASEHOLD_W2`). A primitive with `Mutex`'s methods (`inspect`
@@ -577,6 +646,29 @@ impl ServerCost {
             calls,
             cpu_us: (after.cpu_seconds - before.cpu_seconds) * 1e6,
         }
+    }
+
+    /// What each master did between its two snapshots, and the sum.
+    fn of_masters(
+        before: &[ServerSnapshot],
+        after: &[ServerSnapshot],
+    ) -> (ServerCost, Vec<ServerCost>) {
+        let each: Vec<ServerCost> = before
+            .iter()
+            .zip(after)
+            .map(|(before, after)| ServerCost::between(before, after))
+            .collect();
+        let mut sum = ServerCost {
+            calls: BTreeMap::new(),
+            cpu_us: 0.0,
+        };
+        for cost in &each {
+            for (command, &n) in &cost.calls {
+                *sum.calls.entry(command.clone()).or_default() += n;
+            }
+            sum.cpu_us += cost.cpu_us;
+        }
+        (sum, each)
     }
 
     fn get(&self, command: &str) -> u64 {
@@ -953,16 +1045,16 @@ struct W2Run {
     figures: W2Figures,
 }
 
-fn w2<L: Library>(bench: &Bench) -> Result<W2Run> {
+fn w2<L: Library>(bench: &Bench, on: &Servers) -> Result<W2Run> {
     let rt = &bench.rt;
-    let mut stats = bench.stats.clone();
-    let gate_library = L::connect(&bench.url)?;
+    let mut data = on.data.clone();
+    let gate_library = L::connect(&on.url)?;
     let gate = gate_library.lock(W2_LOCK)?;
     let held = rt.block_on(async {
         redis::cmd("SET")
             .arg(W2_COUNTER)
             .arg(0)
-            .query_async::<()>(&mut stats)
+            .query_async::<()>(&mut data)
             .await?;
         L::try_acquire(&gate)
             .await?
@@ -970,10 +1062,10 @@ fn w2<L: Library>(bench: &Bench) -> Result<W2Run> {
     })?;
 
     let origin = Instant::now();
-    let url = bench.url.clone();
+    let (url, data_url) = (on.url.clone(), on.data_url.clone());
     let run_for = bench.plan.w2_run;
     let mut workers = Workers::spawn("W2", W2_WORKERS, move |id, line| {
-        w2_worker::<L>(id, &url, origin, run_for, line)
+        w2_worker::<L>(id, &url, &data_url, origin, run_for, line)
     })?;
     // The workers' warm-up acquire waits behind the gate, which opens their
     // notification connections too; it opens once all of them wait.
@@ -981,12 +1073,12 @@ fn w2<L: Library>(bench: &Bench) -> Result<W2Run> {
     rt.block_on(L::release(held))?;
     workers.wait_ready()?;
 
-    let before = rt.block_on(server_snapshot(&mut stats))?;
+    let before = rt.block_on(on.snapshot())?;
     let start = workers.start()?;
     let logs = workers.join()?;
-    let after = rt.block_on(server_snapshot(&mut stats))?;
+    let after = rt.block_on(on.snapshot())?;
     let counter: Option<u64> =
-        rt.block_on(redis::cmd("GET").arg(W2_COUNTER).query_async(&mut stats))?;
+        rt.block_on(redis::cmd("GET").arg(W2_COUNTER).query_async(&mut data))?;
 
     let per_worker: Vec<usize> = logs.iter().map(|log| log.acquisitions.len()).collect();
     let timeouts = logs.iter().map(|log| log.timeouts).sum();
@@ -1005,7 +1097,7 @@ fn w2<L: Library>(bench: &Bench) -> Result<W2Run> {
     let elapsed = last_release.saturating_sub(start - origin);
     let n = acquisitions.len();
     let figures = W2Figures::of(&acquisitions, &per_worker, elapsed)?;
-    let cost = ServerCost::between(&before, &after);
+    let (cost, _) = ServerCost::of_masters(&before, &after);
     let data = [("get", n as u64), ("set", n as u64)];
     Ok(W2Run {
         library: L::NAME,
@@ -1045,6 +1137,7 @@ async fn wait_for_waiters<L: Library>(gate: &L::Lock, workers: &mut Workers<W2Lo
 fn w2_worker<L: Library>(
     id: usize,
     url: &str,
+    data_url: &str,
     origin: Instant,
     run_for: Duration,
     line: StartLine,
@@ -1053,7 +1146,7 @@ fn w2_worker<L: Library>(
         async || {
             let library = L::connect(url)?;
             let lock = library.lock(W2_LOCK)?;
-            let mut data = connect(url).await?;
+            let mut data = connect(data_url).await?;
             redis::cmd("GET")
                 .arg(W2_COUNTER)
                 .query_async::<Option<u64>>(&mut data)
@@ -1179,23 +1272,25 @@ struct W3Run {
     successes: usize,
     attempt: Latencies,
     elapsed: Duration,
+    /// Summed over the masters.
     cost: ServerCost,
+    /// Each master's, in the order of [`Servers::masters`].
+    per_master: Vec<ServerCost>,
     /// Per attempt.
     lock: LockCost,
 }
 
-fn w3<L: Library>(bench: &Bench) -> Result<W3Run> {
-    let mut stats = bench.stats.clone();
-    let url = bench.url.clone();
+fn w3<L: Library>(bench: &Bench, on: &Servers) -> Result<W3Run> {
+    let url = on.url.clone();
     let (warmup, run_for) = (bench.plan.warmup, bench.plan.w3_run);
     let mut workers = Workers::spawn("W3", W3_WORKERS, move |id, line| {
         w3_worker::<L>(id, &url, warmup, run_for, line)
     })?;
     workers.wait_ready()?;
-    let before = bench.rt.block_on(server_snapshot(&mut stats))?;
+    let before = bench.rt.block_on(on.snapshot())?;
     let start = workers.start()?;
     let logs = workers.join()?;
-    let after = bench.rt.block_on(server_snapshot(&mut stats))?;
+    let after = bench.rt.block_on(on.snapshot())?;
 
     let finished = logs
         .iter()
@@ -1204,7 +1299,7 @@ fn w3<L: Library>(bench: &Bench) -> Result<W3Run> {
         .ok_or("W3 made no attempt")?;
     let attempts = logs.iter().map(|log| log.attempts).sum();
     let successes = logs.iter().map(|log| log.successes).sum();
-    let cost = ServerCost::between(&before, &after);
+    let (cost, per_master) = ServerCost::of_masters(&before, &after);
     Ok(W3Run {
         library: L::NAME,
         attempts,
@@ -1213,6 +1308,7 @@ fn w3<L: Library>(bench: &Bench) -> Result<W3Run> {
         elapsed: finished - start,
         lock: LockCost::of::<L>(bench, &cost, &[], attempts),
         cost,
+        per_master,
     })
 }
 
@@ -1292,6 +1388,9 @@ impl W5Row {
 }
 
 fn w5(bench: &Bench) -> Result<Vec<W5Row>> {
+    if bench.plan.skip_w5 {
+        return Ok(Vec::new());
+    }
     bench
         .plan
         .w5_leases
@@ -1555,8 +1654,17 @@ fn print_w2(plan: &Plan, runs: &[W2Run]) {
         W2_HOLD.as_millis()
     );
     let table = Table::new(&runs.iter().map(|r| r.library).collect::<Vec<_>>());
+    w2_rows(&table, &runs.iter().collect::<Vec<_>>());
+}
+
+/// W2's rows of `table`, a column per run.
+fn w2_rows(table: &Table, runs: &[&W2Run]) {
     let num = |label, better, f: &dyn Fn(&W2Run) -> f64| {
-        table.num(label, &runs.iter().map(f).collect::<Vec<_>>(), better);
+        table.num(
+            label,
+            &runs.iter().map(|r| f(r)).collect::<Vec<_>>(),
+            better,
+        );
     };
     num("acquisitions", Better::Higher, &|r| {
         r.acquisitions.len() as f64
@@ -1607,7 +1715,7 @@ fn print_w2(plan: &Plan, runs: &[W2Run]) {
             .collect::<Vec<_>>(),
     );
     print_lock_cost(
-        &table,
+        table,
         "acquisition",
         &runs.iter().map(|r| &r.lock).collect::<Vec<_>>(),
     );
@@ -1625,8 +1733,17 @@ fn print_w3(plan: &Plan, runs: &[W3Run]) {
         plan.w3_run.as_secs()
     );
     let table = Table::new(&runs.iter().map(|r| r.library).collect::<Vec<_>>());
+    w3_rows(&table, &runs.iter().collect::<Vec<_>>());
+}
+
+/// W3's rows of `table`, a column per run.
+fn w3_rows(table: &Table, runs: &[&W3Run]) {
     let num = |label, better, f: &dyn Fn(&W3Run) -> f64| {
-        table.num(label, &runs.iter().map(f).collect::<Vec<_>>(), better);
+        table.num(
+            label,
+            &runs.iter().map(|r| f(r)).collect::<Vec<_>>(),
+            better,
+        );
     };
     num("attempts", Better::Higher, &|r| r.attempts as f64);
     num("attempts/s", Better::Higher, &|r| {
@@ -1638,7 +1755,7 @@ fn print_w3(plan: &Plan, runs: &[W3Run]) {
     num("attempt p50 µs", Better::Lower, &|r| r.attempt.p50_us());
     num("attempt p99 µs", Better::Lower, &|r| r.attempt.p99_us());
     print_lock_cost(
-        &table,
+        table,
         "attempt",
         &runs.iter().map(|r| &r.lock).collect::<Vec<_>>(),
     );
@@ -1646,6 +1763,10 @@ fn print_w3(plan: &Plan, runs: &[W3Run]) {
 
 fn print_w5(plan: &Plan, rows: &[W5Row]) {
     println!();
+    if plan.skip_w5 {
+        println!("W5 renewal load (leasehold): not run (--skip-w5)");
+        return;
+    }
     println!(
         "W5 renewal load (leasehold): one client holds K leases of {} s, watchdog on, {} s; \
          then acquire+release of {W5_PROBE_LOCK} on the same client every {} ms for {} s",
@@ -1722,6 +1843,16 @@ fn percent(part: usize, whole: usize) -> f64 {
 /// `{"libraries": {name: figures}, "ratio_leasehold_over_rslock": {name:
 /// {figure: ratio}}}`, rslock being the last library.
 fn compared(libraries: Vec<(&str, Value)>) -> Map<String, Value> {
+    compared_as(libraries, "libraries", "ratio_leasehold_over_rslock")
+}
+
+/// [`compared`] under other keys: `{group_key: {name: figures}, ratio_key:
+/// {name: {figure: ratio}}}`, each ratio over the last column's figure.
+fn compared_as(
+    libraries: Vec<(&str, Value)>,
+    group_key: &str,
+    ratio_key: &str,
+) -> Map<String, Value> {
     let mut out = Map::new();
     let mut ratios = Map::new();
     if let Some(((_, peer), ours)) = libraries.split_last() {
@@ -1743,11 +1874,8 @@ fn compared(libraries: Vec<(&str, Value)>) -> Map<String, Value> {
         .into_iter()
         .map(|(name, figures)| (name.to_owned(), figures))
         .collect();
-    out.insert("libraries".to_owned(), Value::Object(libraries));
-    out.insert(
-        "ratio_leasehold_over_rslock".to_owned(),
-        Value::Object(ratios),
-    );
+    out.insert(group_key.to_owned(), Value::Object(libraries));
+    out.insert(ratio_key.to_owned(), Value::Object(ratios));
     out
 }
 
@@ -1816,36 +1944,35 @@ fn w1_json(plan: &Plan, runs: &[W1Run]) -> Value {
     )
 }
 
+/// One W2 run's figures, for the JSON.
+fn w2_figures(r: &W2Run) -> Value {
+    let n = r.acquisitions.len();
+    let f = &r.figures;
+    with(
+        json!({
+            "elapsed_s": round3(r.elapsed.as_secs_f64()),
+            "acquisitions": n,
+            "acquisitions_per_s": f.acquisitions_per_s,
+            "share_min": f.share_min,
+            "share_max": f.share_max,
+            "acquisitions_per_worker": r.per_worker,
+            "wait_p50_us": f.wait.p50_us(),
+            "wait_p99_us": f.wait.p99_us(),
+            "wait_max_us": micros(f.wait.max()),
+            "mean_idle_gap_us": f.mean_idle_gap_us,
+            "handoffs": f.handoffs,
+            "taken_straight_back": f.taken_back,
+            "acquires_timed_out": r.timeouts,
+            "counter": r.counter,
+            "lost_updates": n as i64 - r.counter as i64,
+            "data_round_trips_per_acquisition": 2,
+        }),
+        lock_cost_json(&r.lock, "acquisition", &r.cost),
+    )
+}
+
 fn w2_json(plan: &Plan, runs: &[W2Run]) -> Value {
-    let libraries = runs
-        .iter()
-        .map(|r| {
-            let n = r.acquisitions.len();
-            let f = &r.figures;
-            let figures = with(
-                json!({
-                    "elapsed_s": round3(r.elapsed.as_secs_f64()),
-                    "acquisitions": n,
-                    "acquisitions_per_s": f.acquisitions_per_s,
-                    "share_min": f.share_min,
-                    "share_max": f.share_max,
-                    "acquisitions_per_worker": r.per_worker,
-                    "wait_p50_us": f.wait.p50_us(),
-                    "wait_p99_us": f.wait.p99_us(),
-                    "wait_max_us": micros(f.wait.max()),
-                    "mean_idle_gap_us": f.mean_idle_gap_us,
-                    "handoffs": f.handoffs,
-                    "taken_straight_back": f.taken_back,
-                    "acquires_timed_out": r.timeouts,
-                    "counter": r.counter,
-                    "lost_updates": n as i64 - r.counter as i64,
-                    "data_round_trips_per_acquisition": 2,
-                }),
-                lock_cost_json(&r.lock, "acquisition", &r.cost),
-            );
-            (r.library, figures)
-        })
-        .collect();
+    let libraries = runs.iter().map(|r| (r.library, w2_figures(r))).collect();
     with(
         json!({
             "workload": "W2",
@@ -1859,25 +1986,24 @@ fn w2_json(plan: &Plan, runs: &[W2Run]) -> Value {
     )
 }
 
+/// One W3 run's figures, for the JSON.
+fn w3_figures(r: &W3Run) -> Value {
+    with(
+        json!({
+            "elapsed_s": round3(r.elapsed.as_secs_f64()),
+            "attempts": r.attempts,
+            "successes": r.successes,
+            "attempts_per_s": per_second(r.attempts, r.elapsed),
+            "success_ratio": round3(r.successes as f64 / r.attempts as f64),
+            "attempt_p50_us": r.attempt.p50_us(),
+            "attempt_p99_us": r.attempt.p99_us(),
+        }),
+        lock_cost_json(&r.lock, "attempt", &r.cost),
+    )
+}
+
 fn w3_json(plan: &Plan, runs: &[W3Run]) -> Value {
-    let libraries = runs
-        .iter()
-        .map(|r| {
-            let figures = with(
-                json!({
-                    "elapsed_s": round3(r.elapsed.as_secs_f64()),
-                    "attempts": r.attempts,
-                    "successes": r.successes,
-                    "attempts_per_s": per_second(r.attempts, r.elapsed),
-                    "success_ratio": round3(r.successes as f64 / r.attempts as f64),
-                    "attempt_p50_us": r.attempt.p50_us(),
-                    "attempt_p99_us": r.attempt.p99_us(),
-                }),
-                lock_cost_json(&r.lock, "attempt", &r.cost),
-            );
-            (r.library, figures)
-        })
-        .collect();
+    let libraries = runs.iter().map(|r| (r.library, w3_figures(r))).collect();
     with(
         json!({
             "workload": "W3",
@@ -1920,6 +2046,7 @@ fn w5_json(plan: &Plan, rows: &[W5Row]) -> Value {
     json!({
         "workload": "W5",
         "quick": plan.quick,
+        "skipped": plan.skip_w5,
         "lease_s": W5_LEASE.as_secs_f64(),
         "hold_s": plan.w5_hold.as_secs_f64(),
         "probe_s": plan.w5_probe.as_secs_f64(),
@@ -2006,6 +2133,12 @@ fn w2_run<'a>(runs: &'a [W2Run], library: &str) -> Result<&'a W2Run> {
     runs.iter()
         .find(|r| r.library == library)
         .ok_or_else(|| format!("no W2 run of {library}").into())
+}
+
+fn w3_run<'a>(runs: &'a [W3Run], library: &str) -> Result<&'a W3Run> {
+    runs.iter()
+        .find(|r| r.library == library)
+        .ok_or_else(|| format!("no W3 run of {library}").into())
 }
 
 fn cycles_per_s(plan: &Plan, run: &CycleRun) -> f64 {
@@ -2103,12 +2236,7 @@ fn targets(
         "client-issued lock commands, not the data GET/SET",
     ));
 
-    let w3_of = |library: &str| -> Result<&W3Run> {
-        w3.iter()
-            .find(|r| r.library == library)
-            .ok_or_else(|| format!("no W3 run of {library}").into())
-    };
-    let (ours, theirs) = (w3_of(LeaseholdMutex::NAME)?, w3_of(peer)?);
+    let (ours, theirs) = (w3_run(w3, LeaseholdMutex::NAME)?, w3_run(w3, peer)?);
     let theirs_per_s = per_second(theirs.attempts, theirs.elapsed);
     out.push(Target::new(
         "W3",
@@ -2127,8 +2255,13 @@ fn targets(
 
     let w5_row = |k: usize| w5.iter().find(|r| r.leases == k);
     let cpu_ms = |r: &W5Row| round3(r.client_cpu.as_secs_f64() * 1e3 / r.hold.as_secs_f64());
+    let not_run = if plan.skip_w5 {
+        "W5 not run (--skip-w5)"
+    } else {
+        "no K = 0 row"
+    };
     let baseline = w5_row(0).map_or_else(
-        || "no K = 0 row".to_owned(),
+        || not_run.to_owned(),
         |r| format!("K = 0: {} ms/s (INFO sampling)", number(cpu_ms(r))),
     );
     out.push(Target::new(
@@ -2163,9 +2296,10 @@ fn targets(
         "probe p50 at K = 20,000 ≤ 1.2 × with none held (µs)",
         full.map(|r| r.probe.p50_us()),
         Bound::AtMost(1.2 * none.map_or(0.0, |r| r.probe.p50_us())),
-        none.map_or_else(String::new, |r| {
-            format!("none held: p50 {} µs", number(r.probe.p50_us()))
-        }),
+        none.map_or_else(
+            || not_run.to_owned(),
+            |r| format!("none held: p50 {} µs", number(r.probe.p50_us())),
+        ),
     ));
     Ok(out)
 }
