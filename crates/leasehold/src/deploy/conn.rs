@@ -253,7 +253,9 @@ impl Connection {
                     return Err(self.mismatch(within).await.unwrap_or(error));
                 }
             };
-        if info_field(&server, "redis_mode") == Some("sentinel") {
+        // Valkey names the field server_mode.
+        let mode = info_field(&server, "redis_mode").or_else(|| info_field(&server, "server_mode"));
+        if mode == Some("sentinel") {
             return Err(Error::sentinel(&self.address));
         }
         let uptime = info_field(&server, "uptime_in_seconds")
