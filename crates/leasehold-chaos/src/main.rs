@@ -112,8 +112,10 @@ struct RunArgs {
     #[arg(long, value_name = "MS")]
     restart_grace_ms: Option<u64>,
     /// The cluster's cluster-node-timeout: how long a master may not answer
-    /// before its replica takes over (cluster schedules only).
-    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    /// before its replica takes over (cluster schedules only). A killed
+    /// master is replaced about a second after it; a lease shorter than
+    /// that runs out first, grace or not.
+    #[arg(long, value_name = "MS", default_value_t = orchestrator::DEFAULT_NODE_TIMEOUT.as_millis() as u64)]
     node_timeout_ms: u64,
     /// Appends one JSON object per run to FILE: the run's settings
     /// (schedule, seed, seconds, workers, lease_ms, …), the faults

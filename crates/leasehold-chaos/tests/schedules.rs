@@ -202,7 +202,7 @@ fn mixed() {
 fn cluster_schedule(name: &str) -> Value {
     let run = schedule_for(name, "2");
     assert_eq!(kinds(&run), BTreeSet::from([name.to_owned()]), "{run}");
-    assert_eq!(run["node_timeout_ms"], 1000, "{run}");
+    assert_eq!(run["node_timeout_ms"], 2000, "{run}");
     run
 }
 
