@@ -37,7 +37,7 @@ use leasehold_testkit::{key_slot, FaultProxy, RedisCluster, RedisServer};
 use serde_json::{json, Value};
 
 use crate::check::{self, Findings, Inputs, WorkerLog};
-use crate::events::{mono_ns, one_line, parse_log};
+use crate::events::{mono_ns, one_line, parse_log, Event};
 use crate::faults::{Fault, Injected, Schedule};
 use crate::reaper::Reaper;
 use crate::resource::{Resource, Served};
@@ -89,6 +89,10 @@ pub(crate) struct RunConfig {
     pub(crate) node_timeout: Duration,
     pub(crate) keep_logs: Option<PathBuf>,
 }
+
+/// How long ago a section that a kill aims at began: long enough that it
+/// is a long one, soon enough that most of it is still ahead.
+const FRESH_HOLD: (Duration, Duration) = (Duration::from_millis(150), Duration::from_millis(600));
 
 /// The shards of a cluster run, each a master and one replica.
 const CLUSTER_SHARDS: usize = 3;
@@ -316,6 +320,9 @@ struct Run<'a> {
     /// Acquisitions counted so far, and how far each log was read.
     counted: u64,
     read_to: HashMap<PathBuf, u64>,
+    /// The section each log has open, as far as it was read: its lock and
+    /// when it was granted.
+    open: HashMap<PathBuf, (String, u64)>,
 }
 
 pub(crate) fn run(config: &RunConfig) -> Result<RunReport> {
@@ -386,6 +393,7 @@ pub(crate) fn run(config: &RunConfig) -> Result<RunReport> {
         last_reap: Instant::now(),
         counted: 0,
         read_to: HashMap::new(),
+        open: HashMap::new(),
     };
     for _ in 0..config.workers {
         let slot = run.spawn()?;
@@ -523,6 +531,20 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// A lock that a running worker took between `from` and `to` ago and
+    /// holds still, as the logs tell: a long section (most end within
+    /// 80 ms), that has most of its hold ahead of it. The youngest.
+    fn fresh_long_hold(&mut self, from: Duration, to: Duration) -> Option<String> {
+        self.count_acquisitions();
+        let now = mono_ns();
+        self.slots
+            .iter()
+            .filter_map(|s| self.open.get(&s.log))
+            .filter(|(_, at)| (nanos(from)..=nanos(to)).contains(&now.saturating_sub(*at)))
+            .max_by_key(|(_, at)| *at)
+            .map(|(lock, _)| lock.clone())
+    }
+
     /// The acquisitions the workers have logged so far (read on from where
     /// the last count stopped).
     fn count_acquisitions(&mut self) -> u64 {
@@ -536,10 +558,18 @@ impl Run<'_> {
                 continue;
             }
             let whole = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-            self.counted += text[..whole]
-                .split(|&b| b == b'\n')
-                .filter(|line| line.starts_with(b"acq\t"))
-                .count() as u64;
+            for line in text[..whole].split(|&b| b == b'\n') {
+                match String::from_utf8_lossy(line).parse::<Event>() {
+                    Ok(Event::Acquired { lock, at, .. }) => {
+                        self.counted += 1;
+                        self.open.insert(s.log.clone(), (lock, at));
+                    }
+                    Ok(Event::Ended { .. }) => {
+                        self.open.remove(&s.log);
+                    }
+                    _ => {}
+                }
+            }
             self.read_to.insert(s.log.clone(), from + whole as u64);
         }
         self.counted
@@ -827,7 +857,9 @@ impl Run<'_> {
     /// again once the replica has taken over: what the master did
     /// meanwhile is lost, as with a replica that lags behind. The shard is
     /// chosen after the lag, so that the kill strikes whoever holds a
-    /// lock then. Returns the fault as aimed, and whether it was.
+    /// lock then: most of the time, a lock just taken for a long hold
+    /// (granted while the replicas lagged, so the new master will not know
+    /// of it). Returns the fault as aimed, and whether it was.
     fn kill_master(&mut self, lag: Duration) -> Result<(Fault, bool)> {
         let unpause = |c: &mut RedisCluster| -> Result<()> {
             for node in c.nodes() {
@@ -857,10 +889,33 @@ impl Run<'_> {
                 napped?;
             }
         }
-        let (fault, at_holder) = self.aim(Fault::KillMaster { shard: 0, lag })?;
-        let Fault::KillMaster { shard, .. } = fault else {
-            bail!("{fault} is not a kill");
+        // A kill can only meet a holder whose section outlives the
+        // failover: most of the time, it waits (a lease at most) for a lock
+        // that was taken a moment ago for a long hold.
+        let mut fresh = None;
+        if self.rng.chance(0.8) {
+            let until = Instant::now() + self.config.lease;
+            while fresh.is_none() && Instant::now() < until && !interrupted() {
+                fresh = self.fresh_long_hold(FRESH_HOLD.0, FRESH_HOLD.1);
+                if fresh.is_none() {
+                    self.nap(Duration::from_millis(20))?;
+                }
+            }
+        }
+        let (shard, at_holder) = match fresh {
+            Some(lock) => {
+                let slot = key_slot(&lock);
+                (
+                    self.on_cluster("finding a slot's shard", |c| c.shard_of_slot(slot))?,
+                    true,
+                )
+            }
+            None => match self.aim(Fault::KillMaster { shard: 0, lag })? {
+                (Fault::KillMaster { shard, .. }, at_holder) => (shard, at_holder),
+                (fault, _) => bail!("{fault} is not a kill"),
+            },
         };
+        let fault = Fault::KillMaster { shard, lag };
         let what = fault.to_string();
         let killed = self.on_cluster(&what, |c| c.kill_master(shard))?;
         if !lag.is_zero() {
