@@ -558,7 +558,8 @@ impl Run<'_> {
                 continue;
             }
             let whole = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-            for line in text[..whole].split(|&b| b == b'\n') {
+            let marks = |line: &&[u8]| line.starts_with(b"acq\t") || line.starts_with(b"end\t");
+            for line in text[..whole].split(|&b| b == b'\n').filter(marks) {
                 match String::from_utf8_lossy(line).parse::<Event>() {
                     Ok(Event::Acquired { lock, at, .. }) => {
                         self.counted += 1;
