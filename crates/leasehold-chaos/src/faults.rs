@@ -1,5 +1,7 @@
 //! The fault schedules: which faults a run injects, at which strengths, drawn
-//! from a seeded generator.
+//! from a seeded generator. The first nine strike one Redis server and the
+//! workers' connections to it; the `cluster-` schedules strike a Redis
+//! Cluster's shards.
 
 use std::fmt;
 use std::str::FromStr;
@@ -20,6 +22,9 @@ pub(crate) enum Schedule {
     Reset,
     HalfOpen,
     Mixed,
+    ClusterFailover,
+    ClusterKill,
+    ClusterMigrate,
 }
 
 impl Schedule {
@@ -35,6 +40,15 @@ impl Schedule {
         Schedule::Mixed,
     ];
 
+    /// The schedules of a Redis Cluster: `--schedule cluster`. Not in
+    /// `all`, which runs on one server: a cluster takes six servers and
+    /// longer runs, and the published `all` figures stay reproducible.
+    pub(crate) const CLUSTER: [Schedule; 3] = [
+        Schedule::ClusterFailover,
+        Schedule::ClusterKill,
+        Schedule::ClusterMigrate,
+    ];
+
     pub(crate) fn name(self) -> &'static str {
         match self {
             Schedule::Pause => "pause",
@@ -46,21 +60,37 @@ impl Schedule {
             Schedule::Reset => "reset",
             Schedule::HalfOpen => "half-open",
             Schedule::Mixed => "mixed",
+            Schedule::ClusterFailover => "cluster-failover",
+            Schedule::ClusterKill => "cluster-kill",
+            Schedule::ClusterMigrate => "cluster-migrate",
         }
     }
 
-    /// One schedule by name, or every one for `all`.
+    /// One schedule by name, every one-server schedule for `all`, or every
+    /// cluster schedule for `cluster`.
     pub(crate) fn parse_list(name: &str) -> Result<Vec<Schedule>> {
-        if name == "all" {
-            return Ok(Schedule::ALL.to_vec());
+        match name {
+            "all" => return Ok(Schedule::ALL.to_vec()),
+            "cluster" => return Ok(Schedule::CLUSTER.to_vec()),
+            _ => {}
         }
-        match Schedule::ALL.iter().find(|s| s.name() == name) {
+        match Schedule::ALL
+            .iter()
+            .chain(&Schedule::CLUSTER)
+            .find(|s| s.name() == name)
+        {
             Some(s) => Ok(vec![*s]),
             None => bail!(
-                "unknown schedule {name:?}: use one of {} or all",
-                Schedule::ALL.map(Schedule::name).join(", ")
+                "unknown schedule {name:?}: use one of {}, or all; or one of {}, or cluster",
+                Schedule::ALL.map(Schedule::name).join(", "),
+                Schedule::CLUSTER.map(Schedule::name).join(", ")
             ),
         }
+    }
+
+    /// Whether the schedule runs on a Redis Cluster.
+    pub(crate) fn on_cluster(self) -> bool {
+        Schedule::CLUSTER.contains(&self)
     }
 
     /// Whether the schedule restarts Redis (the server then keeps an AOF,
@@ -69,7 +99,8 @@ impl Schedule {
         matches!(self, Schedule::Restart | Schedule::Mixed)
     }
 
-    /// The next fault, its strength scaled to `lease`.
+    /// The next fault, its strength scaled to `lease`. A cluster fault is
+    /// drawn for shard 0 (slot 0): the run aims it when it strikes.
     pub(crate) fn draw(self, rng: &mut Rng, lease: Duration) -> Fault {
         let schedule = match self {
             Schedule::Mixed => *rng.pick(&Schedule::ALL[..8]),
@@ -97,6 +128,16 @@ impl Schedule {
             Schedule::Blackhole => Fault::Blackhole(lease.mul_f64(*rng.pick(&[0.5, 1.0, 3.0]))),
             Schedule::Reset => Fault::Reset,
             Schedule::HalfOpen | Schedule::Mixed => Fault::HalfOpen,
+            Schedule::ClusterFailover => Fault::Failover { shard: 0 },
+            Schedule::ClusterKill => Fault::KillMaster {
+                shard: 0,
+                lag: lease.mul_f64(*rng.pick(&[0.0, 0.5, 1.0])),
+            },
+            Schedule::ClusterMigrate => Fault::Migrate {
+                slot: 0,
+                to: 0,
+                step: lease.mul_f64(*rng.pick(&[0.05, 0.2])),
+            },
         }
     }
 }
@@ -125,12 +166,38 @@ pub(crate) enum Fault {
     Reset,
     /// Freeze a worker's open connections for good; new ones pass.
     HalfOpen,
+    /// A graceful `CLUSTER FAILOVER` of a shard: its replica catches up,
+    /// then takes over.
+    Failover { shard: usize },
+    /// SIGKILL of a shard's master; its replica takes over, and the killed
+    /// node is started again and rejoins as a replica. With a `lag`, the
+    /// replicas stop applying their masters' writes (`CLIENT PAUSE WRITE`)
+    /// this long before the kill: the one that takes over does so without
+    /// them, as a replica that lags behind does.
+    KillMaster { shard: usize, lag: Duration },
+    /// The slot `slot` moves to shard `to`: its keys one by one, `step`
+    /// apart, while clients are redirected (ASK, TRYAGAIN), then the rest
+    /// and the slot itself.
+    Migrate {
+        slot: u16,
+        to: usize,
+        step: Duration,
+    },
 }
 
 impl Fault {
     /// Whether it strikes one worker (else Redis, for everyone).
     pub(crate) fn targets_worker(self) -> bool {
-        !matches!(self, Fault::Restart { .. } | Fault::ClientPause(_))
+        !matches!(self, Fault::Restart { .. } | Fault::ClientPause(_)) && !self.strikes_cluster()
+    }
+
+    /// Whether it strikes a shard of a Redis Cluster (every worker that
+    /// uses that shard).
+    pub(crate) fn strikes_cluster(self) -> bool {
+        matches!(
+            self,
+            Fault::Failover { .. } | Fault::KillMaster { .. } | Fault::Migrate { .. }
+        )
     }
 
     /// Whether the worker it strikes is stopped while alive, blind to its
@@ -144,10 +211,12 @@ impl Fault {
 
     /// How many leases of calm follow it, on average. After a restart no
     /// lock is granted for a restart grace (a lease and more), so the run
-    /// leaves the locks more time to be taken between restarts.
+    /// leaves the locks more time to be taken between restarts; the same
+    /// grace follows a change of a slot's master in a cluster.
     pub(crate) fn gap_factor(self) -> f64 {
         match self {
             Fault::Restart { .. } => 4.0,
+            f if f.strikes_cluster() => 2.0,
             _ => 1.0,
         }
     }
@@ -162,6 +231,9 @@ impl Fault {
             Fault::Blackhole(_) => "blackhole",
             Fault::Reset => "reset",
             Fault::HalfOpen => "half-open",
+            Fault::Failover { .. } => "cluster-failover",
+            Fault::KillMaster { .. } => "cluster-kill",
+            Fault::Migrate { .. } => "cluster-migrate",
         }
     }
 }
@@ -197,6 +269,20 @@ impl fmt::Display for Fault {
             Fault::Blackhole(d) => write!(f, "blackhole {} ms", ms(d)),
             Fault::Reset => write!(f, "reset"),
             Fault::HalfOpen => write!(f, "half-open"),
+            Fault::Failover { shard } => write!(f, "failover of shard {shard}"),
+            Fault::KillMaster { shard, lag } if lag.is_zero() => {
+                write!(f, "kill of shard {shard}'s master")
+            }
+            Fault::KillMaster { shard, lag } => write!(
+                f,
+                "kill of shard {shard}'s master, its replica {} ms behind",
+                ms(lag)
+            ),
+            Fault::Migrate { slot, to, step } => write!(
+                f,
+                "migration of slot {slot} to shard {to}, a key every {} ms",
+                ms(step)
+            ),
         }
     }
 }
@@ -226,6 +312,11 @@ impl Fault {
             Fault::Blackhole(d) => format!("blackhole:{}", ns(d)),
             Fault::Reset => "reset".into(),
             Fault::HalfOpen => "half-open".into(),
+            Fault::Failover { shard } => format!("cluster-failover:{shard}"),
+            Fault::KillMaster { shard, lag } => format!("cluster-kill:{shard}:{}", ns(lag)),
+            Fault::Migrate { slot, to, step } => {
+                format!("cluster-migrate:{slot}:{to}:{}", ns(step))
+            }
         }
     }
 
@@ -239,6 +330,14 @@ impl Fault {
                 .map_err(|e| anyhow!("fault {code:?}: {e}"))?;
             Ok(Duration::from_nanos(n))
         };
+        let number = |i: usize| -> Result<u64> {
+            parts
+                .get(i)
+                .ok_or_else(|| anyhow!("no shard or slot in fault {code:?}"))?
+                .parse()
+                .map_err(|e| anyhow!("fault {code:?}: {e}"))
+        };
+        let shard = |i: usize| -> Result<usize> { Ok(usize::try_from(number(i)?)?) };
         Ok(match parts.as_slice() {
             ["pause", _] => Fault::Pause(ns(1)?),
             ["kill"] => Fault::Kill,
@@ -255,6 +354,16 @@ impl Fault {
             ["blackhole", _] => Fault::Blackhole(ns(1)?),
             ["reset"] => Fault::Reset,
             ["half-open"] => Fault::HalfOpen,
+            ["cluster-failover", _] => Fault::Failover { shard: shard(1)? },
+            ["cluster-kill", _, _] => Fault::KillMaster {
+                shard: shard(1)?,
+                lag: ns(2)?,
+            },
+            ["cluster-migrate", _, _, _] => Fault::Migrate {
+                slot: u16::try_from(number(1)?)?,
+                to: shard(2)?,
+                step: ns(3)?,
+            },
             _ => bail!("not a fault: {code:?}"),
         })
     }
@@ -322,7 +431,23 @@ mod tests {
             .map(|_| Schedule::Mixed.draw(&mut rng, lease).kind())
             .collect();
         assert_eq!(kinds.len(), 8);
+        for s in Schedule::CLUSTER {
+            for _ in 0..20 {
+                let fault = s.draw(&mut rng, lease);
+                assert_eq!(fault.kind(), s.name());
+                assert!(fault.strikes_cluster() && !fault.targets_worker());
+            }
+        }
         assert_eq!(Schedule::parse_list("all").unwrap().len(), 9);
+        assert!(Schedule::ALL.iter().all(|s| !s.on_cluster()));
+        assert_eq!(
+            Schedule::parse_list("cluster").unwrap(),
+            Schedule::CLUSTER.to_vec()
+        );
+        assert_eq!(
+            Schedule::parse_list("cluster-kill").unwrap(),
+            [Schedule::ClusterKill]
+        );
         assert!(Schedule::parse_list("earthquake").is_err());
     }
 
@@ -330,8 +455,23 @@ mod tests {
     fn faults_read_back_from_the_kept_fault_log() {
         let mut rng = Rng::new(5);
         let lease = Duration::from_millis(333);
-        for _ in 0..200 {
-            let fault = Schedule::Mixed.draw(&mut rng, lease);
+        let aimed = [
+            Fault::Failover { shard: 2 },
+            Fault::KillMaster {
+                shard: 1,
+                lag: lease / 2,
+            },
+            Fault::Migrate {
+                slot: 16383,
+                to: 2,
+                step: lease / 20,
+            },
+        ];
+        for i in 0..203 {
+            let fault = match aimed.get(i) {
+                Some(f) => *f,
+                None => Schedule::Mixed.draw(&mut rng, lease),
+            };
             let injected = Injected {
                 fault,
                 target: rng.chance(0.5).then(|| "w3".to_owned()),
@@ -343,5 +483,9 @@ mod tests {
         }
         assert!("pause:x\t-\t0\t1\t2".parse::<Injected>().is_err());
         assert!("quake\t-\t0\t1\t2".parse::<Injected>().is_err());
+        assert!("cluster-kill:x:0\t-\t0\t1\t2".parse::<Injected>().is_err());
+        assert!("cluster-migrate:70000:0:0\t-\t0\t1\t2"
+            .parse::<Injected>()
+            .is_err());
     }
 }

@@ -15,6 +15,15 @@
 //! leasehold-chaos --schedule pause --keep-logs runs && leasehold-chaos check runs
 //! ```
 //!
+//! The `cluster` schedules run on a Redis Cluster of three masters with a
+//! replica each: shards failed over gracefully, masters killed (with their
+//! replica up to date or lagging behind) and slots of held locks migrated.
+//!
+//! ```text
+//! leasehold-chaos --schedule cluster --seed 1 --seconds 60 --lease-ms 3000
+//! leasehold-chaos --schedule cluster-kill --lease-ms 3000 --restart-grace-ms 0
+//! ```
+//!
 //! Two controls show that the checker can fail: `--unfenced` (the resource
 //! accepts stale writes, which the checker must find) and
 //! `--restart-grace-ms 0` with `--schedule restart` (locks lost in a
@@ -29,6 +38,7 @@ mod check;
 mod events;
 mod faults;
 mod orchestrator;
+mod reaper;
 mod resource;
 mod rng;
 mod worker;
@@ -64,7 +74,9 @@ struct Cli {
 #[derive(Debug, clap::Args)]
 struct RunArgs {
     /// pause, kill, restart, client-pause, latency, blackhole, reset,
-    /// half-open, mixed, or all (each in turn).
+    /// half-open, mixed, or all (each of those in turn, on one server);
+    /// cluster-failover, cluster-kill, cluster-migrate, or cluster (each of
+    /// those in turn, on a cluster of 3 masters with a replica each).
     #[arg(long, default_value = "mixed")]
     schedule: String,
     /// Seeds the faults, their targets and the workers' choices.
@@ -99,6 +111,12 @@ struct RunArgs {
     /// without the AOF, locks granted again while their holders hold them.
     #[arg(long, value_name = "MS")]
     restart_grace_ms: Option<u64>,
+    /// The cluster's cluster-node-timeout: how long a master may not answer
+    /// before its replica takes over (cluster schedules only). A killed
+    /// master is replaced about a second after it; a lease shorter than
+    /// that runs out first, grace or not.
+    #[arg(long, value_name = "MS", default_value_t = orchestrator::DEFAULT_NODE_TIMEOUT.as_millis() as u64)]
+    node_timeout_ms: u64,
     /// Appends one JSON object per run to FILE: the run's settings
     /// (schedule, seed, seconds, workers, lease_ms, …), the faults
     /// (faults, faults_at_holders as inspect saw them, faults_by_kind) and
@@ -143,13 +161,16 @@ enum Sub {
         command_timeout_ms: u64,
         #[arg(long)]
         restart_grace_ms: u64,
+        /// The lock names, comma-separated.
         #[arg(long)]
-        workloads: String,
-        #[arg(long)]
-        locks: usize,
+        locks: String,
         #[arg(long)]
         seed: u64,
     },
+    /// Kills the cluster's servers when the harness dies (started by the
+    /// harness itself).
+    #[command(hide = true)]
+    Reaper,
 }
 
 fn main() -> ExitCode {
@@ -167,6 +188,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
     if let Some(Sub::Check { dir }) = &cli.command {
         return check_kept(dir);
     }
+    if let Some(Sub::Reaper) = &cli.command {
+        reaper::run()?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Some(Sub::Worker {
         id,
         url,
@@ -175,7 +200,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
         lease_ms,
         command_timeout_ms,
         restart_grace_ms,
-        workloads,
         locks,
         seed,
     }) = cli.command
@@ -188,8 +212,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             lease: Duration::from_millis(lease_ms),
             command_timeout: Duration::from_millis(command_timeout_ms),
             restart_grace: Duration::from_millis(restart_grace_ms),
-            workloads: Workload::parse_list(&workloads)?,
-            locks,
+            locks: locks.split(',').map(str::to_owned).collect(),
             seed,
         })?;
         return Ok(ExitCode::SUCCESS);
@@ -214,6 +237,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
         "--seconds must be a number above 0 and at most {MAX_SECONDS} (30 days); \
          --acquisitions makes a run longer by what it does"
     );
+    anyhow::ensure!(
+        (100..=60_000).contains(&args.node_timeout_ms),
+        "--node-timeout-ms must be between 100 and 60000"
+    );
     let lease = Duration::from_millis(args.lease_ms);
     let restart_grace = match args.restart_grace_ms {
         Some(ms) if ms > MAX_RESTART_GRACE_MS => {
@@ -235,6 +262,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             locks: args.locks,
             fenced: !args.unfenced,
             restart_grace,
+            node_timeout: Duration::from_millis(args.node_timeout_ms),
             keep_logs: args.keep_logs.clone(),
         })
         .collect();
@@ -304,8 +332,16 @@ fn check_kept(dir: &std::path::Path) -> Result<ExitCode> {
 fn print_report(r: &RunReport) {
     let f = &r.findings;
     let must = |n: u64| if n == 0 { "ok" } else { "MUST BE 0" };
+    let cluster = if r.config.schedule.on_cluster() {
+        format!(
+            ", cluster node timeout {} ms",
+            r.config.node_timeout.as_millis()
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "schedule {} seed {}: {:.1} s, {} workers, lease {} ms, restart grace {} ms{}, \
+        "schedule {} seed {}: {:.1} s, {} workers, lease {} ms, restart grace {} ms{cluster}{}, \
          {} faults ({} aimed at a holder)",
         r.config.schedule.name(),
         r.config.seed,

@@ -1,12 +1,17 @@
 //! One run of one schedule: a fresh redis-server, the fenced resource, a
 //! fault proxy and a worker process per worker slot, faults on the seeded
-//! schedule, then the checker over what they logged.
+//! schedule, then the checker over what they logged. A cluster schedule
+//! runs on a fresh Redis Cluster of three masters with a replica each
+//! instead, without proxies: its workers are given the nodes as seeds, its
+//! locks are spread over the shards, and its faults strike the shard of a
+//! lock that is held.
 //!
 //! Every process the run starts is its child and dies with it, even when
 //! the harness is killed with SIGKILL: the workers and the redis-server get
-//! `PR_SET_PDEATHSIG` (the fault proxies and the resource are threads of
-//! the harness). On SIGINT, SIGTERM or SIGHUP the run stops its faults,
-//! workers and servers before it returns.
+//! `PR_SET_PDEATHSIG`, a cluster's nodes are killed by the reaper (see
+//! `reaper`), and the fault proxies and the resource are threads of the
+//! harness. On SIGINT, SIGTERM or SIGHUP the run stops its faults, workers
+//! and servers before it returns.
 //!
 //! A run's directory holds all the checker reads, so that `check DIR` can
 //! read it again: `w<N>.log` and `w<N>.stderr` of each worker, `faults.log`
@@ -19,6 +24,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::process::CommandExt;
+use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,12 +33,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use leasehold::redis;
-use leasehold_testkit::{FaultProxy, RedisServer};
+use leasehold_testkit::{key_slot, FaultProxy, RedisCluster, RedisServer};
 use serde_json::{json, Value};
 
 use crate::check::{self, Findings, Inputs, WorkerLog};
-use crate::events::{mono_ns, one_line, parse_log};
+use crate::events::{mono_ns, one_line, parse_log, Event};
 use crate::faults::{Fault, Injected, Schedule};
+use crate::reaper::Reaper;
 use crate::resource::{Resource, Served};
 use crate::rng::Rng;
 use crate::workload::Workload;
@@ -75,10 +82,24 @@ pub(crate) struct RunConfig {
     pub(crate) workloads: Vec<Workload>,
     pub(crate) locks: usize,
     pub(crate) fenced: bool,
-    /// No lock is granted through a server younger than this.
+    /// No lock is granted through a server younger than this, or by a
+    /// master that took over the lock's slot less than this ago.
     pub(crate) restart_grace: Duration,
+    /// The cluster's `cluster-node-timeout` (cluster schedules only).
+    pub(crate) node_timeout: Duration,
     pub(crate) keep_logs: Option<PathBuf>,
 }
+
+/// How long ago a section that a kill aims at began: long enough that it
+/// is a long one, soon enough that most of it is still ahead.
+const FRESH_HOLD: (Duration, Duration) = (Duration::from_millis(150), Duration::from_millis(600));
+
+/// The shards of a cluster run, each a master and one replica.
+const CLUSTER_SHARDS: usize = 3;
+/// The cluster's node timeout unless the run says otherwise: the test
+/// kit's, long enough that a busy 2-core machine does not fail a master
+/// that is only slow (at 1 s, a loaded machine did).
+pub(crate) const DEFAULT_NODE_TIMEOUT: Duration = leasehold_testkit::DEFAULT_NODE_TIMEOUT;
 
 /// Longer than any lease: a restart that lost the locks grants none of
 /// them again while their old holders may still think they hold them.
@@ -138,6 +159,8 @@ impl RunReport {
             "workers": self.config.workers,
             "lease_ms": self.config.lease.as_millis() as u64,
             "restart_grace_ms": self.config.restart_grace.as_millis() as u64,
+            "node_timeout_ms": self.config.schedule.on_cluster()
+                .then_some(self.config.node_timeout.as_millis() as u64),
             "workloads": self.config.workloads.iter().map(|w| w.name()).collect::<Vec<_>>(),
             "fenced_resource": self.config.fenced,
             "faults": self.faults.len(),
@@ -156,11 +179,12 @@ impl RunReport {
     }
 }
 
-/// A worker process and the proxy its Redis traffic goes through.
+/// A worker process and the proxy its Redis traffic goes through (none on
+/// a cluster).
 struct Slot {
     id: String,
     child: Child,
-    proxy: FaultProxy,
+    proxy: Option<FaultProxy>,
     log: PathBuf,
     stderr: PathBuf,
     /// When it was killed, or found dead.
@@ -190,10 +214,94 @@ impl Drop for Slot {
     }
 }
 
+/// What the workers take their locks from.
+enum Redis {
+    Server(RedisServer),
+    Cluster(Box<RedisCluster>),
+}
+
+impl Redis {
+    fn start(config: &RunConfig) -> Result<Redis> {
+        let redis = if config.schedule.on_cluster() {
+            Redis::Cluster(Box::new(
+                RedisCluster::builder(CLUSTER_SHARDS, 1)
+                    .node_timeout(config.node_timeout)
+                    .try_start()
+                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+            ))
+        } else if config.schedule.restarts() {
+            Redis::Server(
+                RedisServer::try_start_dying_with_parent(&[
+                    "--appendonly",
+                    "yes",
+                    "--appendfsync",
+                    "always",
+                ])
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+            )
+        } else {
+            Redis::Server(
+                RedisServer::try_start_dying_with_parent(&[])
+                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+            )
+        };
+        Ok(redis)
+    }
+
+    /// The URL the harness's own client reaches it by: the server, or
+    /// every node of the cluster as seeds.
+    fn url(&self) -> String {
+        match self {
+            Redis::Server(server) => server.url(),
+            Redis::Cluster(cluster) => cluster.urls().join(","),
+        }
+    }
+
+    /// The servers whose keys are scanned: the server, or every master.
+    fn scanned(&self) -> Vec<String> {
+        match self {
+            Redis::Server(server) => vec![server.url()],
+            Redis::Cluster(cluster) => cluster.masters().iter().map(|m| m.url()).collect(),
+        }
+    }
+
+    fn server(&mut self) -> Result<&mut RedisServer> {
+        match self {
+            Redis::Server(server) => Ok(server),
+            Redis::Cluster(_) => bail!("a fault of one server struck a cluster"),
+        }
+    }
+
+    fn cluster(&mut self) -> Result<&mut RedisCluster> {
+        match self {
+            Redis::Cluster(cluster) => Ok(cluster),
+            Redis::Server(_) => bail!("a cluster fault struck one server"),
+        }
+    }
+
+    /// The pids of the cluster's running nodes (none for a server, which
+    /// dies with the harness on its own).
+    fn node_pids(&self) -> Vec<u32> {
+        match self {
+            Redis::Server(_) => Vec::new(),
+            Redis::Cluster(cluster) => cluster
+                .nodes()
+                .iter()
+                .filter_map(RedisServer::pid)
+                .collect(),
+        }
+    }
+}
+
 struct Run<'a> {
     config: &'a RunConfig,
     exe: PathBuf,
-    server: RedisServer,
+    redis: Redis,
+    /// Kills the cluster's nodes if the harness dies without dropping
+    /// them; after `redis`, so that a clean run stops them itself.
+    reaper: Option<Reaper>,
+    /// The locks the workers take.
+    lock_names: Vec<String>,
     resource: Resource,
     logs: PathBuf,
     slots: Vec<Slot>,
@@ -212,6 +320,9 @@ struct Run<'a> {
     /// Acquisitions counted so far, and how far each log was read.
     counted: u64,
     read_to: HashMap<PathBuf, u64>,
+    /// The section each log has open, as far as it was read: its lock and
+    /// when it was granted.
+    open: HashMap<PathBuf, (String, u64)>,
 }
 
 pub(crate) fn run(config: &RunConfig) -> Result<RunReport> {
@@ -232,29 +343,42 @@ pub(crate) fn run(config: &RunConfig) -> Result<RunReport> {
             .path()
             .to_owned(),
     };
-    let server = if config.schedule.restarts() {
-        RedisServer::try_start_dying_with_parent(&[
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "always",
-        ])
+    let exe = std::env::current_exe().context("cannot find this program to start workers")?;
+    let mut reaper = if config.schedule.on_cluster() {
+        Some(Reaper::start(&exe)?)
     } else {
-        RedisServer::try_start_dying_with_parent(&[])
+        None
+    };
+    let redis = Redis::start(config)?;
+    if let Some(reaper) = &mut reaper {
+        for pid in redis.node_pids() {
+            reaper.watch(pid)?;
+        }
     }
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let lock_names = match &redis {
+        Redis::Server(_) => Workload::lock_names(&config.workloads, config.locks, 1, |_| 0),
+        Redis::Cluster(cluster) => {
+            let shard_of = |name: &str| {
+                panic::catch_unwind(AssertUnwindSafe(|| cluster.shard_of_slot(key_slot(name))))
+                    .unwrap_or(usize::MAX)
+            };
+            Workload::lock_names(&config.workloads, config.locks, cluster.shards(), shard_of)
+        }
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let client = leasehold::Client::builder(server.url())
+    let client = leasehold::Client::builder(redis.url())
         .name("leasehold-chaos")
         .command_timeout(Duration::from_millis(300))
         .build()?;
     let mut run = Run {
         config,
-        exe: std::env::current_exe().context("cannot find this program to start workers")?,
+        exe,
         resource: Resource::start(config.fenced)?,
-        server,
+        redis,
+        reaper,
+        lock_names,
         logs,
         slots: Vec::new(),
         retired: Vec::new(),
@@ -269,6 +393,7 @@ pub(crate) fn run(config: &RunConfig) -> Result<RunReport> {
         last_reap: Instant::now(),
         counted: 0,
         read_to: HashMap::new(),
+        open: HashMap::new(),
     };
     for _ in 0..config.workers {
         let slot = run.spawn()?;
@@ -315,15 +440,21 @@ impl Run<'_> {
     fn spawn(&mut self) -> Result<Slot> {
         let id = format!("w{}", self.next_id);
         self.next_id += 1;
-        let proxy =
-            FaultProxy::try_start(self.server.addr()).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let (proxy, url) = match &self.redis {
+            Redis::Server(server) => {
+                let proxy =
+                    FaultProxy::try_start(server.addr()).map_err(|e| anyhow::anyhow!("{e}"))?;
+                let url = proxy.url();
+                (Some(proxy), url)
+            }
+            Redis::Cluster(cluster) => (None, cluster.urls().join(",")),
+        };
         let log = self.logs.join(format!("{id}.log"));
         let stderr = self.logs.join(format!("{id}.stderr"));
-        let workloads: Vec<&str> = self.config.workloads.iter().map(|w| w.name()).collect();
         let mut cmd = Command::new(&self.exe);
         cmd.arg("worker")
             .args(["--id", &id])
-            .args(["--url", &proxy.url()])
+            .args(["--url", &url])
             .args(["--resource", &self.resource.addr().to_string()])
             .arg("--log")
             .arg(&log)
@@ -336,8 +467,7 @@ impl Run<'_> {
                 "--restart-grace-ms",
                 &self.config.restart_grace.as_millis().to_string(),
             ])
-            .args(["--workloads", &workloads.join(",")])
-            .args(["--locks", &self.config.locks.to_string()])
+            .args(["--locks", &self.lock_names.join(",")])
             .args(["--seed", &self.rng.next().to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -401,6 +531,20 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// A lock that a running worker took between `from` and `to` ago and
+    /// holds still, as the logs tell: a long section (most end within
+    /// 80 ms), that has most of its hold ahead of it. The youngest.
+    fn fresh_long_hold(&mut self, from: Duration, to: Duration) -> Option<String> {
+        self.count_acquisitions();
+        let now = mono_ns();
+        self.slots
+            .iter()
+            .filter_map(|s| self.open.get(&s.log))
+            .filter(|(_, at)| (nanos(from)..=nanos(to)).contains(&now.saturating_sub(*at)))
+            .max_by_key(|(_, at)| *at)
+            .map(|(lock, _)| lock.clone())
+    }
+
     /// The acquisitions the workers have logged so far (read on from where
     /// the last count stopped).
     fn count_acquisitions(&mut self) -> u64 {
@@ -414,10 +558,19 @@ impl Run<'_> {
                 continue;
             }
             let whole = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-            self.counted += text[..whole]
-                .split(|&b| b == b'\n')
-                .filter(|line| line.starts_with(b"acq\t"))
-                .count() as u64;
+            let marks = |line: &&[u8]| line.starts_with(b"acq\t") || line.starts_with(b"end\t");
+            for line in text[..whole].split(|&b| b == b'\n').filter(marks) {
+                match String::from_utf8_lossy(line).parse::<Event>() {
+                    Ok(Event::Acquired { lock, at, .. }) => {
+                        self.counted += 1;
+                        self.open.insert(s.log.clone(), (lock, at));
+                    }
+                    Ok(Event::Ended { .. }) => {
+                        self.open.remove(&s.log);
+                    }
+                    _ => {}
+                }
+            }
             self.read_to.insert(s.log.clone(), from + whole as u64);
         }
         self.counted
@@ -448,43 +601,49 @@ impl Run<'_> {
     fn scan_ttls(&mut self, last: bool) {
         self.last_scan = Instant::now();
         let attempts = if last { 20 } else { 1 };
-        for _ in 0..attempts {
-            match scan(&self.server.url()) {
-                Ok(keys) => {
-                    self.no_ttl.extend(keys);
-                    return;
+        for url in self.redis.scanned() {
+            for _ in 0..attempts {
+                match scan(&url) {
+                    Ok(keys) => {
+                        self.no_ttl.extend(keys);
+                        break;
+                    }
+                    Err(_) if last => thread::sleep(Duration::from_millis(250)),
+                    Err(_) => break,
                 }
-                Err(_) if last => thread::sleep(Duration::from_millis(250)),
-                Err(_) => return,
             }
         }
+    }
+
+    /// The run's locks that someone holds now, with the pids of their
+    /// holders, as `inspect` sees them.
+    fn held(&self) -> Vec<(String, Vec<u32>)> {
+        let client = &self.client;
+        let names = &self.lock_names;
+        self.rt.block_on(async {
+            let mut held = Vec::new();
+            for name in names {
+                let Ok(mutex) = client.mutex(name) else {
+                    continue;
+                };
+                if let Ok(Ok(info)) =
+                    tokio::time::timeout(Duration::from_millis(300), mutex.inspect()).await
+                {
+                    if !info.holders.is_empty() {
+                        let pids = info.holders.iter().filter_map(|h| h.pid).collect();
+                        held.push((name.clone(), pids));
+                    }
+                }
+            }
+            held
+        })
     }
 
     /// A worker that holds a lock now, most of the time; a random one
     /// otherwise (or when nobody holds a lock that we can see).
     fn target(&mut self) -> (usize, bool) {
         if self.rng.chance(0.8) {
-            let names: Vec<String> = self
-                .config
-                .workloads
-                .iter()
-                .flat_map(|w| (0..self.config.locks).map(|i| w.lock_name(i)))
-                .collect();
-            let client = &self.client;
-            let pids: Vec<u32> = self.rt.block_on(async {
-                let mut pids = Vec::new();
-                for name in &names {
-                    let Ok(mutex) = client.mutex(name) else {
-                        continue;
-                    };
-                    if let Ok(Ok(info)) =
-                        tokio::time::timeout(Duration::from_millis(300), mutex.inspect()).await
-                    {
-                        pids.extend(info.holders.iter().filter_map(|h| h.pid));
-                    }
-                }
-                pids
-            });
+            let pids: Vec<u32> = self.held().into_iter().flat_map(|(_, p)| p).collect();
             let holding: Vec<usize> = (0..self.slots.len())
                 .filter(|&i| pids.contains(&self.slots[i].child.id()))
                 .collect();
@@ -493,6 +652,60 @@ impl Run<'_> {
             }
         }
         (self.rng.below(self.slots.len() as u64) as usize, false)
+    }
+
+    /// A lock that is held now, most of the time; any of the run's locks
+    /// otherwise (or when none is held that we can see).
+    fn target_lock(&mut self) -> (String, bool) {
+        if self.rng.chance(0.8) {
+            let held: Vec<String> = self.held().into_iter().map(|(name, _)| name).collect();
+            if !held.is_empty() {
+                return (self.rng.pick(&held).clone(), true);
+            }
+        }
+        (self.rng.pick(&self.lock_names).clone(), false)
+    }
+
+    /// Runs `op` on the cluster. The test kit panics when the cluster does
+    /// not settle; that ends the run with its message, as an error. The
+    /// nodes that run afterwards (a restarted one has a new pid) are handed
+    /// to the reaper.
+    fn on_cluster<T>(&mut self, what: &str, op: impl FnOnce(&mut RedisCluster) -> T) -> Result<T> {
+        let cluster = self.redis.cluster()?;
+        let done = panic::catch_unwind(AssertUnwindSafe(|| op(cluster))).map_err(|payload| {
+            let message = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default();
+            anyhow::anyhow!("{what}: {message}")
+        });
+        if let Some(reaper) = &mut self.reaper {
+            for pid in self.redis.node_pids() {
+                reaper.watch(pid)?;
+            }
+        }
+        done
+    }
+
+    /// A cluster fault aimed at the shard (or the slot) of a lock that is
+    /// held now, most of the time; whether it was.
+    fn aim(&mut self, fault: Fault) -> Result<(Fault, bool)> {
+        let (lock, at_holder) = self.target_lock();
+        let slot = key_slot(&lock);
+        let (shard, shards) = self.on_cluster("finding a slot's shard", |c| {
+            (c.shard_of_slot(slot), c.shards())
+        })?;
+        let aimed = match fault {
+            Fault::Failover { .. } => Fault::Failover { shard },
+            Fault::KillMaster { lag, .. } => Fault::KillMaster { shard, lag },
+            Fault::Migrate { step, .. } => {
+                let to = (shard + 1 + self.rng.below(shards as u64 - 1) as usize) % shards;
+                Fault::Migrate { slot, to, step }
+            }
+            other => other,
+        };
+        Ok((aimed, at_holder))
     }
 
     /// The slot of worker `id`, though it was retired meanwhile (the first
@@ -505,7 +718,18 @@ impl Run<'_> {
             .unwrap_or(&self.slots[0])
     }
 
+    /// The proxy of worker `id`'s slot (see [`by_id`](Self::by_id)).
+    fn proxy_of(&self, id: Option<&str>) -> Result<&FaultProxy> {
+        self.by_id(id)
+            .proxy
+            .as_ref()
+            .context("a network fault struck a worker without a proxy")
+    }
+
     fn inject(&mut self, fault: Fault) -> Result<()> {
+        if fault.strikes_cluster() {
+            return self.strike_cluster(fault);
+        }
         let (slot, at_holder) = if fault.targets_worker() {
             self.target()
         } else {
@@ -530,26 +754,28 @@ impl Run<'_> {
                 self.retired.push(old);
             }
             Fault::Restart { aof, down } => {
-                self.server.stop();
+                let server = self.redis.server()?;
+                server.stop();
                 if !aof {
                     // Redis 7 keeps its AOF in a directory, 6.2 in one file.
-                    let dir = self.server.dir().join("appendonlydir");
+                    let dir = server.dir().join("appendonlydir");
                     if dir.exists() {
                         fs::remove_dir_all(&dir)
                             .with_context(|| format!("cannot remove {}", dir.display()))?;
                     }
-                    let file = self.server.dir().join("appendonly.aof");
+                    let file = server.dir().join("appendonly.aof");
                     if file.exists() {
                         fs::remove_file(&file)
                             .with_context(|| format!("cannot remove {}", file.display()))?;
                     }
                 }
                 self.nap(down)?;
-                self.server.restart();
+                self.redis.server()?.restart();
             }
             Fault::ClientPause(d) => {
                 let ms = d.as_millis().to_string();
-                self.server
+                self.redis
+                    .server()?
                     .command(&["CLIENT", "PAUSE", &ms, "ALL"])
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
                 self.nap(d)?;
@@ -559,28 +785,31 @@ impl Run<'_> {
                 latency,
                 lasting,
             } => {
-                let proxy = &self.slots[slot].proxy;
+                let proxy = self.proxy_of(target.as_deref())?;
                 if replies_only {
                     proxy.set_reply_latency(latency);
                 } else {
                     proxy.set_latency(latency);
                 }
                 let napped = self.nap(lasting);
-                self.by_id(target.as_deref()).proxy.heal();
+                self.proxy_of(target.as_deref())?.heal();
                 napped?;
             }
             Fault::Blackhole(d) => {
-                self.slots[slot].proxy.blackhole(true);
+                self.proxy_of(target.as_deref())?.blackhole(true);
                 let napped = self.nap(d);
-                self.by_id(target.as_deref()).proxy.heal();
+                self.proxy_of(target.as_deref())?.heal();
                 napped?;
             }
             Fault::Reset => {
-                self.slots[slot].proxy.reset();
+                self.proxy_of(target.as_deref())?.reset();
             }
             Fault::HalfOpen => {
-                self.slots[slot].proxy.freeze_existing();
+                self.proxy_of(target.as_deref())?.freeze_existing();
                 self.nap(lease)?;
+            }
+            Fault::Failover { .. } | Fault::KillMaster { .. } | Fault::Migrate { .. } => {
+                bail!("a cluster fault was injected as a fault of one server")
             }
         }
         self.faults.push(Injected {
@@ -593,17 +822,125 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// A fault of the cluster, aimed when it strikes.
+    fn strike_cluster(&mut self, fault: Fault) -> Result<()> {
+        let start = mono_ns();
+        let (fault, at_holder) = match fault {
+            Fault::KillMaster { lag, .. } => self.kill_master(lag)?,
+            _ => {
+                let (fault, at_holder) = self.aim(fault)?;
+                match fault {
+                    Fault::Failover { shard } => {
+                        self.on_cluster(&format!("{fault}"), |c| c.failover(shard))?;
+                    }
+                    Fault::Migrate { slot, to, step } => {
+                        self.on_cluster(&format!("{fault}"), |c| migrate(c, slot, to, step))??;
+                    }
+                    _ => bail!("{fault} is not a fault of the cluster"),
+                }
+                (fault, at_holder)
+            }
+        };
+        self.faults.push(Injected {
+            fault,
+            target: None,
+            at_holder,
+            start,
+            end: mono_ns(),
+        });
+        Ok(())
+    }
+
+    /// Kills the master of a held lock's shard, waits until its replica
+    /// has taken over, and starts the killed node again, which rejoins as
+    /// a replica. With a `lag`, every replica stops applying its master's
+    /// writes (`CLIENT PAUSE WRITE`) that long before the kill, and starts
+    /// again once the replica has taken over: what the master did
+    /// meanwhile is lost, as with a replica that lags behind. The shard is
+    /// chosen after the lag, so that the kill strikes whoever holds a
+    /// lock then: most of the time, a lock just taken for a long hold
+    /// (granted while the replicas lagged, so the new master will not know
+    /// of it). Returns the fault as aimed, and whether it was.
+    fn kill_master(&mut self, lag: Duration) -> Result<(Fault, bool)> {
+        let unpause = |c: &mut RedisCluster| -> Result<()> {
+            for node in c.nodes() {
+                if node.pid().is_some() {
+                    node.command(&["CLIENT", "UNPAUSE"])
+                        .map_err(|e| anyhow::anyhow!("{e}"))?;
+                }
+            }
+            Ok(())
+        };
+        if !lag.is_zero() {
+            // Lifted below; the servers lift it on their own at the latest.
+            let pause = (lag + Duration::from_secs(120)).as_millis().to_string();
+            self.on_cluster("pausing the replicas", |c| {
+                for replica in c.replicas() {
+                    if replica.pid().is_some() {
+                        replica
+                            .command(&["CLIENT", "PAUSE", &pause, "WRITE"])
+                            .map_err(|e| anyhow::anyhow!("{e}"))?;
+                    }
+                }
+                Ok::<_, anyhow::Error>(())
+            })??;
+            let napped = self.nap(lag);
+            if napped.is_err() || interrupted() {
+                self.on_cluster("unpausing the replicas", unpause)??;
+                napped?;
+            }
+        }
+        // A kill can only meet a holder whose section outlives the
+        // failover: most of the time, it waits (a lease at most) for a lock
+        // that was taken a moment ago for a long hold.
+        let mut fresh = None;
+        if self.rng.chance(0.8) {
+            let until = Instant::now() + self.config.lease;
+            while fresh.is_none() && Instant::now() < until && !interrupted() {
+                fresh = self.fresh_long_hold(FRESH_HOLD.0, FRESH_HOLD.1);
+                if fresh.is_none() {
+                    self.nap(Duration::from_millis(20))?;
+                }
+            }
+        }
+        let (shard, at_holder) = match fresh {
+            Some(lock) => {
+                let slot = key_slot(&lock);
+                (
+                    self.on_cluster("finding a slot's shard", |c| c.shard_of_slot(slot))?,
+                    true,
+                )
+            }
+            None => match self.aim(Fault::KillMaster { shard: 0, lag })? {
+                (Fault::KillMaster { shard, .. }, at_holder) => (shard, at_holder),
+                (fault, _) => bail!("{fault} is not a kill"),
+            },
+        };
+        let fault = Fault::KillMaster { shard, lag };
+        let what = fault.to_string();
+        let killed = self.on_cluster(&what, |c| c.kill_master(shard))?;
+        if !lag.is_zero() {
+            self.on_cluster(&what, unpause)??;
+        }
+        self.on_cluster(&what, |c| c.restart_node(killed))?;
+        Ok((fault, at_holder))
+    }
+
     /// Heals every fault, lets every worker finish its section and
     /// release, and waits for them; a worker that fails to stop, or stops
     /// with an error, is noted as failed. Returns the moment the workers
     /// were told to stop.
     fn stop(&mut self) -> u64 {
         for s in &self.slots {
-            s.proxy.heal();
+            if let Some(proxy) = &s.proxy {
+                proxy.heal();
+            }
             s.signal(libc::SIGCONT);
         }
-        if !self.server.is_running() && !interrupted() {
-            self.server.restart();
+        if let Redis::Server(server) = &mut self.redis {
+            if !server.is_running() && !interrupted() {
+                server.restart();
+            }
         }
         let end = mono_ns();
         for s in &mut self.slots {
@@ -678,6 +1015,7 @@ impl Run<'_> {
             "workers": c.workers,
             "lease_ms": c.lease.as_millis() as u64,
             "restart_grace_ms": c.restart_grace.as_millis() as u64,
+            "node_timeout_ms": c.node_timeout.as_millis() as u64,
             "workloads": c.workloads.iter().map(|w| w.name()).collect::<Vec<_>>().join(","),
             "locks": c.locks,
             "fenced": c.fenced,
@@ -700,6 +1038,29 @@ const RESOURCE_FILE: &str = "resource.log";
 const RUN_FILE: &str = "run.json";
 /// How much of a failed worker's standard error a report shows.
 const STDERR_TAIL: usize = 2000;
+
+/// Moves `slot` to shard `to` in steps: its keys one by one, `step`
+/// apart, while clients meet ASK and TRYAGAIN; then what is left (keys
+/// made meanwhile), and the slot itself.
+fn migrate(cluster: &RedisCluster, slot: u16, to: usize, step: Duration) -> Result<()> {
+    let migration = cluster.begin_migration(slot, to);
+    let keys = migration
+        .source()
+        .command(&["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), "1000"])
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for key in keys.lines().filter(|k| !k.is_empty()) {
+        if interrupted() {
+            break;
+        }
+        migration.move_key(key);
+        let until = Instant::now() + step;
+        while Instant::now() < until && !interrupted() {
+            thread::sleep((until - Instant::now()).min(Duration::from_millis(20)));
+        }
+    }
+    migration.finish();
+    Ok(())
+}
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
@@ -763,6 +1124,11 @@ pub(crate) fn recheck(dir: &Path) -> Result<RunReport> {
         locks: usize::try_from(number("locks")?)?,
         fenced: field("fenced")?.as_bool().unwrap_or(true),
         restart_grace: Duration::from_millis(number("restart_grace_ms")?),
+        // Kept since the cluster schedules; a run kept before ran on one server.
+        node_timeout: record
+            .get("node_timeout_ms")
+            .and_then(Value::as_u64)
+            .map_or(DEFAULT_NODE_TIMEOUT, Duration::from_millis),
         keep_logs: None,
     };
     let mut workers = Vec::new();
@@ -846,14 +1212,17 @@ fn scan(url: &str) -> redis::RedisResult<Vec<String>> {
             .query(&mut conn)?;
         if !keys.is_empty() {
             let mut pipe = redis::pipe();
+            // On a cluster node, a key of a slot on its way to another node
+            // may be answered with a redirect: that node is scanned too.
+            pipe.ignore_errors();
             for k in &keys {
                 pipe.cmd("PTTL").arg(k);
             }
-            let ttls: Vec<i64> = pipe.query(&mut conn)?;
+            let ttls: Vec<redis::RedisResult<i64>> = pipe.query(&mut conn)?;
             without.extend(
                 keys.into_iter()
                     .zip(ttls)
-                    .filter(|(_, ttl)| *ttl == -1)
+                    .filter(|(_, ttl)| matches!(ttl, Ok(-1)))
                     .map(|(k, _)| k),
             );
         }

@@ -28,8 +28,8 @@ pub(crate) struct WorkerArgs {
     pub(crate) lease: Duration,
     pub(crate) command_timeout: Duration,
     pub(crate) restart_grace: Duration,
-    pub(crate) workloads: Vec<Workload>,
-    pub(crate) locks: usize,
+    /// The locks to take, by name (each name tells its workload).
+    pub(crate) locks: Vec<String>,
     pub(crate) seed: u64,
 }
 
@@ -61,16 +61,16 @@ async fn work(args: &WorkerArgs) -> Result<()> {
         .restart_grace(args.restart_grace)
         .build()?;
     let mut locks = Vec::new();
-    for &workload in &args.workloads {
-        for i in 0..args.locks {
-            let name = workload.lock_name(i);
-            locks.push((
-                name.clone(),
-                workload,
-                Handle::new(&client, workload, &name)?,
-            ));
-        }
+    for name in &args.locks {
+        let workload =
+            Workload::of_lock(name).with_context(|| format!("lock {name:?} names no workload"))?;
+        locks.push((
+            name.clone(),
+            workload,
+            Handle::new(&client, workload, name)?,
+        ));
     }
+    anyhow::ensure!(!locks.is_empty(), "no lock to take");
     let mut resource = ResourceClient::new(args.resource, &args.id);
     let mut rng = Rng::new(args.seed);
 

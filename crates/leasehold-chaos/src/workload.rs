@@ -14,6 +14,9 @@ use crate::events::Mode;
 
 /// The permits of every semaphore the harness uses.
 pub(crate) const SEMAPHORE_PERMITS: u32 = 2;
+/// How far lock numbers are searched for one on a given shard: a shard
+/// holds a third of the slots, so a few numbers do.
+const SPREAD_SEARCH: usize = 1000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Workload {
@@ -72,6 +75,39 @@ impl Workload {
     /// The name of this workload's lock number `i`.
     pub(crate) fn lock_name(self, i: usize) -> String {
         format!("{}-{i}", self.name())
+    }
+
+    /// The names of a run's locks, `locks` of each of `workloads`. On one
+    /// server they are `<workload>-0`, `-1`, …; on a cluster of `shards`
+    /// shards, where `shard_of` tells on which shard a name's slot is, the
+    /// numbers are picked so that the run's locks go round the shards in
+    /// turn, every workload's as well as all of them.
+    pub(crate) fn lock_names(
+        workloads: &[Workload],
+        locks: usize,
+        shards: usize,
+        shard_of: impl Fn(&str) -> usize,
+    ) -> Vec<String> {
+        let mut names = Vec::new();
+        for (w, workload) in workloads.iter().enumerate() {
+            let mut taken = std::collections::BTreeSet::new();
+            for i in 0..locks {
+                if shards <= 1 {
+                    names.push(workload.lock_name(i));
+                    continue;
+                }
+                let wanted = (w * locks + i) % shards;
+                let fits =
+                    |n: &usize| !taken.contains(n) && shard_of(&workload.lock_name(*n)) == wanted;
+                let n = (0..SPREAD_SEARCH)
+                    .find(fits)
+                    .or_else(|| (0..).find(|n| !taken.contains(n)))
+                    .unwrap_or(i);
+                taken.insert(n);
+                names.push(workload.lock_name(n));
+            }
+        }
+        names
     }
 
     /// The workload a lock name belongs to.
@@ -267,5 +303,20 @@ mod tests {
         assert_eq!(Workload::parse_list("all").unwrap().len(), 6);
         assert!(Workload::parse_list("spinlock").is_err());
         assert!(Workload::parse_list("").is_err());
+    }
+
+    #[test]
+    fn on_a_cluster_the_locks_go_round_the_shards() {
+        let one = Workload::lock_names(&[Workload::Mutex, Workload::Fair], 2, 1, |_| 0);
+        assert_eq!(one, ["mutex-0", "mutex-1", "fair-0", "fair-1"]);
+        let shard_of = |name: &str| usize::from(leasehold_testkit::key_slot(name)) * 3 / 16384;
+        let names = Workload::lock_names(&Workload::ALL, 3, 3, shard_of);
+        assert_eq!(names.len(), 18);
+        for (i, name) in names.iter().enumerate() {
+            assert_eq!(shard_of(name), i % 3, "{name}");
+            assert_eq!(Workload::of_lock(name), Some(Workload::ALL[i / 3]));
+        }
+        let unique: std::collections::BTreeSet<&String> = names.iter().collect();
+        assert_eq!(unique.len(), names.len());
     }
 }

@@ -3,7 +3,8 @@
 //! it promises, and `check` reads the kept run back to the same report.
 //! Then the controls that show the checker can fail, and what a run leaves
 //! behind when it is interrupted or killed. One run at a time: each starts
-//! a redis-server and five worker processes on a 2-core machine.
+//! a redis-server (a cluster schedule, six) and five worker processes on a
+//! 2-core machine.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -86,6 +87,11 @@ fn said(out: &Output) -> String {
 }
 
 fn schedule(name: &str) -> Value {
+    schedule_for(name, "5")
+}
+
+/// As [`schedule`], for `seconds`.
+fn schedule_for(name: &str, seconds: &str) -> Value {
     let _turn = turn();
     let dir = tempfile::tempdir().unwrap();
     let args = [
@@ -94,7 +100,7 @@ fn schedule(name: &str) -> Value {
         "--seed",
         "11",
         "--seconds",
-        "5",
+        seconds,
         "--workers",
         "5",
     ];
@@ -189,6 +195,35 @@ fn mixed() {
     schedule("mixed");
 }
 
+/// A cluster schedule, briefly: the cluster takes a few seconds to form
+/// and each of its faults a few more (a failover settles, a killed master
+/// is replaced and started again, a slot moves), so the run is short and
+/// strikes once or twice.
+fn cluster_schedule(name: &str) -> Value {
+    let run = schedule_for(name, "2");
+    assert_eq!(kinds(&run), BTreeSet::from([name.to_owned()]), "{run}");
+    assert_eq!(run["node_timeout_ms"], 2000, "{run}");
+    run
+}
+
+#[test]
+fn cluster_failover() {
+    cluster_schedule("cluster-failover");
+}
+
+/// With the grace on (the default: a lease and a tenth), as a master whose
+/// replica may lag behind is killed.
+#[test]
+fn cluster_kill() {
+    let run = cluster_schedule("cluster-kill");
+    assert_eq!(run["restart_grace_ms"], 1100, "{run}");
+}
+
+#[test]
+fn cluster_migrate() {
+    cluster_schedule("cluster-migrate");
+}
+
 /// The first run of `seeds` whose report `found` approves, each a fresh
 /// run of `args` with that seed; panics with every report when none does.
 fn until_found(args: &[&str], seeds: &[&str], found: impl Fn(&Output, &Value) -> bool) -> Value {
@@ -276,6 +311,8 @@ fn bad_arguments_are_refused_with_exit_2() {
         &["--lease-ms", "5"],
         &["--restart-grace-ms", "99999999999"],
         &["--schedule", "earthquake"],
+        &["--schedule", "cluster-quake"],
+        &["--node-timeout-ms", "5"],
         &["--workloads", "spinlock"],
         &["check", "/nonexistent/leasehold-chaos"],
     ] {
@@ -305,6 +342,14 @@ fn pids_with(text: &str) -> BTreeSet<u32> {
         .collect()
 }
 
+/// The parent of process `pid`, while it runs.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // pid (comm) state ppid ...: comm may hold spaces.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(1)?.parse::<u32>().ok()
+}
+
 /// The server processes whose parent is `parent`: those of the binary the
 /// harness runs, which `$LEASEHOLD_REDIS_SERVER` may name otherwise than
 /// redis-server.
@@ -312,16 +357,7 @@ fn redis_children(parent: u32) -> BTreeSet<u32> {
     let binary = leasehold_testkit::redis_server_path().unwrap();
     pids_with(&binary.file_name().unwrap().to_string_lossy())
         .into_iter()
-        .filter(|pid| {
-            fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|stat| {
-                    // pid (comm) state ppid ...: comm may hold spaces.
-                    let rest = &stat[stat.rfind(')')? + 2..];
-                    rest.split(' ').nth(1)?.parse::<u32>().ok()
-                })
-                == Some(parent)
-        })
+        .filter(|&pid| parent_of(pid) == Some(parent))
         .collect()
 }
 
@@ -430,6 +466,34 @@ fn a_killed_harness_leaves_nothing_running() {
     harness.0.wait().unwrap();
     assert_all_gone(&redis, "redis-server");
     assert_all_gone(&workers, "workers");
+}
+
+/// Nor can it stop a cluster: the reaper it started kills the nodes once
+/// the harness is gone, and ends.
+#[test]
+fn a_killed_harness_leaves_no_cluster_node_running() {
+    let _turn = turn();
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--schedule",
+        "cluster-failover",
+        "--seconds",
+        "60",
+        "--workers",
+        "3",
+    ];
+    let (mut harness, workers, redis) = started(dir.path(), &args);
+    assert_eq!(redis.len(), 6, "{redis:?}");
+    let reaper: BTreeSet<u32> = pids_with("reaper")
+        .into_iter()
+        .filter(|&pid| parent_of(pid) == Some(harness.0.id()))
+        .collect();
+    assert_eq!(reaper.len(), 1, "{reaper:?}");
+    signal(&harness.0, libc::SIGKILL);
+    harness.0.wait().unwrap();
+    assert_all_gone(&redis, "cluster nodes");
+    assert_all_gone(&workers, "workers");
+    assert_all_gone(&reaper, "the reaper");
 }
 
 /// A worker that dies when the schedule did not kill it fails the run,
