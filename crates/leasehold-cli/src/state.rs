@@ -99,6 +99,10 @@ pub(crate) fn lines(info: &leasehold::LockInfo, mutex_state: String) -> Vec<Stri
     ));
     for holder in &info.holders {
         let mut line = format!("  {:<15}{}", role(holder), holder.describe());
+        if !holder.kept && holder.client_name.starts_with("leasehold acquire ") {
+            // Taken by a shell step: nothing renews it, on purpose.
+            line.push_str(", kept by `leasehold acquire` until released or its lease runs out");
+        }
         if holder.mode == HoldMode::Permits {
             line.push_str(&format!(
                 ", {}",

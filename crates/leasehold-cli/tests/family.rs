@@ -487,6 +487,10 @@ fn shared_leases_taken_by_acquire_are_extended_and_released_by_token() {
             text.contains(&format!("(leasehold acquire {name} ")),
             "{text}"
         );
+        assert!(
+            text.contains("kept by `leasehold acquire` until released or its lease runs out"),
+            "{text}"
+        );
 
         let out = leasehold(&url, &["extend", name, &token, "--lease", "1h"]);
         assert!(out.status.success(), "{name}: {}", stderr(&out));
