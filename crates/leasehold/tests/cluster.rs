@@ -423,40 +423,6 @@ async fn the_grace_does_not_hold_back_a_slot_that_only_migrated() {
     );
 }
 
-/// With a restart grace, a graceful failover while a reentrant lock is
-/// held: renewals and the release go on, and a reentry by the holder itself
-/// makes no other holder, so the grace does not hold it back.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_grace_does_not_hold_back_the_holders_own_reentry() {
-    let mut cluster = RedisCluster::start(3, 1);
-    let graced = Client::builder("")
-        .seeds(cluster.urls())
-        .restart_grace(Duration::from_secs(5))
-        .lease(Duration::from_secs(2))
-        .build()
-        .unwrap();
-    let name = name_on(&cluster, 0, "reentered");
-    let lock = graced.reentrant_mutex(&name).unwrap();
-    common::eventually("the cluster to be older than the grace", || async {
-        match lock.try_acquire().await {
-            Ok(Some(guard)) => guard.release().await.is_ok(),
-            _ => false,
-        }
-    })
-    .await;
-    let outer = lock.acquire().await.unwrap();
-    cluster.failover(0);
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    assert!(!outer.is_lost(), "{:?}", outer.loss_reason());
-    let inner = lock.try_acquire().await.unwrap();
-    let reentered = inner.is_some();
-    if let Some(inner) = inner {
-        inner.release().await.unwrap();
-    }
-    outer.release().await.unwrap();
-    assert!(reentered, "the holder's reentry was held back by the grace");
-}
-
 /// The first seed is a replica: the cluster is still found, and every
 /// shard serves locks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

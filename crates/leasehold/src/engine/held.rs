@@ -42,8 +42,6 @@ pub(crate) struct Held {
     /// Released, detached or dropped: this guard counts on the lease no more.
     done: AtomicBool,
     pub(crate) holding: crate::engine::metrics::Holding,
-    /// The lock and owner this guard holds for, for the kinds with owners.
-    owned: Option<(String, String)>,
 }
 
 impl Held {
@@ -76,20 +74,12 @@ impl Held {
                 Lease::new(request, token.clone(), fence, sent_at, ttl),
             ),
         };
-        let owned = request
-            .kind
-            .has_owner()
-            .then(|| (request.keys.lock.clone(), request.owner.to_owned()));
-        if let Some((lock, owner)) = &owned {
-            engine.leases.owned(lock, owner, true);
-        }
         Held {
             engine: Arc::clone(engine),
             lease,
             token,
             done: AtomicBool::new(false),
             holding: crate::engine::metrics::Holding::new(request.kind),
-            owned,
         }
     }
 
@@ -216,9 +206,6 @@ impl Held {
             return false;
         }
         self.lease.remove_level_token(&self.token);
-        if let Some((lock, owner)) = &self.owned {
-            self.engine.leases.owned(lock, owner, false);
-        }
         if self.lease.drop_level() {
             if self.lease.finish() {
                 self.engine.leases.watchdog.unregister(self.lease.id);

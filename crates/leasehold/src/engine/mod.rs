@@ -346,11 +346,6 @@ impl Kind {
         }
     }
 
-    /// Acquisitions are made by an owner, who may take the lock again.
-    pub(crate) fn has_owner(self) -> bool {
-        matches!(self, Kind::Reentrant | Kind::Read | Kind::Write)
-    }
-
     /// Kept in a hash with one entry per lease (see `scripts/lib.lua`).
     pub(crate) fn is_hash(self) -> bool {
         !matches!(self, Kind::Mutex | Kind::Fair)

@@ -481,13 +481,10 @@ async fn attempt(
     // Nothing can be held before the request leaves: connect first, then
     // arm the release that undoes a request cut off on its way.
     let route = engine.route(keys).await?;
-    // An owner that holds the lock already takes it again (a reentry, a
-    // downgrade) without a grace: no other holder can be made by it.
-    let reentry = request.kind.has_owner() && engine.leases.holds_for(&keys.lock, request.owner);
-    if let Some(left) = engine
-        .grace_left(&keys.lock, route.server())
-        .filter(|_| !reentry)
-    {
+    // A reentry waits out the grace too: a server that lost the hold
+    // would grant it as a new hold, with a new fence, under a guard that
+    // believes it nests in the old one.
+    if let Some(left) = engine.grace_left(&keys.lock, route.server()) {
         return Ok(Outcome::InGrace { left });
     }
     // Sent before: this token may hold the lock or be queued already.
@@ -555,9 +552,7 @@ async fn attempt(
     let sent_at = Instant::now();
     let route = route.with_ack(request.replica_ack);
     let (reply, acked) = match engine
-        .send(
-            route, &keys.lock, "acquire", pick, &keys_list, &args, !reentry,
-        )
+        .send(route, &keys.lock, "acquire", pick, &keys_list, &args, true)
         .await?
     {
         Answer::Reply(reply, acked, _) => (reply, acked),
