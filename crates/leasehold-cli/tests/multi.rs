@@ -1,48 +1,19 @@
 //! `leasehold run NAME NAME … -- CMD`: several locks, all or none, against a
 //! real redis-server.
 
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use leasehold_testkit::{unreachable_url, RedisServer};
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
+mod common;
+
+use common::{leasehold, spawn, stderr, stdout};
 
 const USAGE: i32 = 2;
 const BUSY: i32 = 75;
 const LOST: i32 = 76;
-
-fn command(url: &str, args: &[&str]) -> Command {
-    let mut command = Command::new(BIN);
-    command
-        .arg("--url")
-        .arg(url)
-        .args(args)
-        .env_remove("LEASEHOLD_URL")
-        .env_remove("REDIS_URL")
-        // Never the harness's terminal: a runner at a terminal hands it over.
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    command
-}
-
-fn leasehold(url: &str, args: &[&str]) -> Output {
-    command(url, args).output().unwrap()
-}
-
-fn spawn(url: &str, args: &[&str]) -> Child {
-    command(url, args).spawn().unwrap()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// Waits (bounded) for a condition that no signal announces.
 fn eventually(what: &str, mut check: impl FnMut() -> bool) {

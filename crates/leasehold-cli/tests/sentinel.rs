@@ -1,26 +1,11 @@
 //! The `leasehold` binary against a master watched by sentinels:
 //! `redis+sentinel://` URLs and `--replicas`.
 
-use std::process::{Command, Output};
-
 use leasehold_testkit::Sentinels;
 
-const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
+mod common;
 
-fn leasehold(url: &str, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--url")
-        .arg(url)
-        .args(args)
-        .env_remove("LEASEHOLD_URL")
-        .env_remove("REDIS_URL")
-        .output()
-        .unwrap()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+use common::{leasehold, stderr};
 
 #[test]
 fn replicas_acknowledge_or_the_grant_is_undone_with_74() {

@@ -7,27 +7,9 @@ use std::process::{Command, Output, Stdio};
 use leasehold_testkit::{RedisCluster, RedisServer};
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
+mod common;
 
-fn leasehold(url: &str, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--url")
-        .arg(url)
-        .args(args)
-        .env_remove("LEASEHOLD_URL")
-        .env_remove("REDIS_URL")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use common::{leasehold, stderr, stdout, BIN};
 
 fn succeeded(out: Output) -> String {
     assert!(out.status.success(), "{}", stderr(&out));
