@@ -410,8 +410,8 @@ fn describe(inputs: &Inputs, s: &Section) -> String {
 }
 
 /// Whether `earlier` was granted before `later`, as their fences tell:
-/// each grant's fence is larger than every earlier one of its lock, and a
-/// reader reports the fence of the last write before it.
+/// each grant's fence is larger than every earlier one of its lock, and
+/// readers holding together share one.
 fn granted_before(earlier: &Section, later: &Section) -> bool {
     if later.mode == Mode::Read {
         earlier.fence <= later.fence

@@ -47,7 +47,7 @@ impl Mode {
     }
 
     /// The acquisition got a fence of its own, larger than every earlier
-    /// one of its lock (a reader reports the last write's instead).
+    /// one of its lock (readers holding together share one).
     pub(crate) fn grants_fence(self) -> bool {
         self != Mode::Read
     }

@@ -22,7 +22,7 @@ pub(crate) struct KindArgs {
     pub(crate) fair: bool,
     /// Take a read share of a read-write lock: many readers at once, never
     /// with a writer. Readers that arrive after a waiting writer go after it.
-    /// LEASEHOLD_FENCE is the fence of the last write
+    /// LEASEHOLD_FENCE is past the last write's, shared by readers holding together
     #[arg(long)]
     pub(crate) read: bool,
     /// Take the write side of a read-write lock: alone, with no reader. A

@@ -58,9 +58,9 @@ impl LeaseGuard {
 
     /// The fence of this acquisition. A mutex's lease, a write lease and
     /// semaphore permits get a new fence, larger than every fence handed
-    /// out before for this lock. A read lease reports the fence of the last
-    /// write, the state its reads see, so readers share it with that writer
-    /// (a new fence only when the last write's is unknown). A nested level
+    /// out before for this lock. A read lease that starts a read phase gets
+    /// one too, and the readers that join it share it (see
+    /// [`RwLock`](crate::RwLock)). A nested level
     /// of a [`ReentrantMutex`](crate::ReentrantMutex), or an owner's second
     /// write lease, reports the fence the owner holds already.
     pub fn fence(&self) -> u64 {

@@ -59,7 +59,7 @@
 //!
 //! // Read-write: readers together, writers alone.
 //! let catalog = client.rw_lock("catalog")?;
-//! let view = catalog.read().acquire().await?; // view.fence(): the last write's
+//! let view = catalog.read().acquire().await?; // view.fence(): past the last write's
 //! view.release().await?;
 //! let edit = catalog.write().acquire().await?;
 //! edit.release().await?;

@@ -40,19 +40,15 @@ const PRIMITIVE: &str = "rw_lock";
 ///   A reader asking for the write lock (an upgrade) is refused at once with
 ///   [`ErrorKind::Conflict`](crate::ErrorKind::Conflict): two readers
 ///   upgrading would wait for each other forever.
-/// - **Fences.** A write acquisition gets a new fence; a read acquisition
-///   reports the fence of the last write, the state its view is consistent
-///   with. When the lock's fence counter is gone (a restart without
-///   persistence, a failover, its retention run out) the last write's
-///   fence is unknown, and a reader takes a new fence, larger than every
-///   earlier one, rather than one a fenced resource would refuse.
-///   Because readers carry the last write's fence, a writer that stalls
-///   past its lease and writes late carries the very fence the readers
-///   use: a resource that only refuses smaller fences accepts that write
-///   while readers hold the lock. To refuse it, the resource must also
-///   reject writes whose fence is not above the largest fence of the reads
-///   it has served; a writer that downgrades must then finish writing
-///   before it reads.
+/// - **Fences.** A write acquisition gets a new fence, larger than every
+///   fence before it. So does the first reader of a read phase (a reader
+///   that finds no other holder); the readers that join it while it holds
+///   share that fence, and a writer's downgrade keeps the write's. So no
+///   reader's fence is older than a grant before it, even when a failover
+///   rolled the lock's fence counter back to an older write's, and a
+///   writer that stalls past its lease and writes late is refused by a
+///   resource that has served a read since: the reader's fence is larger.
+///   Readers of one phase cannot be told apart by fence.
 ///
 /// All of the lock's state lives in one hash under the lock's hash tag, so
 /// it works on Redis Cluster unchanged.

@@ -20,6 +20,7 @@ common::on_both_topologies!(
     extending_one_level_extends_the_hold,
     a_reentrant_lock_is_not_released_by_another_owners_handle,
     readers_share_and_a_writer_excludes,
+    a_reader_is_never_behind_a_write_its_counter_missed,
     a_waiting_writer_blocks_later_readers_and_its_release_wakes_them_all: multi_thread,
     upgrade_is_refused_and_downgrade_works,
     a_semaphore_holds_at_most_its_permits,
@@ -297,11 +298,37 @@ async fn readers_share_and_a_writer_excludes(servers: Servers) {
     r2.release().await.unwrap();
     let w = writer.write().try_acquire().await.unwrap().unwrap();
     assert!(one.read().try_acquire().await.unwrap().is_none());
-    // Write fences grow; a read reports the last write's fence.
+    // Fences grow, write to read; readers that hold together share one.
     let fence = w.fence();
     w.release().await.unwrap();
     let r = one.read().acquire().await.unwrap();
-    assert_eq!(r.fence(), fence);
+    assert!(r.fence() > fence);
+    let joined = two.read().acquire().await.unwrap();
+    assert_eq!(joined.fence(), r.fence());
+    r.release().await.unwrap();
+    joined.release().await.unwrap();
+    let w = writer.write().acquire().await.unwrap();
+    assert!(w.fence() > fence);
+    w.release().await.unwrap();
+}
+
+async fn a_reader_is_never_behind_a_write_its_counter_missed(servers: Servers) {
+    let client = servers.client();
+    let lock = client.rw_lock("rolled").unwrap();
+    let w = lock.write().acquire().await.unwrap();
+    let written = w.fence();
+    w.release().await.unwrap();
+    // A failover to a replica that missed the write leaves the counter at
+    // an older write's fence.
+    let fence_key = "leasehold:{rolled}:fence";
+    let older = (written - 1_000_000).to_string();
+    let _: () = servers.cmd(&["SET", fence_key, &older]).await;
+    let r = lock.read().acquire().await.unwrap();
+    assert!(
+        r.fence() > written,
+        "a reader reported {} after a write with {written}",
+        r.fence()
+    );
     r.release().await.unwrap();
 }
 

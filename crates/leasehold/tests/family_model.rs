@@ -191,8 +191,11 @@ impl Model {
                     Verdict::Grant(self.read_fence())
                 } else if writer_others || queued.is_some_and(|w| w.ask.mode == Mode::Write) {
                     Verdict::Busy
-                } else {
+                } else if held_others {
                     Verdict::Grant(self.read_fence())
+                } else {
+                    // The first reader of a read phase takes a new fence.
+                    Verdict::Grant(Fence::New)
                 }
             }
             Prim::Semaphore => {
@@ -206,8 +209,9 @@ impl Model {
         }
     }
 
-    /// A reader reports the last write's fence; before any fence was handed
-    /// out it takes a new one (0 would be refused by a fenced resource).
+    /// A reader that joins a held lock reports its fence (the write's it
+    /// downgrades, or its read phase's); before any fence was handed out it
+    /// takes a new one (0 would be refused by a fenced resource).
     fn read_fence(&self) -> Fence {
         if self.last_fence == 0 {
             Fence::New

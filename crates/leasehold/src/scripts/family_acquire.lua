@@ -139,7 +139,12 @@ elseif mode == 'r' then
   if mine then
     fence = last_fence
   elseif not writer then
-    fence = last_fence
+    -- Readers that hold together share one fence. The first reader of a
+    -- read phase takes a new one, as a writer does: the counter it finds
+    -- may be behind a write it never saw (a failover that lost writes
+    -- rolls it back), and a reader must never report a fence older than
+    -- a grant before it. A reader that joins others shares theirs.
+    fence = #others == 0 and 'new' or last_fence
     for _, w in ipairs(F.live_waiters(KEYS[3], KEYS[4], token)) do
       if w.mode == 'w' and w.token ~= token then
         fence = nil
@@ -147,10 +152,10 @@ elseif mode == 'r' then
       end
     end
   end
-  -- A reader reports the last write's fence. With the counter gone (a
-  -- restart without persistence, a failover, its retention run out) that
-  -- is unknown, and 0 would be refused by every fenced resource: it takes
-  -- a new fence instead, larger than every fence before it.
+  -- With the counter gone (a restart without persistence, its retention
+  -- run out) while readers hold, their fence is unknown, and 0 would be
+  -- refused by every fenced resource: a new fence, larger than every
+  -- fence before it.
   if fence == 0 then
     fence = 'new'
   end
