@@ -331,3 +331,122 @@ async fn guards_dropped_inside_an_async_runtime_are_released() {
     let taken = other.mutex("job").unwrap().acquire_timeout(LONG).await;
     taken.unwrap().release().await.unwrap();
 }
+
+#[test]
+fn with_lock_returns_the_output_only_when_the_lease_held() {
+    let server = RedisServer::start();
+    let client = Client::from_builder(
+        leasehold::Client::builder(server.url()).lease(Duration::from_millis(600)),
+    )
+    .unwrap();
+    let mutex = client.mutex("job").unwrap();
+    let fence = mutex.with_lock(|guard| guard.fence()).unwrap();
+    assert!(fence > 0);
+    assert!(
+        !exists(&server, "leasehold:{job}"),
+        "released after the work"
+    );
+    let fenced = mutex
+        .with_lock_timeout(LONG, |guard| guard.fence())
+        .unwrap();
+    assert!(fenced > fence);
+
+    // The lease is taken away while the work runs: the work ends, but its
+    // output is not returned.
+    let err = mutex
+        .with_lock(|guard| {
+            assert!(mutex.force_release().unwrap());
+            guard.wait_lost().unwrap();
+            "written without the lock"
+        })
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotHeld, "{err}");
+
+    // A wait that runs out never runs the work.
+    let held = mutex.acquire().unwrap();
+    let other = Client::open(&server.url()).unwrap().mutex("job").unwrap();
+    let err = other
+        .with_lock_timeout(Duration::from_millis(100), |_| {
+            panic!("the work ran without the lock")
+        })
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    held.release().unwrap();
+}
+
+#[test]
+fn any_kind_behind_one_trait() {
+    use leasehold::blocking::Lock;
+
+    let server = RedisServer::start();
+    let client = client(&server);
+    let locks: Vec<Box<dyn Lock>> = vec![
+        Box::new(client.mutex("a").unwrap()),
+        Box::new(client.fair_mutex("b").unwrap()),
+        Box::new(client.reentrant_mutex("c").unwrap()),
+        Box::new(client.rw_lock("d").unwrap().write()),
+        Box::new(client.semaphore("e", 1).unwrap()),
+    ];
+    for lock in &locks {
+        let guard = lock.acquire().unwrap();
+        assert_eq!(guard.name(), lock.name());
+        let other = Client::open(&server.url()).unwrap();
+        let taken = match lock.name() {
+            "a" => other.mutex("a").unwrap().try_acquire(),
+            "b" => other.fair_mutex("b").unwrap().try_acquire(),
+            "c" => other.reentrant_mutex("c").unwrap().try_acquire(),
+            "d" => other.rw_lock("d").unwrap().read().try_acquire(),
+            _ => other.semaphore("e", 1).unwrap().try_acquire(),
+        };
+        assert!(taken.unwrap().is_none(), "{} was taken twice", lock.name());
+        guard.release().unwrap();
+        lock.acquire_timeout(LONG).unwrap().release().unwrap();
+        lock.try_acquire()
+            .unwrap()
+            .expect("free")
+            .release()
+            .unwrap();
+    }
+}
+
+#[test]
+fn an_election_from_plain_threads() {
+    let server = RedisServer::start();
+    let first = client(&server).election("scheduler").unwrap();
+    let second = client(&server).election("scheduler").unwrap();
+    assert_eq!(first.leader().unwrap(), None);
+    let mut watch = second.observe().unwrap();
+    assert_eq!(watch.current(), None);
+
+    let leading = first.campaign("host-a").unwrap();
+    assert_eq!(leading.value(), "host-a");
+    assert_eq!(leading.name(), "scheduler");
+    assert!(!leading.is_lost());
+    let seen = watch.changed_timeout(LONG).unwrap().expect("a change");
+    assert_eq!(seen.as_ref().map(|l| l.value.as_str()), Some("host-a"));
+    assert_eq!(seen.map(|l| l.fence), Some(leading.fence()));
+
+    let err = second
+        .campaign_timeout(Duration::from_millis(100), "host-b")
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+
+    thread::scope(|s| {
+        let next = s.spawn(|| second.campaign_timeout(LONG, "host-b").unwrap());
+        // The candidate queues; the leader resigns and hands over.
+        thread::sleep(Duration::from_millis(100));
+        let fence = leading.fence();
+        leading.resign().unwrap();
+        let next = next.join().unwrap();
+        assert!(next.fence() > fence);
+        let leader = first.leader().unwrap().expect("a leader");
+        assert_eq!(leader.value, "host-b");
+        // Dropped, the leadership is given up in the background.
+        drop(next);
+    });
+    let deadline = std::time::Instant::now() + LONG;
+    while first.leader().unwrap().is_some() {
+        assert!(std::time::Instant::now() < deadline, "nobody resigned");
+        thread::sleep(Duration::from_millis(20));
+    }
+}

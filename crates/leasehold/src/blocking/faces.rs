@@ -7,12 +7,12 @@ use std::time::Duration;
 use super::guard::LeaseGuard;
 use super::runtime::Shared;
 use crate::holder::LockInfo;
-use crate::lock::Lock;
+use crate::lock::Lock as AsyncLock;
 use crate::owner::Owner;
 
 /// A blocking face: the async lock its calls run on.
 pub(crate) trait Face {
-    type Async: Lock;
+    type Async: AsyncLock;
 
     /// The async lock for a call made now, on the calling thread: for the
     /// kinds with owners, with the calling thread's owner (or the named
@@ -80,12 +80,114 @@ macro_rules! acquire_calls {
             pub fn acquire_timeout(&self, wait: Duration) -> crate::Result<LeaseGuard> {
                 acquire(self, Some(wait))
             }
+
+            #[doc = concat!(
+                "Blocks for the lock, runs `work` with the guard, releases, and returns what \
+                 `work` returned, but only if the lease held from the acquisition to the \
+                 release. As the async [`", $kind, "::with_lock`](crate::", $kind,
+                "::with_lock), except that a thread cannot be cut short: `work` runs to its end \
+                 even when the lease is lost meanwhile, so check [`LeaseGuard::is_lost`] between \
+                 its steps and pass [`LeaseGuard::fence`] to every resource it writes.\n\n\
+                 # Errors\n\n\
+                 [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the lease was lost \
+                 before the release (the output is dropped: it may have overlapped with another \
+                 holder); [`ErrorKind::Connection`](crate::ErrorKind::Connection) when the \
+                 release got no answer (the output is dropped too); otherwise as \
+                 [`acquire`](Self::acquire)."
+            )]
+            pub fn with_lock<T>(&self, work: impl FnOnce(&LeaseGuard) -> T) -> crate::Result<T> {
+                locked(acquire(self, None)?, work)
+            }
+
+            #[doc = concat!(
+                "As [`with_lock`](Self::with_lock), blocking at most `wait` for the lock.\n\n\
+                 # Errors\n\n\
+                 [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when it is still taken after \
+                 `wait`, and `work` never ran; otherwise as [`with_lock`](Self::with_lock)."
+            )]
+            pub fn with_lock_timeout<T>(
+                &self,
+                wait: Duration,
+                work: impl FnOnce(&LeaseGuard) -> T,
+            ) -> crate::Result<T> {
+                locked(acquire(self, Some(wait))?, work)
+            }
+        }
+
+        impl Lock for $face {
+            fn name(&self) -> &str {
+                $face::name(self)
+            }
+
+            fn try_acquire(&self) -> crate::Result<Option<LeaseGuard>> {
+                try_acquire(self)
+            }
+
+            fn acquire(&self) -> crate::Result<LeaseGuard> {
+                acquire(self, None)
+            }
+
+            fn acquire_timeout(&self, wait: Duration) -> crate::Result<LeaseGuard> {
+                acquire(self, Some(wait))
+            }
         }
     };
 }
 
+/// Runs `work` under `guard` and releases it: the output only if the lease
+/// held to the release (a lost lease makes the release report the loss).
+fn locked<T>(guard: LeaseGuard, work: impl FnOnce(&LeaseGuard) -> T) -> crate::Result<T> {
+    let output = work(&guard);
+    guard.release()?;
+    Ok(output)
+}
+
+/// The acquisitions every blocking lock answers: [`Mutex`], [`FairMutex`],
+/// [`ReentrantMutex`], [`ReadLock`], [`WriteLock`] and [`Semaphore`] (one
+/// permit per acquisition), each as its own method of the same name. It is
+/// object safe: hold a `Box<dyn Lock>` to choose the kind at run time.
+///
+/// ```no_run
+/// # fn demo(client: leasehold::blocking::Client, fair: bool) -> leasehold::Result<()> {
+/// use leasehold::blocking::Lock;
+///
+/// let lock: Box<dyn Lock> = if fair {
+///     Box::new(client.fair_mutex("jobs")?)
+/// } else {
+///     Box::new(client.mutex("jobs")?)
+/// };
+/// let guard = lock.acquire()?;
+/// guard.release()?;
+/// # Ok(()) }
+/// ```
+pub trait Lock: std::fmt::Debug + Send + Sync {
+    /// The lock's name.
+    fn name(&self) -> &str;
+
+    /// One attempt: the guard if the lock could be taken now, else `None`.
+    ///
+    /// # Errors
+    ///
+    /// As the kind's own `try_acquire`.
+    fn try_acquire(&self) -> crate::Result<Option<LeaseGuard>>;
+
+    /// Blocks as long as it takes for the lock.
+    ///
+    /// # Errors
+    ///
+    /// As the kind's own `acquire`.
+    fn acquire(&self) -> crate::Result<LeaseGuard>;
+
+    /// Blocks at most `wait` for the lock.
+    ///
+    /// # Errors
+    ///
+    /// As the kind's own `acquire_timeout`.
+    fn acquire_timeout(&self, wait: Duration) -> crate::Result<LeaseGuard>;
+}
+
 /// `release_token`, `extend_token`, `force_release` and `inspect`, each
-/// blocking the calling thread on the [`Lock`] call of the same name.
+/// blocking the calling thread on the [`crate::Lock`] call of the same name.
 macro_rules! admin_calls {
     ($face:ident) => {
         impl $face {

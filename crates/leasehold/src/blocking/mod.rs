@@ -51,6 +51,15 @@
 //! itself. `with_owner` names one owner for every thread that uses the
 //! handle, or for several processes.
 //!
+//! # Work under a lock, any kind, and elections
+//!
+//! Every blocking lock has `with_lock` and `with_lock_timeout`: the closure
+//! runs under the lock and its output comes back only if the lease held to
+//! the release (a thread cannot be cut short: the closure runs to its end,
+//! so check [`LeaseGuard::is_lost`] between its steps). [`Lock`] is the one
+//! object-safe trait over every kind. [`Election`] campaigns, reads and
+//! follows the leader of an election ([`LeaderWatch`]).
+//!
 //! # A lost lease
 //!
 //! [`LeaseGuard::is_lost`] is a flag to check between steps of the work;
@@ -72,13 +81,15 @@
 //! usual, and the last drop of a client there does not wait for the
 //! runtime to finish.
 
+mod election;
 mod faces;
 mod guard;
 mod runtime;
 
 use std::sync::Arc;
 
-pub use faces::{FairMutex, Mutex, ReadLock, ReentrantMutex, RwLock, Semaphore, WriteLock};
+pub use election::{Election, LeaderWatch, Leadership};
+pub use faces::{FairMutex, Lock, Mutex, ReadLock, ReentrantMutex, RwLock, Semaphore, WriteLock};
 pub use guard::{LeaseGuard, MutexGuard};
 
 use crate::client::ClientBuilder;
@@ -205,6 +216,18 @@ impl Client {
         ))
     }
 
+    /// The leader election called `name`, as [`crate::Client::election`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Client::election`].
+    pub fn election(&self, name: &str) -> Result<Election> {
+        Ok(Election::new(
+            self.shared.client.election(name)?,
+            self.share(),
+        ))
+    }
+
     /// Blocks until the releases this client runs in the background (for
     /// guards dropped without `release`) are done, at most four command
     /// timeouts. The runtime does this by itself before it stops; call it
@@ -247,5 +270,8 @@ mod tests {
         is_send_sync::<WriteLock>();
         is_send_sync::<Semaphore>();
         is_send_sync::<LeaseGuard>();
+        is_send_sync::<Election>();
+        is_send_sync::<Leadership>();
+        is_send_sync::<LeaderWatch>();
     }
 }
