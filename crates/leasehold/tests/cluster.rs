@@ -326,6 +326,63 @@ async fn the_grace_holds_a_promoted_master_back_until_it_has_passed() {
     guard.release().await.unwrap();
 }
 
+/// A failover moves every slot of a shard at once: the grace is counted
+/// from when the client first saw the promoted master, not again for each
+/// slot of that shard the client comes back to later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_failover_costs_one_grace_whatever_the_slots() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let grace = Duration::from_secs(2);
+    let graced = Client::builder("")
+        .seeds(cluster.urls())
+        .restart_grace(grace)
+        .build()
+        .unwrap();
+    let first = name_on(&cluster, 0, "promoted");
+    let slot = key_slot(format!("leasehold:{{{first}}}"));
+    let second = (0..1_000)
+        .map(|i| name_on(&cluster, 0, &format!("sibling-{i}")))
+        .find(|name| key_slot(format!("leasehold:{{{name}}}")) != slot)
+        .expect("a second slot on the shard");
+    let (one, two) = (
+        graced.mutex(&first).unwrap(),
+        graced.mutex(&second).unwrap(),
+    );
+    // Both slots are seen served by the first master.
+    common::eventually("the cluster to be older than the grace", || async {
+        for lock in [&one, &two] {
+            let Ok(Some(guard)) = lock.try_acquire().await else {
+                return false;
+            };
+            if guard.release().await.is_err() {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    cluster.failover(0);
+    assert!(
+        one.try_acquire().await.unwrap().is_none(),
+        "a new master granted a lock within the grace"
+    );
+    one.acquire_timeout(LONG)
+        .await
+        .expect("granted once the grace has passed")
+        .release()
+        .await
+        .unwrap();
+    // The second slot changed master at the same failover: its grace ran
+    // from the same moment, and is over.
+    two.try_acquire()
+        .await
+        .unwrap()
+        .expect("the second slot of the shard waited a second grace")
+        .release()
+        .await
+        .unwrap();
+}
+
 /// Two lock names whose keys share one hash slot, on `shard`.
 fn two_names_in_one_slot(cluster: &RedisCluster, shard: usize) -> (String, String) {
     let first = name_on(cluster, shard, "pair");

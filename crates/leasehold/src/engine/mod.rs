@@ -33,6 +33,11 @@ struct Masters {
     slots: HashMap<u16, SlotMaster>,
     /// Every master seen serve any slot, by identity.
     known: std::collections::HashSet<u64>,
+    /// When each promoted master (identity, replication id) was first seen
+    /// taking a slot over: the other slots it took over at that failover
+    /// count their grace from then too, not from the client's first
+    /// request to each of them.
+    promotions: HashMap<(u64, u64), Instant>,
 }
 
 #[derive(Debug)]
@@ -262,9 +267,11 @@ impl Engine {
     /// less than the grace (a restart), or since it took over `key`'s slot
     /// by a promotion, as this client saw it: it was promoted from the
     /// master this client last saw serve the slot, or it is a master this
-    /// client did not know that was promoted at some time. A slot that
-    /// moved to a master this client knew (a migration: the keys move
-    /// with it) is not held back.
+    /// client did not know that was promoted at some time. The grace of a
+    /// promotion counts from when this client first saw the promoted
+    /// master take any slot over, so a failover costs one grace, not one
+    /// per slot. A slot that moved to a master this client knew (a
+    /// migration: the keys move with it) is not held back.
     pub(crate) fn grace_left(&self, key: &str, server: &ServerInfo) -> Option<Duration> {
         let grace = self.config.restart_grace?;
         let now = Instant::now();
@@ -279,7 +286,16 @@ impl Engine {
             Some(seen) if seen.identity != server.identity => {
                 let promoted = server.promoted_from == Some(seen.replid)
                     || (!known && server.promoted_from.is_some());
-                promoted.then_some(now).or(seen.changed)
+                if promoted {
+                    Some(
+                        *masters
+                            .promotions
+                            .entry((server.identity, server.replid))
+                            .or_insert(now),
+                    )
+                } else {
+                    seen.changed
+                }
             }
             Some(seen) => seen.changed,
             None => None,
