@@ -20,8 +20,8 @@ use crate::engine::Request;
 use crate::error::{Error, Result};
 use crate::keys::validate_lease;
 
-/// A release that fails to reach Redis is tried again for this many command
-/// timeouts, and never past the lease.
+/// A release or an extend that fails to reach Redis is tried again for this
+/// many command timeouts, and never past the lease.
 const RELEASE_TRIES_FOR: u32 = 3;
 
 /// The reentrant hold a granted level belongs to.
@@ -129,7 +129,29 @@ impl Held {
             self.engine.leases.watchdog.schedule(lease);
         }
         let token = lease.renewal_token();
-        if renew_one(&self.engine, &lease.keys, &token, length, lease.replica_ack).await? {
+        // An extend sets the lease to `length` from when it runs, so sending
+        // it again after an unanswered attempt gives the same outcome; and
+        // no extend removes a token, so a retry that finds it gone found a
+        // loss that really happened (the lease counts from the first send).
+        let timeout = self.engine.command_timeout();
+        let give_up = (sent_at + timeout * RELEASE_TRIES_FOR).min(lease.deadline());
+        let mut pause = Duration::from_millis(25);
+        let renewed = loop {
+            match renew_one(&self.engine, &lease.keys, &token, length, lease.replica_ack).await {
+                Ok(renewed) => break renewed,
+                Err(error) if error.is_transient() && Instant::now() + pause < give_up => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                Err(error) => {
+                    if lease.renew {
+                        self.engine.leases.watchdog.schedule(lease);
+                    }
+                    return Err(error);
+                }
+            }
+        };
+        if renewed {
             lease.renewed(sent_at, length);
         } else {
             lease.mark_lost(LossReason::TokenGone);
@@ -162,10 +184,13 @@ impl Held {
             Instant::now() + timeout,
         ));
         let mut pause = Duration::from_millis(25);
+        // An earlier attempt that got no answer may have been applied.
+        let mut unanswered: Option<Error> = None;
         let released = loop {
             match release(engine, &lease.keys, &self.token, false, lease.hold_until).await {
                 Ok(released) => break released,
                 Err(error) if error.is_transient() && Instant::now() + pause < give_up => {
+                    unanswered = Some(error);
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
@@ -181,6 +206,16 @@ impl Held {
         };
         pending.disarm();
         if !released {
+            if let Some(first) = unanswered {
+                // The token is gone, but this call's own unanswered attempt
+                // may be what removed it: that is no loss to report. Only a
+                // lease already known lost (its deadline passed before the
+                // answer) says so.
+                return Err(match lease.loss() {
+                    Some(reason) => self.lost_error(reason),
+                    None => Error::release_retry_unknown(&lease.keys.name, lease.fence, &first),
+                });
+            }
             if !lease.is_finished() {
                 // Only this level is known gone: other levels of the hold
                 // may still hold it, and their renewals tell.
