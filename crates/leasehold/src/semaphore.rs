@@ -189,8 +189,13 @@ impl Semaphore {
 
     /// Sets the semaphore's permit count for every user (an admin action)
     /// and wakes the waiters that now fit. Leases held beyond a lowered
-    /// count run on until they are released. Handles with the old count are
-    /// refused from then on; make new ones with the new count.
+    /// count run on until they are released. Waiters already in the queue
+    /// keep their place and take the new count: raised, the waiters that
+    /// now fit acquire at once; lowered, they wait until enough is
+    /// released (a waiter that asks for more permits than the new count is
+    /// refused with [`ErrorKind::Conflict`](crate::ErrorKind::Conflict)).
+    /// New attempts through handles with the old count are refused; make
+    /// new handles with the new count.
     ///
     /// # Errors
     ///
