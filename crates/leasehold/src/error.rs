@@ -46,7 +46,9 @@ pub enum ErrorKind {
     /// The lock cannot be taken as asked, and waiting would not change
     /// that: its name is in use by another kind of lock, the owner of a
     /// read lock asked for the write lock (an upgrade, which could deadlock),
-    /// or a semaphore was asked for with another permit count than it has.
+    /// or a semaphore was asked for with another permit count than it has,
+    /// or the holder of a `Mutex` or `FairMutex` asked for it again (it is
+    /// not reentrant: the wait would be for itself).
     Conflict,
     /// Fewer replicas than asked acknowledged an acquisition or an extend
     /// in time (see `with_replica_ack`). An acquisition was undone: the

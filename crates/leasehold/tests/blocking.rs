@@ -50,7 +50,14 @@ fn acquire_release_and_inspect() {
     assert!(exists(&server, "leasehold:{job}"));
     let info = mutex.inspect().unwrap();
     assert!(info.held);
-    assert!(mutex.try_acquire().unwrap().is_none());
+    // The holder's own second attempt is refused, not a wait for itself.
+    assert!(mutex.try_acquire().unwrap_err().is_conflict());
+    assert!(client
+        .mutex("job")
+        .unwrap()
+        .try_acquire()
+        .unwrap()
+        .is_none());
     guard.extend(Duration::from_secs(60)).unwrap();
     guard.release().unwrap();
     assert!(!exists(&server, "leasehold:{job}"));
@@ -100,7 +107,13 @@ fn every_primitive_blocks_the_same_way() {
 
     let fair = client.fair_mutex("fair").unwrap();
     let turn = fair.acquire().unwrap();
-    assert!(fair.try_acquire().unwrap().is_none());
+    assert!(fair.try_acquire().unwrap_err().is_conflict());
+    assert!(client
+        .fair_mutex("fair")
+        .unwrap()
+        .try_acquire()
+        .unwrap()
+        .is_none());
     turn.release().unwrap();
 
     let rw = client.rw_lock("catalog").unwrap();
@@ -330,4 +343,27 @@ async fn guards_dropped_inside_an_async_runtime_are_released() {
     let other = leasehold::Client::open(&server.url()).unwrap();
     let taken = other.mutex("job").unwrap().acquire_timeout(LONG).await;
     taken.unwrap().release().await.unwrap();
+}
+
+/// A blocking `Mutex`'s holder is the calling thread: its own second
+/// attempt is refused at once, another thread's waits its turn, and "do I
+/// hold this?" answers for the calling thread.
+#[test]
+fn a_blocking_mutex_knows_its_holder_thread() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let mutex = client.mutex("job").unwrap();
+    let guard = mutex.acquire().unwrap();
+    assert!(mutex.is_held_by_current_owner());
+    let err = mutex.acquire_timeout(Duration::from_secs(20)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+    let other = mutex.clone();
+    let (held_there, tried) =
+        thread::spawn(move || (other.is_held_by_current_owner(), other.try_acquire()))
+            .join()
+            .unwrap();
+    assert!(!held_there);
+    assert!(tried.unwrap().is_none());
+    guard.release().unwrap();
+    assert!(!mutex.is_held_by_current_owner());
 }

@@ -17,7 +17,6 @@ use std::time::Duration;
 use common::{client, client_with, cmd, eventually, poll_then_drop, raw, Servers};
 use futures_util::StreamExt;
 use leasehold::redis::{self, aio::MultiplexedConnection, Value};
-use leasehold::ErrorKind;
 use leasehold_testkit::RedisServer;
 
 const LONG: Duration = Duration::from_secs(30);

@@ -16,7 +16,7 @@ use crate::engine::lease::{Lease, LossReason};
 use crate::engine::ops::renew_one;
 use crate::engine::release::{release, release_in_background, PendingRelease};
 use crate::engine::Engine;
-use crate::engine::Request;
+use crate::engine::{Kind, Request};
 use crate::error::{Error, Result};
 use crate::keys::validate_lease;
 
@@ -74,6 +74,10 @@ impl Held {
                 Lease::new(request, token.clone(), fence, sent_at, ttl),
             ),
         };
+        engine
+            .leases
+            .mine
+            .add(&request.keys.lock, request.holder, request.kind, &lease);
         Held {
             engine: Arc::clone(engine),
             lease,
@@ -354,5 +358,52 @@ impl Holds {
         {
             holds.remove(&key);
         }
+    }
+}
+
+type MineMap = HashMap<String, Vec<(String, Kind, Weak<Lease>)>>;
+
+/// The leases this client holds, by lock key, each with its holder (see
+/// [`Request::holder`]) and kind: what tells a holder's own second attempt
+/// on a non-reentrant lock, and answers "do I hold this?".
+#[derive(Debug, Default)]
+pub(crate) struct Mine(Mutex<MineMap>);
+
+impl Mine {
+    fn map(&self) -> std::sync::MutexGuard<'_, MineMap> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn add(&self, lock: &str, holder: &str, kind: Kind, lease: &Arc<Lease>) {
+        let mut map = self.map();
+        let entries = map.entry(lock.to_owned()).or_default();
+        entries.retain(|(_, _, held)| held.upgrade().is_some_and(|l| !l.is_finished()));
+        if !entries
+            .iter()
+            .any(|(_, _, held)| std::ptr::eq(held.as_ptr(), Arc::as_ptr(lease)))
+        {
+            entries.push((holder.to_owned(), kind, Arc::downgrade(lease)));
+        }
+    }
+
+    /// The fence of a lease of `lock` that `holder` holds here, of a kind
+    /// `of` accepts, that is neither released nor known lost.
+    pub(crate) fn held_by(
+        &self,
+        lock: &str,
+        holder: &str,
+        of: impl Fn(Kind) -> bool,
+    ) -> Option<u64> {
+        let mut map = self.map();
+        let entries = map.get_mut(lock)?;
+        entries.retain(|(_, _, held)| held.upgrade().is_some_and(|l| !l.is_finished()));
+        let found = entries.iter().find_map(|(who, kind, held)| {
+            let lease = held.upgrade()?;
+            (who == holder && of(*kind) && lease.loss().is_none()).then_some(lease.fence)
+        });
+        if entries.is_empty() {
+            map.remove(lock);
+        }
+        found
     }
 }
