@@ -250,6 +250,7 @@ impl Held {
                 self.engine.leases.watchdog.unregister(self.lease.id);
             }
             self.engine.leases.holds.forget(&self.lease);
+            self.engine.leases.mine.forget(&self.lease);
         }
         true
     }
@@ -383,6 +384,22 @@ impl Mine {
             .any(|(_, _, held)| std::ptr::eq(held.as_ptr(), Arc::as_ptr(lease)))
         {
             entries.push((holder.to_owned(), kind, Arc::downgrade(lease)));
+        }
+    }
+
+    /// Forgets `lease`, whose last guard is gone, and what else of its lock
+    /// is over: so that the map holds only the locks held now.
+    fn forget(&self, lease: &Arc<Lease>) {
+        let mut map = self.map();
+        let Some(entries) = map.get_mut(&lease.keys.lock) else {
+            return;
+        };
+        entries.retain(|(_, _, held)| {
+            !std::ptr::eq(held.as_ptr(), Arc::as_ptr(lease))
+                && held.upgrade().is_some_and(|l| !l.is_finished())
+        });
+        if entries.is_empty() {
+            map.remove(&lease.keys.lock);
         }
     }
 
