@@ -191,10 +191,21 @@ impl Held {
         // An earlier attempt that got no answer may have been applied.
         let mut unanswered: Option<Error> = None;
         let released = loop {
-            match release(engine, &lease.keys, &self.token, false, lease.hold_until).await {
+            // An attempt that gets no connection sends nothing: only one
+            // that went out can have been applied.
+            let (attempt, sent) = match engine.route(&lease.keys).await {
+                Ok(_) => (
+                    release(engine, &lease.keys, &self.token, false, lease.hold_until).await,
+                    true,
+                ),
+                Err(error) => (Err(error), false),
+            };
+            match attempt {
                 Ok(released) => break released,
                 Err(error) if error.is_transient() && Instant::now() + pause < give_up => {
-                    unanswered = Some(error);
+                    if sent {
+                        unanswered = Some(error);
+                    }
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
