@@ -367,3 +367,38 @@ fn a_blocking_mutex_knows_its_holder_thread() {
     guard.release().unwrap();
     assert!(!mutex.is_held_by_current_owner());
 }
+
+/// The blocking semaphore's admin calls and the line of waiters, as the
+/// async ones.
+#[test]
+fn blocking_semaphore_admin_calls_and_the_line() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let sem = client.semaphore("s", 3).unwrap();
+    let one = sem.acquire().unwrap();
+    assert!(sem.is_held_by_current_owner());
+    let left = sem.permit_lease_left(one.token()).unwrap();
+    assert!(left.is_some_and(|left| left > Duration::ZERO));
+    let drained = sem.drain().unwrap().expect("two were free");
+    assert!(sem.drain().unwrap().is_none());
+    let tokens = [one.detach().token, drained.detach().token];
+    let tokens: Vec<&str> = tokens.iter().map(String::as_str).collect();
+    assert_eq!(sem.release_tokens(&tokens).unwrap(), 2);
+    assert!(sem.waiters().unwrap().is_empty());
+    assert!(sem.delete().unwrap());
+    assert!(!sem.delete().unwrap());
+
+    let fair = client.fair_mutex("fair").unwrap();
+    let held = fair.acquire().unwrap();
+    assert_eq!(fair.queue_position().unwrap(), None);
+    let other = client.fair_mutex("fair").unwrap();
+    let waiter = thread::spawn(move || other.acquire_timeout(Duration::from_secs(30)));
+    while fair.waiters().unwrap().is_empty() {
+        thread::sleep(Duration::from_millis(20));
+    }
+    // The waiting thread is of this client: its place is the client's.
+    assert_eq!(fair.queue_position().unwrap(), Some(1));
+    held.release().unwrap();
+    waiter.join().unwrap().unwrap().release().unwrap();
+    assert_eq!(fair.queue_position().unwrap(), None);
+}
