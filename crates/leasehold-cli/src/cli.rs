@@ -118,6 +118,8 @@ pub(crate) enum Command {
     Man(ManArgs),
     /// Show who leads an election: `FENCE VALUE`, or nothing when nobody does
     Leader(crate::leader::LeaderArgs),
+    /// Change a semaphore's permit count, or delete it (admin)
+    Semaphore(SemaphoreArgs),
 }
 
 /// How long to wait for a busy lock.
@@ -288,6 +290,35 @@ pub(crate) struct InspectArgs {
     /// From the global --json
     #[arg(skip)]
     pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SemaphoreArgs {
+    #[command(subcommand)]
+    pub(crate) action: SemaphoreAction,
+    /// From the global --json
+    #[arg(skip)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum SemaphoreAction {
+    /// Set the permit count for every user and wake the waiters that now
+    /// fit; queued waiters keep their place and take the new count
+    SetPermits {
+        /// The semaphore's name
+        name: String,
+        /// The new permit count
+        #[arg(value_parser = clap::value_parser!(u32).range(1..=i64::from(leasehold::MAX_PERMITS)))]
+        permits: u32,
+    },
+    /// Delete the semaphore: its permit count and every permit lease,
+    /// whoever holds it; its waiters are woken, and the next acquisition
+    /// makes it anew with its own count
+    Delete {
+        /// The semaphore's name
+        name: String,
+    },
 }
 
 #[derive(Debug, Args)]

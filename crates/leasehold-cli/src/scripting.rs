@@ -6,7 +6,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::json;
 
 use crate::cli::{
-    AcquireArgs, Connection, ExtendArgs, InspectArgs, NameArgs, ReleaseArgs, TakeArgs, WaitArgs,
+    AcquireArgs, Connection, ExtendArgs, InspectArgs, NameArgs, ReleaseArgs, SemaphoreAction,
+    SemaphoreArgs, TakeArgs, WaitArgs,
 };
 use crate::exit::{self, Fail};
 use crate::kind::{self, Kind, Lock, Take};
@@ -202,9 +203,15 @@ pub(crate) async fn extend(conn: &Connection, args: ExtendArgs) -> anyhow::Resul
 
 pub(crate) async fn inspect(conn: &Connection, args: InspectArgs) -> anyhow::Result<ExitCode> {
     let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
-    let info = client.mutex(&args.name)?.inspect().await?;
+    let lock = client.mutex(&args.name)?;
+    let info = lock.inspect().await?;
+    let waiters = lock.waiters().await?;
     if args.json {
-        println!("{}", info_json(&info));
+        let mut value = info_json(&info);
+        if let Some(object) = value.as_object_mut() {
+            object.insert("waiters".to_owned(), state::waiters_json(&info, &waiters));
+        }
+        println!("{value}");
         return Ok(ExitCode::SUCCESS);
     }
     let state = match (info.held, info.remaining) {
@@ -221,6 +228,9 @@ pub(crate) async fn inspect(conn: &Connection, args: InspectArgs) -> anyhow::Res
         None => println!("last fence:      none yet"),
     }
     println!("waiters:         {}", info.waiting_clients);
+    for line in state::waiter_lines(&info, &waiters) {
+        println!("{line}");
+    }
     println!("server:          {}", info.server);
     Ok(ExitCode::SUCCESS)
 }
@@ -234,6 +244,35 @@ pub(crate) async fn force_release(conn: &Connection, args: NameArgs) -> anyhow::
         println!("removed lock {:?}; its waiters were woken", args.name);
     } else {
         println!("lock {:?} was free", args.name);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) async fn semaphore(conn: &Connection, args: SemaphoreArgs) -> anyhow::Result<ExitCode> {
+    let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
+    match args.action {
+        SemaphoreAction::SetPermits { name, permits } => {
+            client
+                .semaphore(&name, permits)?
+                .set_permits(permits)
+                .await?;
+            if args.json {
+                println!("{}", json!({"name": name, "permits": permits}));
+            } else {
+                println!("semaphore {name:?} has {permits} permits now; its waiters were woken");
+            }
+        }
+        SemaphoreAction::Delete { name } => {
+            // The count of a handle does not matter to a delete.
+            let deleted = client.semaphore(&name, 1)?.delete().await?;
+            if args.json {
+                println!("{}", json!({"name": name, "deleted": deleted}));
+            } else if deleted {
+                println!("deleted semaphore {name:?}; its waiters were woken");
+            } else {
+                println!("there was no semaphore {name:?}");
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -166,6 +166,66 @@ pub(crate) fn json_fields(info: &leasehold::LockInfo) -> [(&'static str, Value);
     ]
 }
 
+/// What a waiter waits for, as `inspect` prints it.
+fn wants(waiter: &leasehold::Waiter) -> String {
+    match waiter.wants {
+        HoldMode::Read => "a read lease".to_owned(),
+        HoldMode::Write => "the write lease".to_owned(),
+        HoldMode::Permits => plural::count(waiter.permits, "permit", "permits"),
+        _ => "the lock".to_owned(),
+    }
+}
+
+/// One line per live waiter, in line: its place, who, since when, and
+/// what it waits for.
+pub(crate) fn waiter_lines(
+    info: &leasehold::LockInfo,
+    waiters: &[leasehold::Waiter],
+) -> Vec<String> {
+    waiters
+        .iter()
+        .map(|waiter| {
+            let mut line = format!(
+                "  {:<15}{}",
+                format!("#{}", waiter.position),
+                waiter.describe()
+            );
+            line.push_str(&format!(", wants {}", wants(waiter)));
+            if let Some(at) = waiter.queued_at {
+                line.push_str(&format!(", queued {}", rfc3339(at)));
+                if let Some(waited) = info.read_at.and_then(|now| now.duration_since(at).ok()) {
+                    line.push_str(&format!(" (waited {:.1}s)", waited.as_secs_f64()));
+                }
+            }
+            line
+        })
+        .collect()
+}
+
+/// The live waiters in line, as `inspect --json` prints them.
+pub(crate) fn waiters_json(info: &leasehold::LockInfo, waiters: &[leasehold::Waiter]) -> Value {
+    Value::Array(
+        waiters
+            .iter()
+            .map(|waiter| {
+                json!({
+                    "position": waiter.position,
+                    "pid": waiter.pid,
+                    "host": waiter.host,
+                    "client_name": waiter.client_name,
+                    "wants": waiter.wants.as_str(),
+                    "permits": waiter.permits,
+                    "queued_at": waiter.queued_at.map(rfc3339),
+                    "queued_at_unix_ms": waiter.queued_at.map(unix_ms),
+                    "waited_ms": waiter.queued_at.and_then(|at| {
+                        info.read_at.and_then(|now| now.duration_since(at).ok()).map(millis)
+                    }),
+                })
+            })
+            .collect(),
+    )
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

@@ -429,6 +429,55 @@ fn a_semaphore_of_two_never_runs_a_third_command() {
     assert_eq!(most, 2, "{events:?}");
 }
 
+/// `inspect` shows the line of waiters with their places; raising a
+/// semaphore's permits with `semaphore set-permits` while commands wait lets
+/// the queued ones in; `semaphore delete` removes it.
+#[test]
+fn inspect_shows_the_line_and_raised_permits_admit_queued_commands() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = Dir::new();
+    let mut runners = Runners::new();
+    for i in 1..=4 {
+        runners.run(
+            &url,
+            "exports",
+            &["--semaphore", "2"],
+            &format!("p{i}"),
+            &dir,
+            HOLD_UNTIL_GO,
+        );
+    }
+    eventually("two commands to run and two to wait", || {
+        dir.starts("p") == 2 && waiting(&url, "exports") == 2
+    });
+    let state = inspect(&url, "exports");
+    let line = state["waiters"].as_array().unwrap();
+    assert_eq!(line.len(), 2, "{state}");
+    for (i, waiter) in line.iter().enumerate() {
+        assert_eq!(waiter["position"], i + 1, "{state}");
+        assert_eq!(waiter["wants"], "permits", "{state}");
+        assert_eq!(waiter["permits"], 1, "{state}");
+    }
+    let out = leasehold(&url, &["inspect", "exports"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("#1 ") && text.contains("#2 "), "{text}");
+    assert!(text.contains("wants 1 permit"), "{text}");
+    let out = leasehold(&url, &["semaphore", "set-permits", "exports", "4"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    eventually("the queued commands to run", || dir.starts("p") == 4);
+    dir.go();
+    runners.all_succeed();
+    let out = leasehold(&url, &["--json", "semaphore", "delete", "exports"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let reply: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reply["deleted"], true, "{reply}");
+    assert!(inspect(&url, "exports")["kind"].is_null());
+    let out = leasehold(&url, &["semaphore", "set-permits", "exports", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
 /// Permit counts written by hand that add up past `u32::MAX` are shown,
 /// not a crash.
 #[test]

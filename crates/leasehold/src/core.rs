@@ -11,7 +11,7 @@ use crate::engine::held::Held;
 use crate::engine::{ops, wait, Engine, Kind, ReplicaAck, Request};
 use crate::error::{Error, Result};
 use crate::guard::LeaseGuard;
-use crate::holder::LockInfo;
+use crate::holder::{LockInfo, Waiter};
 use crate::keys::{validate_lease, validate_token, validate_wait, LockKeys, MAX_LEASE, MIN_LEASE};
 use crate::observe::{self, Op};
 use crate::owner::Owner;
@@ -121,11 +121,17 @@ impl Owners {
         match self {
             Owners::None => None,
             Owners::Named(owner) => Some(Cow::Borrowed(owner.id())),
-            Owners::PerTask(handle) => Some(Cow::Owned(match tokio::task::try_id() {
-                Some(task) => format!("{handle}:t{task}"),
-                None => format!("{handle}:{:?}", std::thread::current().id())
-                    .replace(|c: char| !c.is_ascii_alphanumeric() && c != ':', ""),
-            })),
+            Owners::PerTask(handle) => Some(Cow::Owned(task_owner(handle))),
+        }
+    }
+
+    /// Who holds an acquisition made now in this process: the owner, or,
+    /// for the kinds without owners, the current task (outside a task, the
+    /// thread) on the handle `handle`.
+    pub(crate) fn holder(&self, handle: &str) -> Cow<'_, str> {
+        match self.current() {
+            Some(owner) => owner,
+            None => Cow::Owned(task_owner(handle)),
         }
     }
 
@@ -138,6 +144,18 @@ impl Owners {
     }
 }
 
+/// The current tokio task's (outside a task, the thread's) id on `handle`.
+fn task_owner(handle: &str) -> String {
+    match tokio::task::try_id() {
+        Some(task) => format!("{handle}:t{task}"),
+        None => format!("{handle}:{:?}", std::thread::current().id())
+            .replace(|c: char| !c.is_ascii_alphanumeric() && c != ':', ""),
+    }
+}
+
+/// Ids of handles within this process: a handle and its clones share one.
+static HANDLES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// What every face shares: the engine, the lock's keys and settings, and
 /// the calls into the engine.
 #[derive(Clone)]
@@ -149,6 +167,11 @@ pub(crate) struct LockCore {
     pub(crate) owners: Owners,
     /// Semaphore permits each acquisition asks for (1 for the others).
     pub(crate) permits: u32,
+    /// This handle's id in this process, shared by its clones.
+    handle: Arc<str>,
+    /// The holder of every acquisition, fixed by a blocking face to its
+    /// calling thread.
+    fixed_holder: Option<Arc<str>>,
 }
 
 impl LockCore {
@@ -166,6 +189,66 @@ impl LockCore {
             kind,
             owners,
             permits: 1,
+            handle: format!(
+                "h{}",
+                HANDLES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            )
+            .into(),
+            fixed_holder: None,
+        }
+    }
+
+    /// Who holds an acquisition made now through this handle, in this
+    /// process (see [`Request::holder`](crate::engine::Request)).
+    pub(crate) fn holder(&self) -> Cow<'_, str> {
+        match &self.fixed_holder {
+            Some(holder) => Cow::Borrowed(holder),
+            None => self.owners.holder(&self.handle),
+        }
+    }
+
+    /// Fixes the holder of this copy's acquisitions to the current one
+    /// (the calling thread, for a blocking face).
+    pub(crate) fn fix_holder(&mut self) {
+        if self.fixed_holder.is_none() {
+            self.fixed_holder = Some(self.holder().into());
+        }
+    }
+
+    /// Whether the current holder holds a lease of this lock here, of a
+    /// kind `of` accepts, not released and not known lost.
+    pub(crate) fn held_by_current_owner(&self, of: impl Fn(Kind) -> bool) -> bool {
+        self.engine
+            .leases
+            .mine
+            .held_by(&self.keys.lock, &self.holder(), of)
+            .is_some()
+    }
+
+    /// A `Mutex` or `FairMutex` its caller holds already: waiting would
+    /// wait for itself.
+    fn refuse_own_second_attempt(&self, holder: &str) -> Result<()> {
+        if !matches!(self.kind, Kind::Mutex | Kind::Fair) {
+            return Ok(());
+        }
+        let lock = &self.keys.lock;
+        match self
+            .engine
+            .leases
+            .mine
+            .held_by(lock, holder, |kind| kind == self.kind)
+        {
+            Some(fence) => Err(Error::new(
+                crate::error::ErrorKind::Conflict,
+                format!(
+                    "lock {:?} is already held by this caller (fence {fence}), the same task \
+                     (or thread) through this handle or a clone of it: the lock is not \
+                     reentrant, so this acquisition would wait for itself; release the guard \
+                     first, or use a ReentrantMutex to nest acquisitions",
+                    self.keys.name
+                ),
+            )),
+            None => Ok(()),
         }
     }
 
@@ -185,7 +268,7 @@ impl LockCore {
             .finish()
     }
 
-    fn request<'a>(&'a self, owner: &'a str) -> Request<'a> {
+    fn request<'a>(&'a self, owner: &'a str, holder: &'a str) -> Request<'a> {
         let s = &self.settings;
         Request {
             keys: &self.keys,
@@ -196,6 +279,7 @@ impl LockCore {
             hold_at_least: s.hold_at_least,
             max_hold: s.max_hold,
             owner,
+            holder,
             permits: self.permits,
             replica_ack: s.replica_ack,
         }
@@ -203,8 +287,10 @@ impl LockCore {
 
     pub(crate) async fn try_acquire(&self) -> Result<Option<LeaseGuard>> {
         let owner = self.owners.current();
+        let holder = self.holder();
+        self.refuse_own_second_attempt(&holder)?;
         // Every hash lease records an owner; '-' is nobody's.
-        let request = self.request(owner.as_deref().unwrap_or("-"));
+        let request = self.request(owner.as_deref().unwrap_or("-"), &holder);
         let attempt = wait::try_acquire(&self.engine, &request);
         let fence = |held: &Option<Held>| held.as_ref().map(|held| held.lease().fence);
         let held = observe::acquisition(self.kind, &self.keys.name, false, attempt, fence).await?;
@@ -217,7 +303,9 @@ impl LockCore {
             validate_wait(wait)?;
         }
         let owner = self.owners.current();
-        let request = self.request(owner.as_deref().unwrap_or("-"));
+        let holder = self.holder();
+        self.refuse_own_second_attempt(&holder)?;
+        let request = self.request(owner.as_deref().unwrap_or("-"), &holder);
         let attempt = wait::acquire(&self.engine, &request, wait);
         let fence = |held: &Held| Some(held.lease().fence);
         let held = observe::acquisition(self.kind, &self.keys.name, true, attempt, fence).await?;
@@ -266,6 +354,10 @@ impl LockCore {
 
     pub(crate) async fn inspect(&self) -> Result<LockInfo> {
         ops::inspect(&self.engine, &self.keys).await
+    }
+
+    pub(crate) async fn waiters(&self) -> Result<Vec<Waiter>> {
+        crate::engine::admin::waiters(&self.engine, &self.keys).await
     }
 }
 

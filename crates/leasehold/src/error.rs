@@ -46,13 +46,24 @@ pub enum ErrorKind {
     /// The lock cannot be taken as asked, and waiting would not change
     /// that: its name is in use by another kind of lock, the owner of a
     /// read lock asked for the write lock (an upgrade, which could deadlock),
-    /// or a semaphore was asked for with another permit count than it has.
+    /// or a semaphore was asked for with another permit count than it has,
+    /// or the holder of a `Mutex` or `FairMutex` asked for it again (it is
+    /// not reentrant: the wait would be for itself).
     Conflict,
     /// Fewer replicas than asked acknowledged an acquisition or an extend
     /// in time (see `with_replica_ack`). An acquisition was undone: the
     /// lock is not held. Trying again may succeed once the replicas catch
     /// up; the message says how many acknowledged.
     ReplicasMissing,
+    /// A request was sent again after an earlier attempt got no answer,
+    /// and what the retry found cannot tell whether that earlier attempt
+    /// was applied. A release that finds its token gone on a retry is the
+    /// case: its first attempt may have released the lock (the lease then
+    /// held to the end), or the lock may have been removed some other way
+    /// first (a `force_release`, a Redis restart or failover that lost
+    /// it). It is never reported as [`NotHeld`](ErrorKind::NotHeld), which
+    /// says a loss happened. Nothing is held any more either way.
+    OutcomeUnknown,
 }
 
 /// The error of every fallible leasehold operation.
@@ -263,6 +274,12 @@ impl Error {
         self.kind == ErrorKind::ReplicasMissing
     }
 
+    /// A retried request cannot tell whether its first, unanswered attempt
+    /// was applied (see [`ErrorKind::OutcomeUnknown`]).
+    pub fn is_outcome_unknown(&self) -> bool {
+        self.kind == ErrorKind::OutcomeUnknown
+    }
+
     /// Trying the same operation again later may succeed: Redis was out of
     /// reach or not ready, the lock was busy for the whole wait, or too few
     /// replicas acknowledged in time. False for refused credentials and
@@ -462,6 +479,21 @@ impl Error {
                 "release of lock {name:?} (fence {fence}) got no answer, so whether the lease \
                  held to the end is unknown: {last}; the lock expires by itself at the end of \
                  its lease"
+            ),
+        )
+    }
+
+    /// A release of lock `name` (fence `fence`) whose retry found the token
+    /// gone after an earlier attempt got no answer (`first`).
+    pub(crate) fn release_retry_unknown(name: &str, fence: u64, first: &Error) -> Self {
+        Error::new(
+            ErrorKind::OutcomeUnknown,
+            format!(
+                "release of lock {name:?} (fence {fence}) was sent again after its first attempt \
+                 got no answer ({first}), and the retry found the lock no longer held by this \
+                 lease: the first attempt most likely released it, so the lease held to the \
+                 end, unless the lock was removed first by a force-release or lost by redis \
+                 (a restart or failover); the lease did not run out. Nothing is held now"
             ),
         )
     }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::core::{lock_settings, LockCore};
 use crate::error::Result;
 use crate::guard::MutexGuard;
-use crate::holder::LockInfo;
+use crate::holder::{LockInfo, Waiter};
 use crate::observe::{self, Op};
 
 /// A lock with one holder at a time that is granted in the order the
@@ -18,8 +18,16 @@ use crate::observe::{self, Op};
 /// holder starts without another round trip and nobody can barge in. A
 /// waiter that dies leaves the queue when its heartbeat (3 s) runs out; a
 /// lock handed to a waiter that died meanwhile comes back after the
-/// hand-off lease (the same 3 s while the watchdog is on, the lock's lease
-/// when it is off) and goes to the next.
+/// hand-off lease, at most those 3 s whatever the lock's lease, and goes to
+/// the next (a live waiter makes its lease whole at once: the watchdog
+/// renews it, or, with the watchdog off, its next attempt sets it).
+/// [`force_release`](FairMutex::force_release) leaves the lock free and
+/// wakes the first waiter to try: it hands the lock to nobody blind.
+///
+/// Not reentrant: the holder's own second attempt (the same task through
+/// this handle or a clone) fails at once with
+/// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict); see
+/// [`is_held_by_current_owner`](FairMutex::is_held_by_current_owner).
 ///
 /// Use it when waits must be bounded and even, for example many workers
 /// taking turns on one resource. A [`Mutex`](crate::Mutex) is cheaper when
@@ -44,6 +52,27 @@ lock_settings!(FairMutex);
 impl FairMutex {
     pub(crate) fn new(core: LockCore) -> Self {
         FairMutex { core }
+    }
+
+    /// Whether the caller (the current tokio task, or the calling thread outside a task) holds this lock in this process now: a guard it
+    /// took through this handle (or a clone of it) is alive, not released,
+    /// and its lease is not known lost.
+    ///
+    /// This is the holder that an [`acquire`](Self::acquire) or
+    /// [`try_acquire`](Self::try_acquire) of its own would wait for: such an
+    /// attempt fails at once with
+    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) instead. Another
+    /// handle of the same lock (another `client.fair_mutex(name)`) is another
+    /// holder, even in the same task.
+    ///
+    /// It is answered from this process's own leases, without a round trip:
+    /// a lease removed behind the holder's back (a force-release, a Redis
+    /// that lost it) counts as held until a renewal, or the lease's local
+    /// deadline, tells. A guard moved to another task still counts for the
+    /// one that acquired it.
+    #[must_use]
+    pub fn is_held_by_current_owner(&self) -> bool {
+        self.core.held_by_current_owner(|_| true)
     }
 
     /// One attempt: the guard if the lock is free and nobody waits for it,
@@ -125,8 +154,10 @@ impl FairMutex {
         .await
     }
 
-    /// Removes the lock whoever holds it and hands it to the first live
-    /// waiter: an admin action. Returns whether a lock was removed.
+    /// Removes the lock whoever holds it, leaves it free and wakes the
+    /// first live waiter to try (it is not handed the lock: it may have
+    /// died within its heartbeat): an admin action. Returns whether a lock
+    /// was removed.
     ///
     /// # Errors
     ///
@@ -150,5 +181,41 @@ impl FairMutex {
     /// Cancel safe: it only reads.
     pub async fn inspect(&self) -> Result<LockInfo> {
         observe::traced(self.core.span(Op::Inspect), self.core.inspect()).await
+    }
+
+    /// The lock's live waiters in line, head first, as Redis sees them
+    /// now: who waits, since when, for what. A waiter whose heartbeat ran
+    /// out (it died) is left out. For a `Mutex` or `FairMutex` there is one
+    /// waiter per waiting client (its other tasks wait behind it locally);
+    /// for the other kinds one per waiting task.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn waiters(&self) -> Result<Vec<Waiter>> {
+        self.core.waiters().await
+    }
+
+    /// This client's place in the lock's line, from 1 at the head (the next
+    /// release hands the lock to the head), or `None` when it does not wait
+    /// for this lock. The tasks of one client that wait for one
+    /// `FairMutex` wait behind one another locally, and the first of them
+    /// holds the client's one place in Redis: this is that place.
+    ///
+    /// # Errors
+    ///
+    /// As [`waiters`](Self::waiters).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn queue_position(&self) -> Result<Option<usize>> {
+        let waiters = self.core.waiters().await?;
+        Ok(waiters.iter().find(|w| w.this_client).map(|w| w.position))
     }
 }

@@ -110,7 +110,11 @@ impl LeaseGuard {
     /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the lease is
     /// lost (and it is then marked lost);
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a lease
-    /// out of range; connection and server errors as elsewhere.
+    /// out of range; connection and server errors as elsewhere. An extend
+    /// that gets no answer is sent again within the lease, for a few
+    /// command timeouts: it sets the same length from a later moment, so a
+    /// retry reports what the first try did (extended), and since no extend
+    /// removes a token, a retry that finds it gone found a real loss.
     ///
     /// # Cancel safety
     ///
@@ -139,13 +143,21 @@ impl LeaseGuard {
     ///
     /// A release that cannot reach Redis is tried again for a few command
     /// timeouts (never past the lease), so its outcome is known whenever
-    /// Redis answers in that time.
+    /// Redis answers in that time. A try sent again after an earlier one
+    /// went out and got no answer may find the lease gone because that
+    /// earlier try released it: that is never reported as a loss.
     ///
     /// # Errors
     ///
     /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the lease was
     /// lost before the release: the work done under it may have overlapped
-    /// with another holder. [`ErrorKind::Connection`](crate::ErrorKind::Connection)
+    /// with another holder.
+    /// [`ErrorKind::OutcomeUnknown`](crate::ErrorKind::OutcomeUnknown) when a
+    /// try sent again found the lease gone after an earlier try got no
+    /// answer: that try most likely released it (the lease held to the
+    /// end), unless the lock was force-released or lost by Redis first; the
+    /// lease did not run out, and nothing is held now.
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection)
     /// when no answer came: whether the lease held to the end is unknown
     /// (treat the work as unprotected); the lock expires at the end of its
     /// lease, and the release goes on in the background meanwhile.

@@ -269,6 +269,74 @@ pub struct LockInfo {
     pub server: String,
 }
 
+/// One waiter in a lock's waiter queue, as [`Mutex::waiters`](crate::Mutex::waiters)
+/// reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Waiter {
+    /// Its place in line, from 1 at the head. A release wakes (for a
+    /// `FairMutex`, hands the lock to) the head first.
+    pub position: usize,
+    /// The waiter's process id, if it recorded one.
+    pub pid: Option<u32>,
+    /// The host the waiter runs on.
+    pub host: String,
+    /// The waiter's client name ([`ClientBuilder::name`](crate::ClientBuilder::name)).
+    pub client_name: String,
+    /// What it waits for: [`HoldMode::Exclusive`] for the mutexes and a
+    /// reentrant mutex, a read or the write lease of an rw-lock, or
+    /// permits of a semaphore.
+    pub wants: HoldMode,
+    /// The semaphore permits it asks for (1 for the other kinds).
+    pub permits: u32,
+    /// When it joined the queue, by the Redis server's clock.
+    pub queued_at: Option<SystemTime>,
+    /// The waiter belongs to the client that read the queue.
+    pub this_client: bool,
+}
+
+impl Waiter {
+    /// Reads a waiter's record, "hand_off_ms mode want client pid host
+    /// name", queued at `queued_us`; `None` for one leasehold did not write.
+    pub(crate) fn from_record(
+        position: usize,
+        queued_us: Option<u64>,
+        record: &str,
+        client: &str,
+    ) -> Option<Waiter> {
+        let mut words = record.splitn(7, ' ');
+        let _hand_off = words.next()?;
+        let wants = match words.next()? {
+            "r" => HoldMode::Read,
+            "w" => HoldMode::Write,
+            "s" => HoldMode::Permits,
+            _ => HoldMode::Exclusive,
+        };
+        let permits = words.next()?.parse::<u32>().ok()?;
+        let this_client = words.next()? == client;
+        let who = Holder::identity_only(words.next(), words.next(), words.next());
+        Some(Waiter {
+            position,
+            pid: who.pid,
+            host: who.host,
+            client_name: who.client_name,
+            wants,
+            permits,
+            queued_at: queued_us.map(|us| UNIX_EPOCH + Duration::from_micros(us)),
+            this_client,
+        })
+    }
+
+    /// "pid 4242 on build-7 (nightly-job)".
+    pub fn describe(&self) -> String {
+        match self.pid {
+            Some(pid) if self.client_name.is_empty() => format!("pid {pid} on {}", self.host),
+            Some(pid) => format!("pid {pid} on {} ({})", self.host, self.client_name),
+            None => "a waiter that recorded no identity".to_owned(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

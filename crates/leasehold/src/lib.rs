@@ -415,7 +415,7 @@ pub use engine::lease::LossReason;
 pub use error::{Error, ErrorKind, Result};
 pub use fair_mutex::FairMutex;
 pub use guard::{DetachedLease, LeaseGuard, MutexGuard};
-pub use holder::{HoldMode, Holder, LockInfo, MAX_CLIENT_NAME_LEN};
+pub use holder::{HoldMode, Holder, LockInfo, Waiter, MAX_CLIENT_NAME_LEN};
 pub use keys::{MAX_LEASE, MAX_NAME_LEN, MAX_PREFIX_LEN, MAX_TOKEN_LEN, MAX_WAIT, MIN_LEASE};
 pub use lock::{Lock, LockFuture};
 pub use multi_lock::{MultiGuard, MultiLock, MultiLockBuilder, MultiLoss};

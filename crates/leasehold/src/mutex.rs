@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::core::{lock_settings, LockCore};
 use crate::error::Result;
 use crate::guard::MutexGuard;
-use crate::holder::LockInfo;
+use crate::holder::{LockInfo, Waiter};
 use crate::observe::{self, Op};
 
 /// A lock with one holder at a time across every process that uses the same
@@ -16,8 +16,11 @@ use crate::observe::{self, Op};
 /// resources you write, and have them refuse smaller ones: that keeps them
 /// safe even when a holder stalls past its lease.
 ///
-/// The mutex is not reentrant: a holder that acquires it again waits for
-/// itself. Use [`acquire_timeout`](Mutex::acquire_timeout) when that could happen.
+/// The mutex is not reentrant: a holder that acquires it again through the
+/// same handle (or a clone) in the same task gets an immediate
+/// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict), never a wait for
+/// itself (see [`is_held_by_current_owner`](Mutex::is_held_by_current_owner)
+/// for who counts as the holder).
 ///
 /// ```no_run
 /// # async fn demo(client: leasehold::Client) -> leasehold::Result<()> {
@@ -40,6 +43,27 @@ impl Mutex {
         Mutex { core }
     }
 
+    /// Whether the caller (the current tokio task, or the calling thread outside a task) holds this lock in this process now: a guard it
+    /// took through this handle (or a clone of it) is alive, not released,
+    /// and its lease is not known lost.
+    ///
+    /// This is the holder that an [`acquire`](Self::acquire) or
+    /// [`try_acquire`](Self::try_acquire) of its own would wait for: such an
+    /// attempt fails at once with
+    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) instead. Another
+    /// handle of the same lock (another `client.mutex(name)`) is another
+    /// holder, even in the same task.
+    ///
+    /// It is answered from this process's own leases, without a round trip:
+    /// a lease removed behind the holder's back (a force-release, a Redis
+    /// that lost it) counts as held until a renewal, or the lease's local
+    /// deadline, tells. A guard moved to another task still counts for the
+    /// one that acquired it.
+    #[must_use]
+    pub fn is_held_by_current_owner(&self) -> bool {
+        self.core.held_by_current_owner(|_| true)
+    }
+
     /// One attempt: the guard if the lock was free, `None` if someone else holds it.
     ///
     /// # Errors
@@ -49,7 +73,11 @@ impl Mutex {
     /// out (it is then given back); [`ErrorKind::Auth`](crate::ErrorKind::Auth)
     /// when Redis refuses the credentials, [`ErrorKind::Config`](crate::ErrorKind::Config)
     /// when it refuses the connection's settings (database number, TLS);
-    /// [`ErrorKind::Server`](crate::ErrorKind::Server) for an unexpected reply.
+    /// [`ErrorKind::Server`](crate::ErrorKind::Server) for an unexpected reply;
+    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the caller
+    /// holds this lock already (see
+    /// [`is_held_by_current_owner`](Self::is_held_by_current_owner)): waiting
+    /// would be a wait for itself.
     ///
     /// # Cancel safety
     ///
@@ -208,5 +236,23 @@ impl Mutex {
     /// Cancel safe: it only reads.
     pub async fn inspect(&self) -> Result<LockInfo> {
         observe::traced(self.core.span(Op::Inspect), self.core.inspect()).await
+    }
+
+    /// The lock's live waiters in line, head first, as Redis sees them
+    /// now: who waits, since when, for what. A waiter whose heartbeat ran
+    /// out (it died) is left out. For a `Mutex` or `FairMutex` there is one
+    /// waiter per waiting client (its other tasks wait behind it locally);
+    /// for the other kinds one per waiting task.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn waiters(&self) -> Result<Vec<Waiter>> {
+        self.core.waiters().await
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::core::{lock_settings, LockCore, Owners};
 use crate::error::Result;
 use crate::guard::LeaseGuard;
-use crate::holder::LockInfo;
+use crate::holder::{LockInfo, Waiter};
 use crate::observe::{self, Op};
 use crate::owner::Owner;
 
@@ -75,6 +75,21 @@ lock_settings!(ReentrantMutex);
 impl ReentrantMutex {
     pub(crate) fn new(core: LockCore) -> Self {
         ReentrantMutex { core }
+    }
+
+    /// Whether this handle's owner ([`owner`](Self::owner): the current task's, or the one named with [`with_owner`](Self::with_owner)) holds this lock in this process now: a guard it
+    /// took through this handle (or a clone of it) is alive, not released,
+    /// and its lease is not known lost.
+    /// [`hold_count`](Self::hold_count) asks Redis, across processes.
+    ///
+    /// It is answered from this process's own leases, without a round trip:
+    /// a lease removed behind the holder's back (a force-release, a Redis
+    /// that lost it) counts as held until a renewal, or the lease's local
+    /// deadline, tells. A guard moved to another task still counts for the
+    /// one that acquired it.
+    #[must_use]
+    pub fn is_held_by_current_owner(&self) -> bool {
+        self.core.held_by_current_owner(|_| true)
     }
 
     /// The owner whose acquisitions this handle makes now: the owner named
@@ -224,5 +239,23 @@ impl ReentrantMutex {
     /// Cancel safe: it only reads.
     pub async fn inspect(&self) -> Result<LockInfo> {
         observe::traced(self.core.span(Op::Inspect), self.core.inspect()).await
+    }
+
+    /// The lock's live waiters in line, head first, as Redis sees them
+    /// now: who waits, since when, for what. A waiter whose heartbeat ran
+    /// out (it died) is left out. For a `Mutex` or `FairMutex` there is one
+    /// waiter per waiting client (its other tasks wait behind it locally);
+    /// for the other kinds one per waiting task.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn waiters(&self) -> Result<Vec<Waiter>> {
+        self.core.waiters().await
     }
 }

@@ -6,7 +6,7 @@ use crate::core::{lock_settings, LockCore, Owners};
 use crate::engine::Kind;
 use crate::error::Result;
 use crate::guard::LeaseGuard;
-use crate::holder::LockInfo;
+use crate::holder::{HoldMode, LockInfo, Waiter};
 use crate::observe::{self, Op};
 use crate::owner::Owner;
 
@@ -74,6 +74,20 @@ lock_settings!(RwLock);
 impl RwLock {
     pub(crate) fn new(core: LockCore) -> Self {
         RwLock { core }
+    }
+
+    /// Whether this handle's owner ([`owner`](RwLock::owner): the current task's, or the one named with [`with_owner`](RwLock::with_owner)) holds this lock in this process now: a guard it
+    /// took through this handle (or a clone of it) is alive, not released,
+    /// and its lease is not known lost. A read or the write lease counts.
+    ///
+    /// It is answered from this process's own leases, without a round trip:
+    /// a lease removed behind the holder's back (a force-release, a Redis
+    /// that lost it) counts as held until a renewal, or the lease's local
+    /// deadline, tells. A guard moved to another task still counts for the
+    /// one that acquired it.
+    #[must_use]
+    pub fn is_held_by_current_owner(&self) -> bool {
+        self.core.held_by_current_owner(|_| true)
     }
 
     /// The owner whose acquisitions this handle makes now: the owner named
@@ -167,6 +181,24 @@ impl RwLock {
         observe::traced(self.span(Op::Inspect), self.core.inspect()).await
     }
 
+    /// The lock's live waiters in line, head first, as Redis sees them
+    /// now: who waits, since when, for what. A waiter whose heartbeat ran
+    /// out (it died) is left out. For a `Mutex` or `FairMutex` there is one
+    /// waiter per waiting client (its other tasks wait behind it locally);
+    /// for the other kinds one per waiting task.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn waiters(&self) -> Result<Vec<Waiter>> {
+        self.core.waiters().await
+    }
+
     fn span(&self, op: Op) -> tracing::Span {
         observe::span_of(op, PRIMITIVE, self.name(), None)
     }
@@ -185,6 +217,34 @@ impl std::fmt::Debug for ReadLock {
 }
 
 impl ReadLock {
+    /// Whether this handle's owner ([`owner`](RwLock::owner): the current task's, or the one named with [`with_owner`](RwLock::with_owner)) holds this lock in this process now: a guard it
+    /// took through this handle (or a clone of it) is alive, not released,
+    /// and its lease is not known lost. Only read leases count.
+    ///
+    /// It is answered from this process's own leases, without a round trip:
+    /// a lease removed behind the holder's back (a force-release, a Redis
+    /// that lost it) counts as held until a renewal, or the lease's local
+    /// deadline, tells. A guard moved to another task still counts for the
+    /// one that acquired it.
+    #[must_use]
+    pub fn is_held_by_current_owner(&self) -> bool {
+        self.core.held_by_current_owner(|kind| kind == Kind::Read)
+    }
+
+    /// How many read leases this handle's owner holds now, as Redis sees
+    /// it (across processes that share a named owner).
+    ///
+    /// # Errors
+    ///
+    /// As [`RwLock::inspect`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn hold_count(&self) -> Result<usize> {
+        hold_count(&self.core, HoldMode::Read).await
+    }
+
     /// One attempt: a read lease if no writer holds the lock or waits
     /// before this reader (or the owner holds it already), else `None`.
     ///
@@ -243,6 +303,34 @@ impl std::fmt::Debug for WriteLock {
 }
 
 impl WriteLock {
+    /// Whether this handle's owner ([`owner`](RwLock::owner): the current task's, or the one named with [`with_owner`](RwLock::with_owner)) holds this lock in this process now: a guard it
+    /// took through this handle (or a clone of it) is alive, not released,
+    /// and its lease is not known lost. Only the write lease counts.
+    ///
+    /// It is answered from this process's own leases, without a round trip:
+    /// a lease removed behind the holder's back (a force-release, a Redis
+    /// that lost it) counts as held until a renewal, or the lease's local
+    /// deadline, tells. A guard moved to another task still counts for the
+    /// one that acquired it.
+    #[must_use]
+    pub fn is_held_by_current_owner(&self) -> bool {
+        self.core.held_by_current_owner(|kind| kind == Kind::Write)
+    }
+
+    /// How many levels of the write lock this handle's owner holds now, as
+    /// Redis sees it (across processes that share a named owner).
+    ///
+    /// # Errors
+    ///
+    /// As [`RwLock::inspect`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn hold_count(&self) -> Result<usize> {
+        hold_count(&self.core, HoldMode::Write).await
+    }
+
     /// One attempt: the write lease if nobody holds the lock and nobody
     /// waits before this writer (or the owner holds the write lock
     /// already), else `None`.
@@ -290,4 +378,19 @@ impl WriteLock {
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<LeaseGuard> {
         self.core.acquire(Some(wait)).await
     }
+}
+
+/// The levels the current owner holds of `core`'s lock in `mode`, as Redis
+/// sees it.
+async fn hold_count(core: &LockCore, mode: HoldMode) -> Result<usize> {
+    let info = core.inspect().await?;
+    let owner = core.owners.current();
+    let mine = owner.as_deref();
+    Ok(info
+        .holders
+        .iter()
+        .filter(|h| h.mode == mode && h.owner.as_deref() == mine)
+        .fold(0, |n: usize, h| {
+            n.saturating_add(usize::try_from(h.levels).unwrap_or(usize::MAX))
+        }))
 }

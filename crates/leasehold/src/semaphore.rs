@@ -6,7 +6,7 @@ use crate::core::{lock_settings, LockCore};
 use crate::engine::ops;
 use crate::error::{Error, Result};
 use crate::guard::LeaseGuard;
-use crate::holder::LockInfo;
+use crate::holder::{LockInfo, Waiter};
 use crate::observe::{self, Op};
 
 /// The most permits a semaphore may have.
@@ -53,6 +53,21 @@ impl Semaphore {
     /// A semaphore of `total` permits over `core` (of that kind).
     pub(crate) fn new(core: LockCore, total: u32) -> Self {
         Semaphore { core, total }
+    }
+
+    /// Whether the caller (the current tokio task, or the calling thread outside a task) holds this lock in this process now: a guard it
+    /// took through this handle (or a clone of it) is alive, not released,
+    /// and its lease is not known lost. True when it holds any permits of this
+    /// semaphore.
+    ///
+    /// It is answered from this process's own leases, without a round trip:
+    /// a lease removed behind the holder's back (a force-release, a Redis
+    /// that lost it) counts as held until a renewal, or the lease's local
+    /// deadline, tells. A guard moved to another task still counts for the
+    /// one that acquired it.
+    #[must_use]
+    pub fn is_held_by_current_owner(&self) -> bool {
+        self.core.held_by_current_owner(|_| true)
     }
 
     /// The permit count this handle expects the semaphore to have.
@@ -189,8 +204,13 @@ impl Semaphore {
 
     /// Sets the semaphore's permit count for every user (an admin action)
     /// and wakes the waiters that now fit. Leases held beyond a lowered
-    /// count run on until they are released. Handles with the old count are
-    /// refused from then on; make new ones with the new count.
+    /// count run on until they are released. Waiters already in the queue
+    /// keep their place and take the new count: raised, the waiters that
+    /// now fit acquire at once; lowered, they wait until enough is
+    /// released (a waiter that asks for more permits than the new count is
+    /// refused with [`ErrorKind::Conflict`](crate::ErrorKind::Conflict)).
+    /// New attempts through handles with the old count are refused; make
+    /// new handles with the new count.
     ///
     /// # Errors
     ///
@@ -260,6 +280,131 @@ impl Semaphore {
     /// Cancel safe: it only reads.
     pub async fn inspect(&self) -> Result<LockInfo> {
         observe::traced(self.core.span(Op::Inspect), self.core.inspect()).await
+    }
+
+    /// The lock's live waiters in line, head first, as Redis sees them
+    /// now: who waits, since when, for what. A waiter whose heartbeat ran
+    /// out (it died) is left out. For a `Mutex` or `FairMutex` there is one
+    /// waiter per waiting client (its other tasks wait behind it locally);
+    /// for the other kinds one per waiting task.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn waiters(&self) -> Result<Vec<Waiter>> {
+        self.core.waiters().await
+    }
+
+    /// Takes every permit that is free now, in one lease, as one attempt
+    /// that passes no waiter: a guard of as many permits as were free, or
+    /// `None` when none were (or waiters come first). The guard's permits
+    /// go back together at its release. The permits free are read first,
+    /// then taken: should another process take one in between, it tries
+    /// again with what is left (a few times at most).
+    ///
+    /// # Errors
+    ///
+    /// As [`available`](Self::available) and
+    /// [`try_acquire_many`](Self::try_acquire_many).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`try_acquire_many`](Self::try_acquire_many).
+    pub async fn drain(&self) -> Result<Option<LeaseGuard>> {
+        for _ in 0..3 {
+            let free = self.available().await?.min(self.total);
+            if free == 0 {
+                return Ok(None);
+            }
+            if let Some(guard) = self.try_acquire_many(free).await? {
+                return Ok(Some(guard));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Deletes the semaphore (an admin action): its permit count and every
+    /// permit lease, whoever holds it. Holders learn that their lease is
+    /// lost at their next renewal, and their release says the lease was
+    /// not held. Waiters are woken, and the next acquisition makes the
+    /// semaphore anew with its handle's count. The fence counter stays, so
+    /// fences keep growing. Whether there was a semaphore.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name is
+    /// in use by another kind of lock (it is left as it is);
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not delete the semaphore.
+    pub async fn delete(&self) -> Result<bool> {
+        crate::engine::admin::delete_semaphore(self.core.engine(), &self.core.keys, self.total)
+            .await
+    }
+
+    /// The time left on the permit lease that `token` holds (a guard's
+    /// [`token`](LeaseGuard::token), say one of another process), by the
+    /// Redis server's clock; `None` when the token holds no permits (it was
+    /// released, ran out, or is a stranger's).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    /// token no lease could have; [`ErrorKind::Connection`](crate::ErrorKind::Connection)
+    /// or [`ErrorKind::Server`](crate::ErrorKind::Server).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn permit_lease_left(&self, token: &str) -> Result<Option<Duration>> {
+        crate::keys::validate_token(token)?;
+        crate::engine::admin::permit_left(self.core.engine(), &self.core.keys, token).await
+    }
+
+    /// Releases the permit leases of several tokens at once (taken by this
+    /// or another process; see [`release_token`](Self::release_token)):
+    /// the requests go out together, each is applied on its own, and every
+    /// token is tried whatever became of the others. Returns how many
+    /// released permits; a token that held none is skipped and not
+    /// counted.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    /// token no lease could have (then nothing is sent); the first
+    /// connection or server error otherwise, after every token was tried.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not release each of the permits.
+    pub async fn release_tokens(&self, tokens: &[&str]) -> Result<usize> {
+        for token in tokens {
+            crate::keys::validate_token(token)?;
+        }
+        let releases = tokens.iter().map(|token| self.core.release_token(token));
+        let mut released = 0;
+        let mut failed = None;
+        for result in futures_util::future::join_all(releases).await {
+            match result {
+                Ok(()) => released += 1,
+                Err(error) if error.is_not_held() => {}
+                Err(error) => {
+                    failed.get_or_insert(error);
+                }
+            }
+        }
+        match failed {
+            Some(error) => Err(error),
+            None => Ok(released),
+        }
     }
 }
 

@@ -50,7 +50,14 @@ fn acquire_release_and_inspect() {
     assert!(exists(&server, "leasehold:{job}"));
     let info = mutex.inspect().unwrap();
     assert!(info.held);
-    assert!(mutex.try_acquire().unwrap().is_none());
+    // The holder's own second attempt is refused, not a wait for itself.
+    assert!(mutex.try_acquire().unwrap_err().is_conflict());
+    assert!(client
+        .mutex("job")
+        .unwrap()
+        .try_acquire()
+        .unwrap()
+        .is_none());
     guard.extend(Duration::from_secs(60)).unwrap();
     guard.release().unwrap();
     assert!(!exists(&server, "leasehold:{job}"));
@@ -100,7 +107,13 @@ fn every_primitive_blocks_the_same_way() {
 
     let fair = client.fair_mutex("fair").unwrap();
     let turn = fair.acquire().unwrap();
-    assert!(fair.try_acquire().unwrap().is_none());
+    assert!(fair.try_acquire().unwrap_err().is_conflict());
+    assert!(client
+        .fair_mutex("fair")
+        .unwrap()
+        .try_acquire()
+        .unwrap()
+        .is_none());
     turn.release().unwrap();
 
     let rw = client.rw_lock("catalog").unwrap();
@@ -449,4 +462,62 @@ fn an_election_from_plain_threads() {
         assert!(std::time::Instant::now() < deadline, "nobody resigned");
         thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A blocking `Mutex`'s holder is the calling thread: its own second
+/// attempt is refused at once, another thread's waits its turn, and "do I
+/// hold this?" answers for the calling thread.
+#[test]
+fn a_blocking_mutex_knows_its_holder_thread() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let mutex = client.mutex("job").unwrap();
+    let guard = mutex.acquire().unwrap();
+    assert!(mutex.is_held_by_current_owner());
+    let err = mutex.acquire_timeout(Duration::from_secs(20)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+    let other = mutex.clone();
+    let (held_there, tried) =
+        thread::spawn(move || (other.is_held_by_current_owner(), other.try_acquire()))
+            .join()
+            .unwrap();
+    assert!(!held_there);
+    assert!(tried.unwrap().is_none());
+    guard.release().unwrap();
+    assert!(!mutex.is_held_by_current_owner());
+}
+
+/// The blocking semaphore's admin calls and the line of waiters, as the
+/// async ones.
+#[test]
+fn blocking_semaphore_admin_calls_and_the_line() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let sem = client.semaphore("s", 3).unwrap();
+    let one = sem.acquire().unwrap();
+    assert!(sem.is_held_by_current_owner());
+    let left = sem.permit_lease_left(one.token()).unwrap();
+    assert!(left.is_some_and(|left| left > Duration::ZERO));
+    let drained = sem.drain().unwrap().expect("two were free");
+    assert!(sem.drain().unwrap().is_none());
+    let tokens = [one.detach().token, drained.detach().token];
+    let tokens: Vec<&str> = tokens.iter().map(String::as_str).collect();
+    assert_eq!(sem.release_tokens(&tokens).unwrap(), 2);
+    assert!(sem.waiters().unwrap().is_empty());
+    assert!(sem.delete().unwrap());
+    assert!(!sem.delete().unwrap());
+
+    let fair = client.fair_mutex("fair").unwrap();
+    let held = fair.acquire().unwrap();
+    assert_eq!(fair.queue_position().unwrap(), None);
+    let other = client.fair_mutex("fair").unwrap();
+    let waiter = thread::spawn(move || other.acquire_timeout(Duration::from_secs(30)));
+    while fair.waiters().unwrap().is_empty() {
+        thread::sleep(Duration::from_millis(20));
+    }
+    // The waiting thread is of this client: its place is the client's.
+    assert_eq!(fair.queue_position().unwrap(), Some(1));
+    held.release().unwrap();
+    waiter.join().unwrap().unwrap().release().unwrap();
+    assert_eq!(fair.queue_position().unwrap(), None);
 }

@@ -283,3 +283,103 @@ async fn stale_hand_off_message_is_not_a_grant() {
         );
     }
 }
+
+/// A client whose locks use `lease` without the watchdog, at `url`.
+fn fixed_lease_client(url: String, lease: Duration) -> Client {
+    Client::builder(url)
+        .lease(lease)
+        .watchdog(false)
+        .command_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap()
+}
+
+/// A waiter of a client that then dies (its network goes silent), queued
+/// behind `held`'s holder; returns its task.
+async fn waiter_that_dies(
+    server: &RedisServer,
+    proxy: &FaultProxy,
+) -> tokio::task::JoinHandle<leasehold::Result<leasehold::LeaseGuard>> {
+    let lock = fixed_lease_client(proxy.url(), LONG)
+        .fair_mutex("job")
+        .unwrap();
+    let waiting = tokio::spawn(async move { lock.acquire().await });
+    eventually("the waiter to queue", || async {
+        cmd::<u64>(server, &["ZCARD", "leasehold:{job}:q"]).await == 1
+    })
+    .await;
+    proxy.blackhole(true);
+    waiting
+}
+
+/// An admin's force-release frees a fair lock: it is not handed to the
+/// first waiter, which may be dead, and a newcomer gets it once that
+/// waiter's heartbeat has run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_release_frees_a_fair_lock_instead_of_handing_it_on() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let direct = fixed_lease_client(server.url(), LONG);
+    let held = direct.fair_mutex("job").unwrap().acquire().await.unwrap();
+    let dead = waiter_that_dies(&server, &proxy).await;
+    let admin = direct.fair_mutex("job").unwrap();
+    assert!(admin.force_release().await.unwrap());
+    let info = admin.inspect().await.unwrap();
+    assert!(!info.held, "force-release handed the lock on: {info:?}");
+    let guard = admin
+        .acquire_timeout(Duration::from_secs(15))
+        .await
+        .expect("the dead waiter kept the lock from a newcomer");
+    assert!(guard.fence() > held.fence());
+    guard.release().await.unwrap();
+    assert!(held.release().await.unwrap_err().is_not_held());
+    dead.abort();
+}
+
+/// A lock handed to a waiter that died costs at most its heartbeat, also
+/// when the lease is long and the watchdog is off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_to_a_dead_waiter_costs_at_most_its_heartbeat_without_the_watchdog() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let direct = fixed_lease_client(server.url(), LONG);
+    let held = direct.fair_mutex("job").unwrap().acquire().await.unwrap();
+    let dead = waiter_that_dies(&server, &proxy).await;
+    held.release().await.unwrap();
+    let pttl: i64 = cmd(&server, &["PTTL", JOB]).await;
+    assert!(
+        (0..=3000).contains(&pttl),
+        "the dead waiter was handed {pttl} ms of lease"
+    );
+    let guard = direct
+        .fair_mutex("job")
+        .unwrap()
+        .acquire_timeout(Duration::from_secs(15))
+        .await
+        .expect("the dead waiter kept the lock from a newcomer");
+    guard.release().await.unwrap();
+    dead.abort();
+}
+
+/// A live waiter handed the lock without the watchdog holds it for its
+/// whole lease, though the release hands it over with a short one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_without_the_watchdog_gives_the_whole_lease() {
+    let server = RedisServer::start();
+    let holder = fixed_lease_client(server.url(), LONG);
+    let held = holder.fair_mutex("job").unwrap().acquire().await.unwrap();
+    let lock = fixed_lease_client(server.url(), LONG)
+        .fair_mutex("job")
+        .unwrap();
+    let waiting = tokio::spawn(async move { lock.acquire().await });
+    eventually("the waiter to queue", || async {
+        cmd::<u64>(&server, &["ZCARD", "leasehold:{job}:q"]).await == 1
+    })
+    .await;
+    held.release().await.unwrap();
+    let guard = waiting.await.unwrap().unwrap();
+    assert!(guard.valid_for() > Duration::from_secs(20), "{guard:?}");
+    let pttl: i64 = cmd(&server, &["PTTL", JOB]).await;
+    assert!(pttl > 20_000, "the lock was left with {pttl} ms");
+    guard.release().await.unwrap();
+}

@@ -17,7 +17,6 @@ use std::time::Duration;
 use common::{client, client_with, cmd, eventually, poll_then_drop, raw, Servers};
 use futures_util::StreamExt;
 use leasehold::redis::{self, aio::MultiplexedConnection, Value};
-use leasehold::ErrorKind;
 use leasehold_testkit::RedisServer;
 
 const LONG: Duration = Duration::from_secs(30);
@@ -378,10 +377,11 @@ async fn a_writer_that_times_out_at_the_head_lets_the_readers_behind_it_in() {
 }
 
 /// Lowering the count below what is held lets nobody in until enough is
-/// released; a waiter with the old count ends with a conflict and leaves
-/// the queue; a handle with the new count then gets in.
+/// released; a waiter queued with the old count keeps its place under the
+/// new count and takes the first permit that fits; a newcomer with the old
+/// count is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lowered_permits_hold_back_newcomers_and_refuse_old_handles() {
+async fn lowered_permits_hold_back_newcomers_and_keep_queued_waiters() {
     let server = RedisServer::start();
     let three = client(&server).semaphore("s", 3).unwrap();
     let mut held = Vec::new();
@@ -400,15 +400,17 @@ async fn lowered_permits_hold_back_newcomers_and_refuse_old_handles() {
     // Two leases of one permit each are held under a count of one.
     assert_eq!(one.available().await.unwrap(), 0);
     assert!(one.try_acquire().await.unwrap().is_none());
-    let err = waiting.await.unwrap().unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
-    eventually("the refused waiter to leave the queue", || async {
-        cmd::<u64>(&server, &["ZCARD", "leasehold:{s}:q"]).await == 0
-    })
-    .await;
+    let late = client(&server).semaphore("s", 3).unwrap();
+    assert!(late.try_acquire().await.unwrap_err().is_conflict());
     held.pop().unwrap().release().await.unwrap();
     assert!(one.try_acquire().await.unwrap().is_none());
     held.pop().unwrap().release().await.unwrap();
+    let got = waiting
+        .await
+        .unwrap()
+        .expect("the queued waiter took the freed permit");
+    assert!(one.try_acquire().await.unwrap().is_none());
+    got.release().await.unwrap();
     let got = one
         .try_acquire()
         .await
@@ -417,8 +419,8 @@ async fn lowered_permits_hold_back_newcomers_and_refuse_old_handles() {
     got.release().await.unwrap();
 }
 
-/// Raising the count wakes the waiters that now fit; they are refused with
-/// their old count, so only a handle with the new one gets in.
+/// Raising the count lets a new handle with it in at once; a handle with
+/// the old count is refused.
 #[tokio::test]
 async fn raised_permits_let_a_new_handle_in_at_once() {
     let server = RedisServer::start();
@@ -428,8 +430,48 @@ async fn raised_permits_let_a_new_handle_in_at_once() {
     assert!(two.try_acquire().await.unwrap_err().is_conflict());
     two.set_permits(2).await.unwrap();
     let second = two.try_acquire().await.unwrap().expect("a second permit");
+    assert!(one.try_acquire().await.unwrap_err().is_conflict());
     assert!(held.release().await.is_ok());
     second.release().await.unwrap();
+}
+
+/// Raising the count under load admits the waiters queued with the old
+/// count as soon as their permits fit, in their turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raised_permits_admit_the_queued_waiters() {
+    let server = RedisServer::start();
+    let held = client(&server)
+        .semaphore("s", 2)
+        .unwrap()
+        .acquire_many(2)
+        .await
+        .unwrap();
+    let mut waiting = Vec::new();
+    for _ in 0..2 {
+        let sem = client(&server).semaphore("s", 2).unwrap();
+        waiting.push(tokio::spawn(async move { sem.acquire_timeout(LONG).await }));
+    }
+    eventually("both waiters to queue", || async {
+        cmd::<u64>(&server, &["ZCARD", "leasehold:{s}:q"]).await == 2
+    })
+    .await;
+    let four = client(&server).semaphore("s", 4).unwrap();
+    four.set_permits(4).await.unwrap();
+    let mut guards = Vec::new();
+    for waiter in waiting {
+        guards.push(
+            waiter
+                .await
+                .unwrap()
+                .expect("a queued waiter was refused after the raise"),
+        );
+    }
+    assert_eq!(four.available().await.unwrap(), 0);
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    held.release().await.unwrap();
+    assert_eq!(four.available().await.unwrap(), 4);
 }
 
 /// Hashes written by hand: an unreadable lease is pruned, a hash without a

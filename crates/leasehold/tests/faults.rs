@@ -215,7 +215,9 @@ async fn a_release_never_loses_to_a_late_renewal() {
 }
 
 /// After a restart without persistence the release learns the lock was
-/// gone; with Redis gone for good it says the outcome is unknown.
+/// gone, or, when its first attempt went down with the old connection and
+/// so may have been applied, that the outcome is unknown (never success);
+/// with Redis gone for good it says the outcome is unknown.
 #[tokio::test]
 async fn a_release_knows_its_outcome() {
     let mut server = RedisServer::start();
@@ -226,7 +228,7 @@ async fn a_release_knows_its_outcome() {
     server.stop();
     server.restart();
     let err = guard.release().await.unwrap_err();
-    assert!(err.is_not_held(), "{err:?}");
+    assert!(err.is_not_held() || err.is_outcome_unknown(), "{err:?}");
 
     let guard = mutex.acquire().await.unwrap();
     server.stop();
@@ -353,4 +355,68 @@ async fn callers_queued_behind_a_connect_share_its_bound() {
         "{} connections for 8 callers",
         proxy.connections()
     );
+}
+
+/// A release whose reply is lost after Redis applied it is sent again; the
+/// retry finds the token gone. That is not a loss: the first attempt may
+/// have removed it, so the outcome is reported unknown, never `NotHeld`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_sent_again_after_a_lost_reply_reports_no_loss() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let client = impatient(&proxy.url()); // 500 ms command timeout
+    let mutex = client.mutex("job").unwrap();
+    // Loads the release script: the faulty attempt must run it, not ask for it.
+    mutex.acquire().await.unwrap().release().await.unwrap();
+    let guard = mutex.acquire().await.unwrap();
+    proxy.set_reply_latency(Duration::from_secs(10));
+    let releasing = tokio::spawn(guard.release());
+    eventually("the first release to be applied", || async {
+        !held_in_redis(&server, "job").await
+    })
+    .await;
+    // Its reply is never delivered; the retry goes over a new connection.
+    proxy.freeze_existing();
+    proxy.set_reply_latency(Duration::ZERO);
+    let err = releasing
+        .await
+        .unwrap()
+        .expect_err("the retry cannot know the first attempt's outcome");
+    assert!(
+        !err.is_not_held(),
+        "reported a loss that did not happen: {err}"
+    );
+    assert_eq!(err.kind(), leasehold::ErrorKind::OutcomeUnknown, "{err}");
+    assert!(!held_in_redis(&server, "job").await);
+}
+
+/// An extend whose reply is lost after Redis applied it is sent again and
+/// reports the outcome: extended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_sent_again_after_a_lost_reply_reports_the_extension() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let client = Client::builder(proxy.url())
+        .command_timeout(Duration::from_millis(500))
+        .lease(Duration::from_secs(10))
+        .watchdog(false)
+        .build()
+        .unwrap();
+    let guard = client.mutex("job").unwrap().acquire().await.unwrap();
+    // Loads the renewal script: the faulty attempt must run it.
+    guard.extend(Duration::from_secs(10)).await.unwrap();
+    proxy.set_reply_latency(Duration::from_secs(10));
+    let fault = async {
+        eventually("the first extend to be applied", || async {
+            cmd::<i64>(&server, &["PTTL", "leasehold:{job}"]).await > 20_000
+        })
+        .await;
+        proxy.freeze_existing();
+        proxy.set_reply_latency(Duration::ZERO);
+    };
+    let (extended, ()) = tokio::join!(guard.extend(Duration::from_secs(60)), fault);
+    extended.expect("the extend was applied");
+    assert!(!guard.is_lost());
+    assert!(guard.valid_for() > Duration::from_secs(20));
+    guard.release().await.unwrap();
 }

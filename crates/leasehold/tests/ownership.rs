@@ -179,3 +179,140 @@ async fn an_owner_named_by_the_code_is_shared_across_tasks() {
     write.release().await.unwrap();
     read.release().await.unwrap();
 }
+
+/// A `Mutex` or `FairMutex` holder that acquires the lock again, through
+/// the same handle or a clone, in the same task, is refused at once with a
+/// clear error instead of waiting for itself; another task of the handle,
+/// or another handle, still waits its turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mutex_holders_own_second_attempt_is_refused_at_once() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    for fair in [false, true] {
+        let (lock, clone): (Box<dyn leasehold::Lock>, Box<dyn leasehold::Lock>) = if fair {
+            let lock = client.fair_mutex("job").unwrap();
+            (Box::new(lock.clone()), Box::new(lock))
+        } else {
+            let lock = client.mutex("job").unwrap();
+            (Box::new(lock.clone()), Box::new(lock))
+        };
+        let guard = lock.acquire().await.unwrap();
+        // Bounded, so that the old behaviour (a wait for itself) fails the
+        // test instead of hanging it.
+        let again = tokio::time::timeout(Duration::from_secs(20), clone.acquire())
+            .await
+            .expect("the holder waited for itself");
+        let err = again.expect_err("the holder's second acquire was granted");
+        assert!(err.is_conflict(), "fair {fair}: {err}");
+        assert!(
+            err.to_string().contains("already held by this caller"),
+            "{err}"
+        );
+        let tried = tokio::time::timeout(Duration::from_secs(20), clone.try_acquire())
+            .await
+            .expect("the holder's try waited");
+        assert!(tried.err().is_some_and(|e| e.is_conflict()), "fair {fair}");
+        let other_handle: Box<dyn leasehold::Lock> = if fair {
+            Box::new(client.fair_mutex("job").unwrap())
+        } else {
+            Box::new(client.mutex("job").unwrap())
+        };
+        assert!(other_handle.try_acquire().await.unwrap().is_none());
+        let other_task = tokio::spawn(async move { clone.try_acquire().await });
+        assert!(other_task.await.unwrap().unwrap().is_none());
+        guard.release().await.unwrap();
+        let guard = lock.acquire().await.expect("free again after the release");
+        guard.release().await.unwrap();
+    }
+}
+
+/// "Do I hold this?" on every primitive: true for the task that took it
+/// while its guard lives, false for another task of the handle, another
+/// handle, and after the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_primitive_says_whether_its_caller_holds_it() {
+    let server = RedisServer::start();
+    let client = client(&server);
+
+    let mutex = client.mutex("m").unwrap();
+    assert!(!mutex.is_held_by_current_owner());
+    let guard = mutex.acquire().await.unwrap();
+    assert!(mutex.is_held_by_current_owner());
+    assert!(mutex.clone().is_held_by_current_owner());
+    assert!(!client.mutex("m").unwrap().is_held_by_current_owner());
+    let other = mutex.clone();
+    assert!(
+        !tokio::spawn(async move { other.is_held_by_current_owner() })
+            .await
+            .unwrap()
+    );
+    guard.release().await.unwrap();
+    assert!(!mutex.is_held_by_current_owner());
+
+    let fair = client.fair_mutex("f").unwrap();
+    let guard = fair.acquire().await.unwrap();
+    assert!(fair.is_held_by_current_owner());
+    guard.release().await.unwrap();
+    assert!(!fair.is_held_by_current_owner());
+
+    let reentrant = client.reentrant_mutex("r").unwrap();
+    let outer = reentrant.acquire().await.unwrap();
+    let inner = reentrant.acquire().await.unwrap();
+    assert!(reentrant.is_held_by_current_owner());
+    assert_eq!(reentrant.hold_count().await.unwrap(), 2);
+    inner.release().await.unwrap();
+    assert!(reentrant.is_held_by_current_owner());
+    outer.release().await.unwrap();
+    assert!(!reentrant.is_held_by_current_owner());
+
+    let rw = client.rw_lock("rw").unwrap();
+    let read = rw.read().acquire().await.unwrap();
+    assert!(rw.is_held_by_current_owner());
+    assert!(rw.read().is_held_by_current_owner());
+    assert!(!rw.write().is_held_by_current_owner());
+    assert_eq!(rw.read().hold_count().await.unwrap(), 1);
+    assert_eq!(rw.write().hold_count().await.unwrap(), 0);
+    read.release().await.unwrap();
+    let w1 = rw.write().acquire().await.unwrap();
+    let w2 = rw.write().acquire().await.unwrap();
+    assert!(rw.write().is_held_by_current_owner());
+    assert_eq!(rw.write().hold_count().await.unwrap(), 2);
+    let other = rw.clone();
+    assert!(
+        !tokio::spawn(async move { other.write().is_held_by_current_owner() })
+            .await
+            .unwrap()
+    );
+    w2.release().await.unwrap();
+    w1.release().await.unwrap();
+    assert!(!rw.is_held_by_current_owner());
+    assert_eq!(rw.write().hold_count().await.unwrap(), 0);
+
+    let sem = client.semaphore("s", 2).unwrap();
+    let permit = sem.acquire().await.unwrap();
+    assert!(sem.is_held_by_current_owner());
+    permit.release().await.unwrap();
+    assert!(!sem.is_held_by_current_owner());
+}
+
+/// A lease known lost does not count as held, and its holder may acquire
+/// again (the lock is free).
+#[tokio::test]
+async fn a_lost_lease_is_not_held_and_may_be_taken_again() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let mutex = client
+        .mutex("job")
+        .unwrap()
+        .with_lease(Duration::from_millis(200))
+        .unwrap()
+        .with_watchdog(false);
+    let guard = mutex.acquire().await.unwrap();
+    guard.lost().await;
+    assert!(!mutex.is_held_by_current_owner());
+    let again = mutex
+        .acquire()
+        .await
+        .expect("the lost lease's holder may take it again");
+    again.release().await.unwrap();
+}

@@ -59,6 +59,17 @@ macro_rules! acquire_calls {
             }
 
             #[doc = concat!(
+                "Whether the calling thread's owner (for the kinds without owners, the calling \
+                 thread through this handle) holds this lock in this process now, without a \
+                 round trip. As the async [`", $kind, "::is_held_by_current_owner`](crate::",
+                $kind, "::is_held_by_current_owner)."
+            )]
+            #[must_use]
+            pub fn is_held_by_current_owner(&self) -> bool {
+                self.caller().is_held_by_current_owner()
+            }
+
+            #[doc = concat!(
                 "Blocks the calling thread as long as it takes for the lock. Waiting works as the async \
                  [`", $kind, "::acquire`](crate::", $kind, "::acquire): no polling, passing \
                  faults ridden out. Nothing can cancel it: use [`acquire_timeout`](Self::acquire_timeout) \
@@ -555,6 +566,46 @@ impl RwLock {
         let owner = self.inner.owner();
         self.inner.clone().with_owner(owner)
     }
+
+    /// Whether the calling thread's owner holds a read or the write lease
+    /// of this lock in this process now, without a round trip. As
+    /// [`RwLock::is_held_by_current_owner`](crate::RwLock::is_held_by_current_owner).
+    #[must_use]
+    pub fn is_held_by_current_owner(&self) -> bool {
+        self.caller().is_held_by_current_owner()
+    }
+}
+
+impl ReadLock {
+    /// How many read leases the calling thread's owner holds now, as Redis
+    /// sees it, blocking for the round trip.
+    ///
+    /// # Errors
+    ///
+    /// As [`ReadLock::hold_count`](crate::ReadLock::hold_count);
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+    /// called inside an async runtime.
+    pub fn hold_count(&self) -> crate::Result<usize> {
+        let lock = self.caller();
+        self.shared
+            .block_on(async move { lock.hold_count().await })?
+    }
+}
+
+impl WriteLock {
+    /// How many levels of the write lock the calling thread's owner holds
+    /// now, as Redis sees it, blocking for the round trip.
+    ///
+    /// # Errors
+    ///
+    /// As [`WriteLock::hold_count`](crate::WriteLock::hold_count);
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+    /// called inside an async runtime.
+    pub fn hold_count(&self) -> crate::Result<usize> {
+        let lock = self.caller();
+        self.shared
+            .block_on(async move { lock.hold_count().await })?
+    }
 }
 
 impl ReadLock {
@@ -654,7 +705,10 @@ macro_rules! face_without_owners {
             type Async = crate::$face;
 
             fn caller(&self) -> crate::$face {
-                self.inner.clone()
+                // The calling thread holds what the call takes.
+                let mut lock = self.inner.clone();
+                lock.core.fix_holder();
+                lock
             }
 
             fn shared(&self) -> &Arc<Shared> {
@@ -702,6 +756,105 @@ impl Face for WriteLock {
 
     fn shared(&self) -> &Arc<Shared> {
         &self.shared
+    }
+}
+
+/// `waiters`, blocking the calling thread on the async face's call.
+macro_rules! waiters_call {
+    ($($face:ident),+) => {$(
+        impl $face {
+            #[doc = concat!(
+                "The lock's live waiters in line, head first, blocking for the round trip. As \
+                 the async [`", stringify!($face), "::waiters`](crate::", stringify!($face),
+                "::waiters).\n\n# Errors\n\nConnection and server errors; \
+                 [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when called inside \
+                 an async runtime."
+            )]
+            pub fn waiters(&self) -> crate::Result<Vec<crate::Waiter>> {
+                let lock = self.inner.clone();
+                self.shared.block_on(async move { lock.waiters().await })?
+            }
+        }
+    )+};
+}
+
+waiters_call!(Mutex, FairMutex, ReentrantMutex, RwLock, Semaphore);
+
+impl FairMutex {
+    /// This client's place in the lock's line, from 1 at the head, or
+    /// `None` when it does not wait for it, blocking for the round trip. As
+    /// [`FairMutex::queue_position`](crate::FairMutex::queue_position).
+    ///
+    /// # Errors
+    ///
+    /// As [`waiters`](Self::waiters).
+    pub fn queue_position(&self) -> crate::Result<Option<usize>> {
+        let lock = self.inner.clone();
+        self.shared
+            .block_on(async move { lock.queue_position().await })?
+    }
+}
+
+impl Semaphore {
+    /// Takes every permit free now in one lease, blocking for the round
+    /// trips. As [`Semaphore::drain`](crate::Semaphore::drain).
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::drain`](crate::Semaphore::drain);
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+    /// called inside an async runtime.
+    pub fn drain(&self) -> crate::Result<Option<LeaseGuard>> {
+        let lock = self.caller();
+        let taken = self.shared.block_on(async move { lock.drain().await })??;
+        Ok(taken.map(|taken| guard(self, taken)))
+    }
+
+    /// Deletes the semaphore, its count and every permit lease (an admin
+    /// action), blocking for the round trip. As
+    /// [`Semaphore::delete`](crate::Semaphore::delete).
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::delete`](crate::Semaphore::delete);
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+    /// called inside an async runtime.
+    pub fn delete(&self) -> crate::Result<bool> {
+        let lock = self.inner.clone();
+        self.shared.block_on(async move { lock.delete().await })?
+    }
+
+    /// The time left on the permit lease of `token`, blocking for the round
+    /// trip. As [`Semaphore::permit_lease_left`](crate::Semaphore::permit_lease_left).
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::permit_lease_left`](crate::Semaphore::permit_lease_left);
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+    /// called inside an async runtime.
+    pub fn permit_lease_left(&self, token: &str) -> crate::Result<Option<Duration>> {
+        let lock = self.inner.clone();
+        let token = token.to_owned();
+        self.shared
+            .block_on(async move { lock.permit_lease_left(&token).await })?
+    }
+
+    /// Releases the permit leases of several tokens at once, blocking for
+    /// the round trip: how many released permits. As
+    /// [`Semaphore::release_tokens`](crate::Semaphore::release_tokens).
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::release_tokens`](crate::Semaphore::release_tokens);
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+    /// called inside an async runtime.
+    pub fn release_tokens(&self, tokens: &[&str]) -> crate::Result<usize> {
+        let lock = self.inner.clone();
+        let tokens: Vec<String> = tokens.iter().map(|t| (*t).to_owned()).collect();
+        self.shared.block_on(async move {
+            let tokens: Vec<&str> = tokens.iter().map(String::as_str).collect();
+            lock.release_tokens(&tokens).await
+        })?
     }
 }
 

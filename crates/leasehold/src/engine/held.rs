@@ -16,12 +16,12 @@ use crate::engine::lease::{Lease, LossReason};
 use crate::engine::ops::renew_one;
 use crate::engine::release::{release, release_in_background, PendingRelease};
 use crate::engine::Engine;
-use crate::engine::Request;
+use crate::engine::{Kind, Request};
 use crate::error::{Error, Result};
 use crate::keys::validate_lease;
 
-/// A release that fails to reach Redis is tried again for this many command
-/// timeouts, and never past the lease.
+/// A release or an extend that fails to reach Redis is tried again for this
+/// many command timeouts, and never past the lease.
 const RELEASE_TRIES_FOR: u32 = 3;
 
 /// The reentrant hold a granted level belongs to.
@@ -74,6 +74,10 @@ impl Held {
                 Lease::new(request, token.clone(), fence, sent_at, ttl),
             ),
         };
+        engine
+            .leases
+            .mine
+            .add(&request.keys.lock, request.holder, request.kind, &lease);
         Held {
             engine: Arc::clone(engine),
             lease,
@@ -129,7 +133,29 @@ impl Held {
             self.engine.leases.watchdog.schedule(lease);
         }
         let token = lease.renewal_token();
-        if renew_one(&self.engine, &lease.keys, &token, length, lease.replica_ack).await? {
+        // An extend sets the lease to `length` from when it runs, so sending
+        // it again after an unanswered attempt gives the same outcome; and
+        // no extend removes a token, so a retry that finds it gone found a
+        // loss that really happened (the lease counts from the first send).
+        let timeout = self.engine.command_timeout();
+        let give_up = (sent_at + timeout * RELEASE_TRIES_FOR).min(lease.deadline());
+        let mut pause = Duration::from_millis(25);
+        let renewed = loop {
+            match renew_one(&self.engine, &lease.keys, &token, length, lease.replica_ack).await {
+                Ok(renewed) => break renewed,
+                Err(error) if error.is_transient() && Instant::now() + pause < give_up => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                Err(error) => {
+                    if lease.renew {
+                        self.engine.leases.watchdog.schedule(lease);
+                    }
+                    return Err(error);
+                }
+            }
+        };
+        if renewed {
             lease.renewed(sent_at, length);
         } else {
             lease.mark_lost(LossReason::TokenGone);
@@ -162,10 +188,24 @@ impl Held {
             Instant::now() + timeout,
         ));
         let mut pause = Duration::from_millis(25);
+        // An earlier attempt that got no answer may have been applied.
+        let mut unanswered: Option<Error> = None;
         let released = loop {
-            match release(engine, &lease.keys, &self.token, false, lease.hold_until).await {
+            // An attempt that gets no connection sends nothing: only one
+            // that went out can have been applied.
+            let (attempt, sent) = match engine.route(&lease.keys).await {
+                Ok(_) => (
+                    release(engine, &lease.keys, &self.token, false, lease.hold_until).await,
+                    true,
+                ),
+                Err(error) => (Err(error), false),
+            };
+            match attempt {
                 Ok(released) => break released,
                 Err(error) if error.is_transient() && Instant::now() + pause < give_up => {
+                    if sent {
+                        unanswered = Some(error);
+                    }
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
@@ -181,6 +221,16 @@ impl Held {
         };
         pending.disarm();
         if !released {
+            if let Some(first) = unanswered {
+                // The token is gone, but this call's own unanswered attempt
+                // may be what removed it: that is no loss to report. Only a
+                // lease already known lost (its deadline passed before the
+                // answer) says so.
+                return Err(match lease.loss() {
+                    Some(reason) => self.lost_error(reason),
+                    None => Error::release_retry_unknown(&lease.keys.name, lease.fence, &first),
+                });
+            }
             if !lease.is_finished() {
                 // Only this level is known gone: other levels of the hold
                 // may still hold it, and their renewals tell.
@@ -211,6 +261,7 @@ impl Held {
                 self.engine.leases.watchdog.unregister(self.lease.id);
             }
             self.engine.leases.holds.forget(&self.lease);
+            self.engine.leases.mine.forget(&self.lease);
         }
         true
     }
@@ -319,5 +370,68 @@ impl Holds {
         {
             holds.remove(&key);
         }
+    }
+}
+
+type MineMap = HashMap<String, Vec<(String, Kind, Weak<Lease>)>>;
+
+/// The leases this client holds, by lock key, each with its holder (see
+/// [`Request::holder`]) and kind: what tells a holder's own second attempt
+/// on a non-reentrant lock, and answers "do I hold this?".
+#[derive(Debug, Default)]
+pub(crate) struct Mine(Mutex<MineMap>);
+
+impl Mine {
+    fn map(&self) -> std::sync::MutexGuard<'_, MineMap> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn add(&self, lock: &str, holder: &str, kind: Kind, lease: &Arc<Lease>) {
+        let mut map = self.map();
+        let entries = map.entry(lock.to_owned()).or_default();
+        entries.retain(|(_, _, held)| held.upgrade().is_some_and(|l| !l.is_finished()));
+        if !entries
+            .iter()
+            .any(|(_, _, held)| std::ptr::eq(held.as_ptr(), Arc::as_ptr(lease)))
+        {
+            entries.push((holder.to_owned(), kind, Arc::downgrade(lease)));
+        }
+    }
+
+    /// Forgets `lease`, whose last guard is gone, and what else of its lock
+    /// is over: so that the map holds only the locks held now.
+    fn forget(&self, lease: &Arc<Lease>) {
+        let mut map = self.map();
+        let Some(entries) = map.get_mut(&lease.keys.lock) else {
+            return;
+        };
+        entries.retain(|(_, _, held)| {
+            !std::ptr::eq(held.as_ptr(), Arc::as_ptr(lease))
+                && held.upgrade().is_some_and(|l| !l.is_finished())
+        });
+        if entries.is_empty() {
+            map.remove(&lease.keys.lock);
+        }
+    }
+
+    /// The fence of a lease of `lock` that `holder` holds here, of a kind
+    /// `of` accepts, that is neither released nor known lost.
+    pub(crate) fn held_by(
+        &self,
+        lock: &str,
+        holder: &str,
+        of: impl Fn(Kind) -> bool,
+    ) -> Option<u64> {
+        let mut map = self.map();
+        let entries = map.get_mut(lock)?;
+        entries.retain(|(_, _, held)| held.upgrade().is_some_and(|l| !l.is_finished()));
+        let found = entries.iter().find_map(|(who, kind, held)| {
+            let lease = held.upgrade()?;
+            (who == holder && of(*kind) && lease.loss().is_none()).then_some(lease.fence)
+        });
+        if entries.is_empty() {
+            map.remove(lock);
+        }
+        found
     }
 }

@@ -2,6 +2,7 @@
 //! releasing leases, waiting in the queue, and the admin operations, over
 //! one [`Deployment`]. It knows nothing of the public faces built on it.
 
+pub(crate) mod admin;
 pub(crate) mod held;
 pub(crate) mod lease;
 pub(crate) mod metrics;
@@ -404,6 +405,10 @@ pub(crate) struct Request<'a> {
     pub(crate) max_hold: Option<Duration>,
     /// Who may take the lock again while holding it (reentrant kinds).
     pub(crate) owner: &'a str,
+    /// Who holds the lease in this process once granted: the owner, or for
+    /// the kinds without owners the task (or thread) acquiring through the
+    /// handle. Never sent to Redis.
+    pub(crate) holder: &'a str,
     /// Semaphore permits asked for (1 for the other kinds).
     pub(crate) permits: u32,
     /// Replicas that must acknowledge the grant, else it is undone.

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::engine::held::Holds;
+use crate::engine::held::{Holds, Mine};
 use crate::engine::queue::LocalQueues;
 use crate::engine::release::Background;
 use crate::engine::watchdog::Watchdog;
@@ -15,5 +15,7 @@ pub(crate) struct LeaseState {
     pub(crate) queues: LocalQueues,
     /// The reentrant holds this client's guards share.
     pub(crate) holds: Holds,
+    /// The leases held here, by lock and holder.
+    pub(crate) mine: Mine,
     pub(crate) background: Background,
 }

@@ -31,7 +31,7 @@ use crate::keys::{millis, LockKeys, MAX_LEASE};
 
 /// How long a waiter stays in the queue without a heartbeat: a waiter that
 /// died is passed over after this, and a lock handed to it comes back
-/// within this (the hand-off lease is no longer when the watchdog is on).
+/// within this (the hand-off lease is no longer).
 pub(crate) const WAITER_HEARTBEAT: Duration = Duration::from_secs(3);
 /// How often a waiter refreshes its heartbeat (by trying again).
 const HEARTBEAT_REFRESH: Duration = Duration::from_secs(1);
@@ -344,6 +344,9 @@ async fn wait_for(
         }
         match listen(listening, &token, until).await {
             Heard::TryAgain => {}
+            // Without the watchdog the hand-off lease is made whole by the
+            // next attempt (see the acquire scripts), which then grants it.
+            Heard::HandedOver { .. } if !request.renew => {}
             Heard::HandedOver { fence } => {
                 let ttl = hand_off_lease(request);
                 if fence > busy_fence && usable(busy_sent, ttl) {
@@ -427,15 +430,13 @@ async fn listen(subscription: &mut Subscription, token: &str, until: Instant) ->
     }
 }
 
-/// The lease a release hands to this waiter: short while the watchdog is on
-/// (it renews to the full lease at once), so that a lock handed to a waiter
-/// that died comes back soon; the whole lease when it is off.
+/// The lease a release hands to this waiter: short, so that a lock handed
+/// to a waiter that died comes back within its heartbeat, whatever the
+/// lease. A live waiter makes it whole at once: the watchdog renews it to
+/// the full lease, or, when the watchdog is off, the waiter's next attempt
+/// sets it.
 fn hand_off_lease(request: &Request<'_>) -> Duration {
-    if request.renew {
-        request.lease.min(WAITER_HEARTBEAT)
-    } else {
-        request.lease
-    }
+    request.lease.min(WAITER_HEARTBEAT)
 }
 
 /// Whether a lease set to `ttl` by a request sent at `sent_at` still has

@@ -35,8 +35,13 @@ if type(holder) ~= 'string' then
   return {-1, kind}
 end
 if ARGV[7] == '1' and holds(holder, ARGV[1]) then
-  -- An earlier attempt with this token took it, and its answer was lost.
+  -- An earlier attempt with this token took it, and its answer was lost;
+  -- or a release handed it over with the short hand-off lease: this
+  -- attempt sets the lease it asks for.
   L.leave_queue(KEYS[3], KEYS[4], ARGV[1])
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
   return {1, tonumber(redis.call('GET', KEYS[2])) or -1, redis.call('PTTL', KEYS[1])}
 end
 if ARGV[4] == '1' then

@@ -17,8 +17,12 @@ if type(holder) == 'table' then
   holder = false
 end
 if holder and holds(holder, ARGV[1]) then
-  -- Handed over by a release, or taken by an attempt whose answer was lost.
+  -- Handed over by a release (with the short hand-off lease), or taken by
+  -- an attempt whose answer was lost: this attempt sets the lease it asks for.
   L.leave_queue(KEYS[3], KEYS[4], ARGV[1])
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
   return {1, tonumber(redis.call('GET', KEYS[2])) or -1, redis.call('PTTL', KEYS[1])}
 end
 if not holder then

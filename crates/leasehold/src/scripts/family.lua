@@ -217,18 +217,6 @@ local function family()
     end
   end
 
-  -- Wakes the waiters of a lock whose key is gone: the readers at the front
-  -- of an rw-lock's queue together (or its first writer), else the first
-  -- waiter as `wake_first` does.
-  function F.wake_free(lock, fence_key, queue, waiters, retention, channels)
-    local head = L.first_live(queue, waiters)
-    if head and (head.mode == 'r' or head.mode == 'w') then
-      F.wake_hash('rwlock', lock, queue, waiters, channels, {})
-    else
-      L.wake_first(lock, fence_key, queue, waiters, retention, channels, head)
-    end
-  end
-
   family_functions = F
   return F
 end

@@ -23,7 +23,8 @@
 -- when only waiters ahead do), last fence, a holder's record} when busy;
 -- {-1, kind} when the key holds another kind of lock ('hash' for a
 -- semaphore count leasehold did not write); {-2} for a read to
--- write upgrade; {-3, permits} when the semaphore has another permit count.
+-- write upgrade; {-3, permits} when the semaphore has another permit count
+-- (unless the token waits in the queue already: it takes the stored count).
 local L = lib()
 local F = family()
 local lock, token, mode, owner = KEYS[1], ARGV[1], ARGV[9], ARGV[11]
@@ -31,6 +32,9 @@ local kind = L.kind_of(lock)
 if kind ~= 'none' and kind ~= ARGV[10] and not F.drop_stale(lock, kind) then
   return {-1, kind}
 end
+-- The semaphore's count: the one asked for, or the stored one for a waiter
+-- already queued when an admin changed it (if what it wants still fits).
+local permits = ARGV[13]
 if ARGV[10] == 'semaphore' then
   local stored = redis.call('HGET', lock, 'permits')
   if stored and stored ~= ARGV[13] then
@@ -39,7 +43,11 @@ if ARGV[10] == 'semaphore' then
       -- Not a count leasehold wrote.
       return {-1, 'hash'}
     end
-    return {-3, count}
+    if ARGV[7] == '1' and count >= tonumber(ARGV[12]) and redis.call('ZSCORE', KEYS[3], token) then
+      permits = stored
+    else
+      return {-3, count}
+    end
   end
 end
 local now_us, now_text = server_us()
@@ -164,7 +172,7 @@ else
   -- those ahead of it only while their permits still fit after its own:
   -- a release wakes every waiter that fits at once, and they come back in
   -- any order.
-  local free = tonumber(ARGV[13])
+  local free = tonumber(permits)
   for _, e in ipairs(others) do
     free = free - e.permits
   end
@@ -190,7 +198,7 @@ if fence then
     identity = ARGV[8]}
   redis.call('HSET', lock, 'kind', ARGV[10], 'h:' .. token, F.entry_value(granted))
   if ARGV[10] == 'semaphore' then
-    redis.call('HSET', lock, 'permits', ARGV[13])
+    redis.call('HSET', lock, 'permits', permits)
   end
   if mode == 'x' then
     redis.call('HSET', lock, 'l:' .. token, F.marker_value(token, granted.expiry))

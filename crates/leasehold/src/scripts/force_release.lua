@@ -1,4 +1,5 @@
--- Remove a lock whoever holds it (an admin action) and wake its waiters.
+-- Remove a lock whoever holds it (an admin action) and wake its waiters;
+-- the lock is left free (a fair lock is not handed to its first waiter).
 -- The fence counter stays: fences must never go backwards; a semaphore
 -- keeps its permit count. A key that is no lock (a hash without a kind, a
 -- list, ...) is left as it is: leasehold overwrites nothing it did not write.
@@ -11,7 +12,14 @@ local F = family()
 local kind = L.kind_of(KEYS[1])
 if kind == 'none' or kind == 'mutex' then
   local removed = redis.call('DEL', KEYS[1])
-  F.wake_free(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
+  -- The lock is left free: the first waiter is woken to try, never handed
+  -- the lock blind (it may have died within its heartbeat).
+  local head = L.first_live(KEYS[3], KEYS[4])
+  if head and (head.mode == 'r' or head.mode == 'w') then
+    F.wake_hash('rwlock', KEYS[1], KEYS[3], KEYS[4], ARGV[2], {})
+  elseif head then
+    L.wake(ARGV[2], head)
+  end
   return removed
 end
 if kind ~= 'reentrant' and kind ~= 'rwlock' and kind ~= 'semaphore' then
