@@ -288,3 +288,112 @@ fn a_replica_timeout_out_of_range_is_refused() {
         assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err:?}");
     }
 }
+
+/// The data nodes ask for one password, the sentinel for another: the
+/// URL's userinfo is the data nodes', and the sentinel's goes in
+/// `sentinel_password` (as a parameter, percent-encoded, or from the
+/// builder). Without it, or with a wrong one, the client is told that the
+/// sentinels refused it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_and_data_nodes_take_credentials_of_their_own() {
+    let group = Sentinels::start(1, 1);
+    let sentinel = &group.sentinels()[0];
+    let name = group.master_name();
+    // The replica follows with the password, the sentinel watches with
+    // it, then both data nodes ask for it.
+    for server in group.replicas() {
+        assert_eq!(
+            server
+                .command(&["CONFIG", "SET", "masterauth", "data pw"])
+                .unwrap(),
+            "OK"
+        );
+    }
+    assert_eq!(
+        sentinel
+            .command(&["SENTINEL", "SET", name, "auth-pass", "data pw"])
+            .unwrap(),
+        "OK"
+    );
+    for server in group.servers() {
+        assert_eq!(
+            server
+                .command(&["CONFIG", "SET", "requirepass", "data pw"])
+                .unwrap(),
+            "OK"
+        );
+    }
+    assert_eq!(
+        sentinel
+            .command(&["ACL", "SETUSER", "default", "resetpass", ">s@cret pw"])
+            .unwrap(),
+        "OK"
+    );
+    let hosts = format!("127.0.0.1:{}", sentinel.port());
+    let data = "redis+sentinel://:data%20pw@";
+
+    let by_url = Client::open(&format!(
+        "{data}{hosts}/{name}?sentinel_password=s%40cret%20pw"
+    ))
+    .unwrap();
+    let guard = by_url.mutex("job").unwrap().acquire().await.unwrap();
+    guard.release().await.unwrap();
+
+    let by_builder = Client::builder(format!("{data}{hosts}/{name}"))
+        .sentinel_username("default")
+        .sentinel_password("s@cret pw")
+        .build()
+        .unwrap();
+    let guard = by_builder.mutex("job").unwrap().acquire().await.unwrap();
+    guard.release().await.unwrap();
+
+    for url in [
+        format!("{data}{hosts}/{name}"),
+        format!("{data}{hosts}/{name}?sentinel_password=wrong"),
+    ] {
+        let client = Client::builder(url.as_str())
+            .connect_timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let err = client
+            .mutex("job")
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap_err();
+        assert!(err.is_auth(), "{url}: {err:?}");
+    }
+    // The sentinel's password is not the data nodes'.
+    let swapped = Client::builder(format!(
+        "redis+sentinel://:s%40cret%20pw@{hosts}/{name}?sentinel_password=data%20pw"
+    ))
+    .connect_timeout(Duration::from_secs(2))
+    .build()
+    .unwrap();
+    let err = swapped
+        .mutex("job")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_auth(), "{err:?}");
+}
+
+#[test]
+fn sentinel_credentials_that_cannot_be_used_are_refused() {
+    for url in [
+        "redis+sentinel://127.0.0.1:1/mymaster?sentinel_passwd=x",
+        "redis+sentinel://127.0.0.1:1/mymaster?sentinel_password=%zz",
+        "redis+sentinel://127.0.0.1:1/mymaster?sentinel_username=me",
+    ] {
+        let err = Client::open(url).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{url}: {err:?}");
+        assert!(err.to_string().contains("sentinel"), "{err}");
+    }
+    let err = Client::builder("redis://127.0.0.1:1")
+        .sentinel_password("pw")
+        .build()
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err:?}");
+    assert!(err.to_string().contains("names no sentinels"), "{err}");
+}
