@@ -397,3 +397,113 @@ fn sentinel_credentials_that_cannot_be_used_are_refused() {
     assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err:?}");
     assert!(err.to_string().contains("names no sentinels"), "{err}");
 }
+
+/// A sentinel process started by hand: the test kit's sentinels listen on
+/// plain TCP alone. Killed on drop.
+struct TlsSentinel(std::process::Child, std::path::PathBuf);
+
+impl Drop for TlsSentinel {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
+}
+
+/// `rediss+sentinel://`: a sentinel that listens on TLS alone names a
+/// master that listens on TLS (and talks TLS to it); the client reaches
+/// both with TLS, trusting the test CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_to_the_sentinels_and_the_master() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+    let (cert, key, ca) = (
+        format!("{fixtures}/server.pem"),
+        format!("{fixtures}/server-key.pem"),
+        format!("{fixtures}/ca.pem"),
+    );
+    let tls = |port: &str| {
+        [
+            "--tls-port".to_owned(),
+            port.to_owned(),
+            "--tls-cert-file".to_owned(),
+            cert.clone(),
+            "--tls-key-file".to_owned(),
+            key.clone(),
+            "--tls-ca-cert-file".to_owned(),
+            ca.clone(),
+            "--tls-auth-clients".to_owned(),
+            "no".to_owned(),
+        ]
+    };
+    let master_tls = leasehold_testkit::free_port().to_string();
+    let args = tls(&master_tls);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let _master = match RedisServer::try_start_with_args(&args) {
+        Ok(server) => server,
+        Err(e) if e.is_tls_unsupported() => {
+            eprintln!(
+                "skipped: this redis-server has no TLS support (it was built without \
+                 BUILD_TLS=yes), so there is no rediss+sentinel:// group to test against"
+            );
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let dir = std::env::temp_dir().join(format!(
+        "leasehold-tls-sentinel-{}-{master_tls}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = dir.join("sentinel.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "port 0\ndir {}\ntls-replication yes\n\
+             sentinel monitor mymaster 127.0.0.1 {master_tls} 1\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let sentinel_tls = leasehold_testkit::free_port().to_string();
+    let child = std::process::Command::new(leasehold_testkit::redis_server_path().unwrap())
+        .arg(&conf)
+        .arg("--sentinel")
+        .args(tls(&sentinel_tls))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _sentinel = TlsSentinel(child, dir);
+
+    let url = format!("rediss+sentinel://127.0.0.1:{sentinel_tls}/mymaster");
+    let client = Client::builder(url.as_str())
+        .tls_root_certificate(std::fs::read(&ca).unwrap())
+        .build()
+        .unwrap();
+    // The sentinel starts, finds the master: the wait rides it out.
+    let guard = client
+        .mutex("job")
+        .unwrap()
+        .acquire_timeout(LONG)
+        .await
+        .unwrap();
+    let info = client.mutex("job").unwrap().inspect().await.unwrap();
+    assert!(info.held);
+    assert_eq!(info.server, format!("127.0.0.1:{master_tls}"), "{info:?}");
+    guard.release().await.unwrap();
+
+    // Plain TCP to a sentinel that speaks TLS alone gets no answer.
+    let plain = Client::builder(format!(
+        "redis+sentinel://127.0.0.1:{sentinel_tls}/mymaster"
+    ))
+    .connect_timeout(Duration::from_secs(2))
+    .build()
+    .unwrap();
+    let err = plain.mutex("job").unwrap().try_acquire().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err:?}");
+    assert!(
+        err.to_string()
+            .contains(&format!("no sentinel at 127.0.0.1:{sentinel_tls} answered")),
+        "{err}"
+    );
+}
