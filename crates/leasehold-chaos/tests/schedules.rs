@@ -575,6 +575,34 @@ fn a_killed_harness_leaves_no_cluster_node_running() {
     assert_all_gone(&reaper, "the reaper");
 }
 
+/// Nor a sentinel group: its servers and sentinels go with the reaper too.
+#[test]
+fn a_killed_harness_leaves_no_sentinel_group_running() {
+    let _turn = turn();
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--schedule",
+        "sentinel",
+        "--seconds",
+        "60",
+        "--workers",
+        "3",
+    ];
+    let (mut harness, workers, redis) = started(dir.path(), &args);
+    // A master, its replica and three sentinels, once all have started.
+    let since = Instant::now();
+    let mut redis = redis;
+    while redis.len() < 5 && since.elapsed() < Duration::from_secs(30) {
+        thread::sleep(Duration::from_millis(50));
+        redis = redis_children(harness.0.id());
+    }
+    assert_eq!(redis.len(), 5, "{redis:?}");
+    signal(&harness.0, libc::SIGKILL);
+    harness.0.wait().unwrap();
+    assert_all_gone(&redis, "the sentinel group's servers");
+    assert_all_gone(&workers, "workers");
+}
+
 /// A worker that dies when the schedule did not kill it fails the run,
 /// which names it.
 #[test]
