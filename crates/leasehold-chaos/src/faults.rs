@@ -1,7 +1,8 @@
 //! The fault schedules: which faults a run injects, at which strengths, drawn
 //! from a seeded generator. The first nine strike one Redis server and the
 //! workers' connections to it; the `cluster-` schedules strike a Redis
-//! Cluster's shards.
+//! Cluster's shards; the `sentinel` schedules fail over a master watched
+//! by Redis Sentinel.
 
 use std::fmt;
 use std::str::FromStr;
@@ -25,6 +26,9 @@ pub(crate) enum Schedule {
     ClusterFailover,
     ClusterKill,
     ClusterMigrate,
+    SentinelFailover,
+    SentinelKill,
+    Sentinel,
 }
 
 impl Schedule {
@@ -49,6 +53,15 @@ impl Schedule {
         Schedule::ClusterMigrate,
     ];
 
+    /// The schedules of a master with a replica under three sentinels:
+    /// `sentinel` draws a failover by command or a kill at random, the
+    /// other two one of them each time. Not in `all` either.
+    pub(crate) const SENTINEL: [Schedule; 3] = [
+        Schedule::SentinelFailover,
+        Schedule::SentinelKill,
+        Schedule::Sentinel,
+    ];
+
     pub(crate) fn name(self) -> &'static str {
         match self {
             Schedule::Pause => "pause",
@@ -63,11 +76,14 @@ impl Schedule {
             Schedule::ClusterFailover => "cluster-failover",
             Schedule::ClusterKill => "cluster-kill",
             Schedule::ClusterMigrate => "cluster-migrate",
+            Schedule::SentinelFailover => "sentinel-failover",
+            Schedule::SentinelKill => "sentinel-kill",
+            Schedule::Sentinel => "sentinel",
         }
     }
 
     /// One schedule by name, every one-server schedule for `all`, or every
-    /// cluster schedule for `cluster`.
+    /// cluster schedule for `cluster` (`sentinel` is one schedule, a mix).
     pub(crate) fn parse_list(name: &str) -> Result<Vec<Schedule>> {
         match name {
             "all" => return Ok(Schedule::ALL.to_vec()),
@@ -77,13 +93,16 @@ impl Schedule {
         match Schedule::ALL
             .iter()
             .chain(&Schedule::CLUSTER)
+            .chain(&Schedule::SENTINEL)
             .find(|s| s.name() == name)
         {
             Some(s) => Ok(vec![*s]),
             None => bail!(
-                "unknown schedule {name:?}: use one of {}, or all; or one of {}, or cluster",
+                "unknown schedule {name:?}: use one of {}, or all; or one of {}, or cluster; \
+                 or one of {}",
                 Schedule::ALL.map(Schedule::name).join(", "),
-                Schedule::CLUSTER.map(Schedule::name).join(", ")
+                Schedule::CLUSTER.map(Schedule::name).join(", "),
+                Schedule::SENTINEL.map(Schedule::name).join(", ")
             ),
         }
     }
@@ -91,6 +110,11 @@ impl Schedule {
     /// Whether the schedule runs on a Redis Cluster.
     pub(crate) fn on_cluster(self) -> bool {
         Schedule::CLUSTER.contains(&self)
+    }
+
+    /// Whether the schedule runs on a master watched by Redis Sentinel.
+    pub(crate) fn on_sentinel(self) -> bool {
+        Schedule::SENTINEL.contains(&self)
     }
 
     /// Whether the schedule restarts Redis (the server then keeps an AOF,
@@ -104,6 +128,7 @@ impl Schedule {
     pub(crate) fn draw(self, rng: &mut Rng, lease: Duration) -> Fault {
         let schedule = match self {
             Schedule::Mixed => *rng.pick(&Schedule::ALL[..8]),
+            Schedule::Sentinel => *rng.pick(&Schedule::SENTINEL[..2]),
             s => s,
         };
         match schedule {
@@ -137,6 +162,12 @@ impl Schedule {
                 slot: 0,
                 to: 0,
                 step: lease.mul_f64(*rng.pick(&[0.05, 0.2])),
+            },
+            Schedule::SentinelFailover => Fault::SentinelFailover {
+                lag: lease.mul_f64(*rng.pick(&[0.0, 0.5, 1.0])),
+            },
+            Schedule::SentinelKill | Schedule::Sentinel => Fault::SentinelKill {
+                lag: lease.mul_f64(*rng.pick(&[0.0, 0.5, 1.0])),
             },
         }
     }
@@ -183,12 +214,44 @@ pub(crate) enum Fault {
         to: usize,
         step: Duration,
     },
+    /// `SENTINEL FAILOVER`: the sentinels promote the replica at once,
+    /// without waiting for it to catch up, and leave the old master taking
+    /// writes until they make it a replica some ten seconds later. With a
+    /// `lag`, the replica is cut off from the master this long before (its
+    /// `PSYNC` refused), as a replica that lags behind: it takes over
+    /// without the master's last writes.
+    SentinelFailover { lag: Duration },
+    /// SIGKILL of the master; the sentinels promote the replica once it is
+    /// down for their down-after time, and the killed server is started
+    /// again as a replica. The `lag` as for a failover.
+    SentinelKill { lag: Duration },
 }
 
 impl Fault {
     /// Whether it strikes one worker (else Redis, for everyone).
     pub(crate) fn targets_worker(self) -> bool {
-        !matches!(self, Fault::Restart { .. } | Fault::ClientPause(_)) && !self.strikes_cluster()
+        !matches!(self, Fault::Restart { .. } | Fault::ClientPause(_))
+            && !self.strikes_cluster()
+            && !self.strikes_sentinels()
+    }
+
+    /// Whether it fails over a master watched by Redis Sentinel (every
+    /// worker).
+    pub(crate) fn strikes_sentinels(self) -> bool {
+        matches!(
+            self,
+            Fault::SentinelFailover { .. } | Fault::SentinelKill { .. }
+        )
+    }
+
+    /// How long the replicas lag behind the master when it strikes.
+    pub(crate) fn lag(self) -> Duration {
+        match self {
+            Fault::KillMaster { lag, .. }
+            | Fault::SentinelFailover { lag }
+            | Fault::SentinelKill { lag } => lag,
+            _ => Duration::ZERO,
+        }
     }
 
     /// Whether it strikes a shard of a Redis Cluster (every worker that
@@ -217,6 +280,10 @@ impl Fault {
         match self {
             Fault::Restart { .. } => 4.0,
             f if f.strikes_cluster() => 2.0,
+            // A failover takes seconds of its own (a kill, four; the old
+            // master of a failover by command is a replica again ten
+            // seconds later), so a lease of calm follows.
+            f if f.strikes_sentinels() => 1.0,
             _ => 1.0,
         }
     }
@@ -234,6 +301,8 @@ impl Fault {
             Fault::Failover { .. } => "cluster-failover",
             Fault::KillMaster { .. } => "cluster-kill",
             Fault::Migrate { .. } => "cluster-migrate",
+            Fault::SentinelFailover { .. } => "sentinel-failover",
+            Fault::SentinelKill { .. } => "sentinel-kill",
         }
     }
 }
@@ -283,6 +352,14 @@ impl fmt::Display for Fault {
                 "migration of slot {slot} to shard {to}, a key every {} ms",
                 ms(step)
             ),
+            Fault::SentinelFailover { lag } if lag.is_zero() => write!(f, "SENTINEL FAILOVER"),
+            Fault::SentinelFailover { lag } => {
+                write!(f, "SENTINEL FAILOVER, the replica {} ms behind", ms(lag))
+            }
+            Fault::SentinelKill { lag } if lag.is_zero() => write!(f, "kill of the master"),
+            Fault::SentinelKill { lag } => {
+                write!(f, "kill of the master, the replica {} ms behind", ms(lag))
+            }
         }
     }
 }
@@ -317,6 +394,8 @@ impl Fault {
             Fault::Migrate { slot, to, step } => {
                 format!("cluster-migrate:{slot}:{to}:{}", ns(step))
             }
+            Fault::SentinelFailover { lag } => format!("sentinel-failover:{}", ns(lag)),
+            Fault::SentinelKill { lag } => format!("sentinel-kill:{}", ns(lag)),
         }
     }
 
@@ -364,6 +443,8 @@ impl Fault {
                 to: shard(2)?,
                 step: ns(3)?,
             },
+            ["sentinel-failover", _] => Fault::SentinelFailover { lag: ns(1)? },
+            ["sentinel-kill", _] => Fault::SentinelKill { lag: ns(1)? },
             _ => bail!("not a fault: {code:?}"),
         })
     }
@@ -438,6 +519,27 @@ mod tests {
                 assert!(fault.strikes_cluster() && !fault.targets_worker());
             }
         }
+        for s in Schedule::SENTINEL {
+            let drawn: std::collections::BTreeSet<&str> = (0..60)
+                .map(|_| s.draw(&mut rng, lease))
+                .inspect(|f| assert!(f.strikes_sentinels() && !f.targets_worker()))
+                .map(Fault::kind)
+                .collect();
+            match s {
+                Schedule::Sentinel => {
+                    assert_eq!(drawn, ["sentinel-failover", "sentinel-kill"].into())
+                }
+                s => assert_eq!(drawn, [s.name()].into()),
+            }
+        }
+        assert_eq!(
+            Schedule::parse_list("sentinel").unwrap(),
+            [Schedule::Sentinel]
+        );
+        assert!(Schedule::ALL
+            .iter()
+            .chain(&Schedule::CLUSTER)
+            .all(|s| !s.on_sentinel()));
         assert_eq!(Schedule::parse_list("all").unwrap().len(), 9);
         assert!(Schedule::ALL.iter().all(|s| !s.on_cluster()));
         assert_eq!(
@@ -465,6 +567,10 @@ mod tests {
                 slot: 16383,
                 to: 2,
                 step: lease / 20,
+            },
+            Fault::SentinelFailover { lag: lease },
+            Fault::SentinelKill {
+                lag: Duration::ZERO,
             },
         ];
         for i in 0..203 {

@@ -24,6 +24,19 @@
 //! leasehold-chaos --schedule cluster-kill --lease-ms 3000 --restart-grace-ms 0
 //! ```
 //!
+//! The `sentinel` schedules run on a master with one replica under three
+//! sentinels, reached through them (`redis+sentinel://`): the master failed
+//! over by `SENTINEL FAILOVER` (the old master left taking writes until the
+//! sentinels demote it) and killed, with the replica up to date or lagging
+//! behind. `--replicas 1` has every grant acknowledged by the replica, and
+//! `--restart-grace-ms 0` turns the grace on a change of master off: the
+//! four protections are compared from the same seed.
+//!
+//! ```text
+//! leasehold-chaos --schedule sentinel --lease-ms 5000 --workloads mutex,fair,reentrant,rwlock,semaphore \
+//!     --replicas 1 --restart-grace-ms 0
+//! ```
+//!
 //! Two controls show that the checker can fail: `--unfenced` (the resource
 //! accepts stale writes, which the checker must find) and
 //! `--restart-grace-ms 0` with `--schedule restart` (locks lost in a
@@ -76,7 +89,9 @@ struct RunArgs {
     /// pause, kill, restart, client-pause, latency, blackhole, reset,
     /// half-open, mixed, or all (each of those in turn, on one server);
     /// cluster-failover, cluster-kill, cluster-migrate, or cluster (each of
-    /// those in turn, on a cluster of 3 masters with a replica each).
+    /// those in turn, on a cluster of 3 masters with a replica each);
+    /// sentinel-failover, sentinel-kill, or sentinel (either at random, on
+    /// a master with a replica under 3 sentinels).
     #[arg(long, default_value = "mixed")]
     schedule: String,
     /// Seeds the faults, their targets and the workers' choices.
@@ -117,6 +132,16 @@ struct RunArgs {
     /// that runs out first, grace or not.
     #[arg(long, value_name = "MS", default_value_t = orchestrator::DEFAULT_NODE_TIMEOUT.as_millis() as u64)]
     node_timeout_ms: u64,
+    /// Replicas that must acknowledge every grant (WAIT, behind the
+    /// acquiring script), else it is undone and the wait goes on; 0 for
+    /// none. Cluster and sentinel schedules only (one server has no
+    /// replica), and not with the election workload (it has no such
+    /// setting).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    replicas: u32,
+    /// How long Redis waits for those replicas.
+    #[arg(long, value_name = "MS", default_value_t = orchestrator::DEFAULT_REPLICA_TIMEOUT.as_millis() as u64)]
+    replica_timeout_ms: u64,
     /// Appends one JSON object per run to FILE: the run's settings
     /// (schedule, seed, seconds, workers, lease_ms, …), the faults
     /// (faults, faults_at_holders as inspect saw them, faults_by_kind) and
@@ -135,6 +160,8 @@ const MAX_SECONDS: f64 = 30.0 * 86_400.0;
 const MAX_WORKERS: usize = 64;
 const MAX_LOCKS: usize = 64;
 const MAX_RESTART_GRACE_MS: u64 = 3_600_000;
+/// More than the cluster's and the sentinel group's replica each.
+const MAX_REPLICAS: u32 = 16;
 
 #[derive(Debug, Subcommand)]
 enum Sub {
@@ -166,6 +193,10 @@ enum Sub {
         locks: String,
         #[arg(long)]
         seed: u64,
+        #[arg(long, default_value_t = 0)]
+        replicas: u32,
+        #[arg(long, default_value_t = 200)]
+        replica_timeout_ms: u64,
     },
     /// Kills the cluster's servers when the harness dies (started by the
     /// harness itself).
@@ -202,6 +233,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         restart_grace_ms,
         locks,
         seed,
+        replicas,
+        replica_timeout_ms,
     }) = cli.command
     {
         worker::run(&worker::WorkerArgs {
@@ -214,6 +247,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             restart_grace: Duration::from_millis(restart_grace_ms),
             locks: locks.split(',').map(str::to_owned).collect(),
             seed,
+            replica_ack: (replicas > 0)
+                .then(|| (replicas, Duration::from_millis(replica_timeout_ms))),
         })?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -241,6 +276,25 @@ fn run(cli: Cli) -> Result<ExitCode> {
         (100..=60_000).contains(&args.node_timeout_ms),
         "--node-timeout-ms must be between 100 and 60000"
     );
+    if args.replicas > 0 {
+        anyhow::ensure!(
+            schedules.iter().all(|s| s.on_cluster() || s.on_sentinel()),
+            "--replicas needs replicas: use it with a cluster- or sentinel schedule"
+        );
+        anyhow::ensure!(
+            args.replicas <= MAX_REPLICAS,
+            "--replicas must be at most {MAX_REPLICAS}"
+        );
+        anyhow::ensure!(
+            !workloads.contains(&Workload::Election),
+            "--replicas: an election has no replica acknowledgement; leave election out of \
+             --workloads"
+        );
+        anyhow::ensure!(
+            (10..=60_000).contains(&args.replica_timeout_ms),
+            "--replica-timeout-ms must be between 10 and 60000"
+        );
+    }
     let lease = Duration::from_millis(args.lease_ms);
     let restart_grace = match args.restart_grace_ms {
         Some(ms) if ms > MAX_RESTART_GRACE_MS => {
@@ -263,6 +317,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             fenced: !args.unfenced,
             restart_grace,
             node_timeout: Duration::from_millis(args.node_timeout_ms),
+            replicas: args.replicas,
+            replica_timeout: Duration::from_millis(args.replica_timeout_ms),
             keep_logs: args.keep_logs.clone(),
         })
         .collect();
@@ -340,8 +396,17 @@ fn print_report(r: &RunReport) {
     } else {
         String::new()
     };
+    let acked = if r.config.replicas > 0 {
+        format!(
+            ", {} replica ack within {} ms",
+            r.config.replicas,
+            r.config.replica_timeout.as_millis()
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "schedule {} seed {}: {:.1} s, {} workers, lease {} ms, restart grace {} ms{cluster}{}, \
+        "schedule {} seed {}: {:.1} s, {} workers, lease {} ms, restart grace {} ms{cluster}{acked}{}, \
          {} faults ({} aimed at a holder)",
         r.config.schedule.name(),
         r.config.seed,

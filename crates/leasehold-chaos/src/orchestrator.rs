@@ -4,11 +4,15 @@
 //! runs on a fresh Redis Cluster of three masters with a replica each
 //! instead, without proxies: its workers are given the nodes as seeds, its
 //! locks are spread over the shards, and its faults strike the shard of a
-//! lock that is held.
+//! lock that is held. A sentinel schedule runs on a master with one
+//! replica under three sentinels, all fresh too; its workers reach the
+//! master through the sentinels (`redis+sentinel://`), and its faults fail
+//! the master over.
 //!
 //! Every process the run starts is its child and dies with it, even when
 //! the harness is killed with SIGKILL: the workers and the redis-server get
-//! `PR_SET_PDEATHSIG`, a cluster's nodes are killed by the reaper (see
+//! `PR_SET_PDEATHSIG`, a cluster's nodes and a sentinel group's servers
+//! are killed by the reaper (see
 //! `reaper`), and the fault proxies and the resource are threads of the
 //! harness. On SIGINT, SIGTERM or SIGHUP the run stops its faults, workers
 //! and servers before it returns.
@@ -33,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use leasehold::redis;
-use leasehold_testkit::{key_slot, FaultProxy, RedisCluster, RedisServer};
+use leasehold_testkit::{key_slot, FaultProxy, RedisCluster, RedisServer, Sentinels};
 use serde_json::{json, Value};
 
 use crate::check::{self, Findings, Inputs, WorkerLog};
@@ -87,6 +91,10 @@ pub(crate) struct RunConfig {
     pub(crate) restart_grace: Duration,
     /// The cluster's `cluster-node-timeout` (cluster schedules only).
     pub(crate) node_timeout: Duration,
+    /// Replicas that must acknowledge each grant (`WAIT`), 0 for none.
+    pub(crate) replicas: u32,
+    /// How long Redis waits for them.
+    pub(crate) replica_timeout: Duration,
     pub(crate) keep_logs: Option<PathBuf>,
 }
 
@@ -96,10 +104,20 @@ const FRESH_HOLD: (Duration, Duration) = (Duration::from_millis(150), Duration::
 
 /// The shards of a cluster run, each a master and one replica.
 const CLUSTER_SHARDS: usize = 3;
+/// A sentinel run's replicas and sentinels: the fewest that fail over
+/// by a majority.
+const SENTINEL_REPLICAS: usize = 1;
+const SENTINELS: usize = 3;
 /// The cluster's node timeout unless the run says otherwise: the test
 /// kit's, long enough that a busy 2-core machine does not fail a master
 /// that is only slow (at 1 s, a loaded machine did).
 pub(crate) const DEFAULT_NODE_TIMEOUT: Duration = leasehold_testkit::DEFAULT_NODE_TIMEOUT;
+
+/// How long Redis waits for the replicas to acknowledge a grant, unless
+/// the run says otherwise: a few replication round trips on loopback, and
+/// short against the command timeout (a quarter lease), since the WAIT
+/// holds the worker's command connection meanwhile.
+pub(crate) const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// Longer than any lease: a restart that lost the locks grants none of
 /// them again while their old holders may still think they hold them.
@@ -161,6 +179,9 @@ impl RunReport {
             "restart_grace_ms": self.config.restart_grace.as_millis() as u64,
             "node_timeout_ms": self.config.schedule.on_cluster()
                 .then_some(self.config.node_timeout.as_millis() as u64),
+            "replicas": self.config.replicas,
+            "replica_timeout_ms": (self.config.replicas > 0)
+                .then_some(self.config.replica_timeout.as_millis() as u64),
             "workloads": self.config.workloads.iter().map(|w| w.name()).collect::<Vec<_>>(),
             "fenced_resource": self.config.fenced,
             "faults": self.faults.len(),
@@ -218,6 +239,7 @@ impl Drop for Slot {
 enum Redis {
     Server(RedisServer),
     Cluster(Box<RedisCluster>),
+    Sentinel(Box<Sentinels>),
 }
 
 impl Redis {
@@ -226,6 +248,12 @@ impl Redis {
             Redis::Cluster(Box::new(
                 RedisCluster::builder(CLUSTER_SHARDS, 1)
                     .node_timeout(config.node_timeout)
+                    .try_start()
+                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+            ))
+        } else if config.schedule.on_sentinel() {
+            Redis::Sentinel(Box::new(
+                Sentinels::builder(SENTINEL_REPLICAS, SENTINELS)
                     .try_start()
                     .map_err(|e| anyhow::anyhow!("{e}"))?,
             ))
@@ -254,39 +282,56 @@ impl Redis {
         match self {
             Redis::Server(server) => server.url(),
             Redis::Cluster(cluster) => cluster.urls().join(","),
+            Redis::Sentinel(group) => group.url(),
         }
     }
 
-    /// The servers whose keys are scanned: the server, or every master.
+    /// The servers whose keys are scanned: the server, every master, or
+    /// the sentinels' master.
     fn scanned(&self) -> Vec<String> {
         match self {
             Redis::Server(server) => vec![server.url()],
             Redis::Cluster(cluster) => cluster.masters().iter().map(|m| m.url()).collect(),
+            Redis::Sentinel(group) => vec![group.master().url()],
         }
     }
 
     fn server(&mut self) -> Result<&mut RedisServer> {
         match self {
             Redis::Server(server) => Ok(server),
-            Redis::Cluster(_) => bail!("a fault of one server struck a cluster"),
+            _ => bail!("a fault of one server struck a cluster or a sentinel group"),
         }
     }
 
     fn cluster(&mut self) -> Result<&mut RedisCluster> {
         match self {
             Redis::Cluster(cluster) => Ok(cluster),
-            Redis::Server(_) => bail!("a cluster fault struck one server"),
+            _ => bail!("a cluster fault struck something else than a cluster"),
         }
     }
 
-    /// The pids of the cluster's running nodes (none for a server, which
-    /// dies with the harness on its own).
+    fn sentinels(&mut self) -> Result<&mut Sentinels> {
+        match self {
+            Redis::Sentinel(group) => Ok(group),
+            _ => bail!("a sentinel fault struck something else than a sentinel group"),
+        }
+    }
+
+    /// The pids of the cluster's running nodes, or of the sentinel group's
+    /// servers and sentinels (none for a server, which dies with the
+    /// harness on its own).
     fn node_pids(&self) -> Vec<u32> {
         match self {
             Redis::Server(_) => Vec::new(),
             Redis::Cluster(cluster) => cluster
                 .nodes()
                 .iter()
+                .filter_map(RedisServer::pid)
+                .collect(),
+            Redis::Sentinel(group) => group
+                .servers()
+                .iter()
+                .chain(group.sentinels())
                 .filter_map(RedisServer::pid)
                 .collect(),
         }
@@ -344,7 +389,7 @@ pub(crate) fn run(config: &RunConfig) -> Result<RunReport> {
             .to_owned(),
     };
     let exe = std::env::current_exe().context("cannot find this program to start workers")?;
-    let mut reaper = if config.schedule.on_cluster() {
+    let mut reaper = if config.schedule.on_cluster() || config.schedule.on_sentinel() {
         Some(Reaper::start(&exe)?)
     } else {
         None
@@ -356,7 +401,9 @@ pub(crate) fn run(config: &RunConfig) -> Result<RunReport> {
         }
     }
     let lock_names = match &redis {
-        Redis::Server(_) => Workload::lock_names(&config.workloads, config.locks, 1, |_| 0),
+        Redis::Server(_) | Redis::Sentinel(_) => {
+            Workload::lock_names(&config.workloads, config.locks, 1, |_| 0)
+        }
         Redis::Cluster(cluster) => {
             let shard_of = |name: &str| {
                 panic::catch_unwind(AssertUnwindSafe(|| cluster.shard_of_slot(key_slot(name))))
@@ -448,6 +495,7 @@ impl Run<'_> {
                 (Some(proxy), url)
             }
             Redis::Cluster(cluster) => (None, cluster.urls().join(",")),
+            Redis::Sentinel(group) => (None, group.url()),
         };
         let log = self.logs.join(format!("{id}.log"));
         let stderr = self.logs.join(format!("{id}.stderr"));
@@ -468,6 +516,11 @@ impl Run<'_> {
                 &self.config.restart_grace.as_millis().to_string(),
             ])
             .args(["--locks", &self.lock_names.join(",")])
+            .args(["--replicas", &self.config.replicas.to_string()])
+            .args([
+                "--replica-timeout-ms",
+                &self.config.replica_timeout.as_millis().to_string(),
+            ])
             .args(["--seed", &self.rng.next().to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -730,6 +783,9 @@ impl Run<'_> {
         if fault.strikes_cluster() {
             return self.strike_cluster(fault);
         }
+        if fault.strikes_sentinels() {
+            return self.strike_sentinels(fault);
+        }
         let (slot, at_holder) = if fault.targets_worker() {
             self.target()
         } else {
@@ -808,8 +864,12 @@ impl Run<'_> {
                 self.proxy_of(target.as_deref())?.freeze_existing();
                 self.nap(lease)?;
             }
-            Fault::Failover { .. } | Fault::KillMaster { .. } | Fault::Migrate { .. } => {
-                bail!("a cluster fault was injected as a fault of one server")
+            Fault::Failover { .. }
+            | Fault::KillMaster { .. }
+            | Fault::Migrate { .. }
+            | Fault::SentinelFailover { .. }
+            | Fault::SentinelKill { .. } => {
+                bail!("a fault of a cluster or of sentinels was injected as a fault of one server")
             }
         }
         self.faults.push(Injected {
@@ -926,6 +986,91 @@ impl Run<'_> {
         Ok((fault, at_holder))
     }
 
+    /// Runs `op` on the sentinel group, as [`on_cluster`](Self::on_cluster)
+    /// does on a cluster.
+    fn on_sentinels<T>(&mut self, what: &str, op: impl FnOnce(&mut Sentinels) -> T) -> Result<T> {
+        let group = self.redis.sentinels()?;
+        let done = panic::catch_unwind(AssertUnwindSafe(|| op(group))).map_err(|payload| {
+            let message = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default();
+            anyhow::anyhow!("{what}: {message}")
+        });
+        if let Some(reaper) = &mut self.reaper {
+            for pid in self.redis.node_pids() {
+                reaper.watch(pid)?;
+            }
+        }
+        done
+    }
+
+    /// A failover of the sentinels' master, by `SENTINEL FAILOVER` or by
+    /// a kill. With a lag, the replica is cut off from the master that long
+    /// before (see [`cut_replicas`]) and the master runs on alone: what it
+    /// grants meanwhile is lost. As a kill on a cluster, it waits most of
+    /// the time (a lease at most) for a lock just taken for a long hold, so
+    /// that it strikes a holder whose section outlives the failover. A
+    /// failover by command leaves the old master to the sentinels, which
+    /// make it a replica some ten seconds later; the fault ends when they
+    /// have.
+    fn strike_sentinels(&mut self, fault: Fault) -> Result<()> {
+        let start = mono_ns();
+        let lag = fault.lag();
+        if !lag.is_zero() {
+            self.on_sentinels("cutting the replica off", |g| {
+                cut_replicas(g.master(), true)
+            })??;
+            let napped = self.nap(lag);
+            if napped.is_err() || interrupted() {
+                self.on_sentinels("letting the replica back", |g| {
+                    cut_replicas(g.master(), false)
+                })??;
+                napped?;
+            }
+        }
+        let mut fresh = None;
+        if self.rng.chance(0.8) {
+            let until = Instant::now() + self.config.lease;
+            while fresh.is_none() && Instant::now() < until && !interrupted() {
+                fresh = self.fresh_long_hold(FRESH_HOLD.0, FRESH_HOLD.1);
+                if fresh.is_none() {
+                    self.nap(Duration::from_millis(20))?;
+                }
+            }
+        }
+        let at_holder = fresh.is_some() || !self.held().is_empty();
+        let what = fault.to_string();
+        match fault {
+            Fault::SentinelKill { .. } => {
+                // The killed server comes back with its config file, where
+                // no ACL was written: nothing to let back.
+                let killed = self.on_sentinels(&what, Sentinels::kill_master)?;
+                self.on_sentinels(&what, |g| g.restart(killed))?;
+            }
+            Fault::SentinelFailover { .. } => {
+                let old = self.on_sentinels(&what, |g| g.master_index())?;
+                self.on_sentinels(&what, Sentinels::failover_unaided)?;
+                if !lag.is_zero() {
+                    // Before the sentinels make it a replica (and rewrite
+                    // its config file), some ten seconds later.
+                    self.on_sentinels(&what, |g| cut_replicas(&g.servers()[old], false))??;
+                }
+                self.on_sentinels(&what, Sentinels::wait_settled)?;
+            }
+            _ => bail!("{fault} is not a fault of sentinels"),
+        }
+        self.faults.push(Injected {
+            fault,
+            target: None,
+            at_holder,
+            start,
+            end: mono_ns(),
+        });
+        Ok(())
+    }
+
     /// Heals every fault, lets every worker finish its section and
     /// release, and waits for them; a worker that fails to stop, or stops
     /// with an error, is noted as failed. Returns the moment the workers
@@ -1016,6 +1161,8 @@ impl Run<'_> {
             "lease_ms": c.lease.as_millis() as u64,
             "restart_grace_ms": c.restart_grace.as_millis() as u64,
             "node_timeout_ms": c.node_timeout.as_millis() as u64,
+            "replicas": c.replicas,
+            "replica_timeout_ms": c.replica_timeout.as_millis() as u64,
             "workloads": c.workloads.iter().map(|w| w.name()).collect::<Vec<_>>().join(","),
             "locks": c.locks,
             "fenced": c.fenced,
@@ -1038,6 +1185,28 @@ const RESOURCE_FILE: &str = "resource.log";
 const RUN_FILE: &str = "run.json";
 /// How much of a failed worker's standard error a report shows.
 const STDERR_TAIL: usize = 2000;
+
+/// Cuts `master`'s replicas off from it (`on`), or lets them back: its
+/// default user may no longer run `PSYNC` and `SYNC`, and their links are
+/// closed, so they ask again every second and are refused. They answer
+/// the sentinels meanwhile, which still count them fit to take over (a
+/// replica under `CLIENT PAUSE WRITE`, as on a cluster, would not answer
+/// a sentinel's ping queued behind its paused `PUBLISH`).
+fn cut_replicas(master: &RedisServer, on: bool) -> Result<()> {
+    let (acl, close) = if on {
+        (["ACL", "SETUSER", "default", "-psync", "-sync"], true)
+    } else {
+        (["ACL", "SETUSER", "default", "+psync", "+sync"], false)
+    };
+    let reply = master.command(&acl).map_err(|e| anyhow::anyhow!("{e}"))?;
+    anyhow::ensure!(reply == "OK", "{} answered {reply}", acl.join(" "));
+    if close {
+        master
+            .command(&["CLIENT", "KILL", "TYPE", "replica"])
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    Ok(())
+}
 
 /// Moves `slot` to shard `to` in steps: its keys one by one, `step`
 /// apart, while clients meet ASK and TRYAGAIN; then what is left (keys
@@ -1129,6 +1298,15 @@ pub(crate) fn recheck(dir: &Path) -> Result<RunReport> {
             .get("node_timeout_ms")
             .and_then(Value::as_u64)
             .map_or(DEFAULT_NODE_TIMEOUT, Duration::from_millis),
+        // Kept since the sentinel schedules; a run kept before asked none.
+        replicas: record
+            .get("replicas")
+            .and_then(Value::as_u64)
+            .map_or(Ok(0), u32::try_from)?,
+        replica_timeout: record
+            .get("replica_timeout_ms")
+            .and_then(Value::as_u64)
+            .map_or(DEFAULT_REPLICA_TIMEOUT, Duration::from_millis),
         keep_logs: None,
     };
     let mut workers = Vec::new();

@@ -31,6 +31,9 @@ pub(crate) struct WorkerArgs {
     /// The locks to take, by name (each name tells its workload).
     pub(crate) locks: Vec<String>,
     pub(crate) seed: u64,
+    /// Replicas that must acknowledge each grant, and how long Redis
+    /// waits for them.
+    pub(crate) replica_ack: Option<(u32, Duration)>,
 }
 
 impl WorkerArgs {
@@ -67,7 +70,7 @@ async fn work(args: &WorkerArgs) -> Result<()> {
         locks.push((
             name.clone(),
             workload,
-            Handle::new(&client, workload, name)?,
+            Handle::new(&client, workload, name, args.replica_ack)?,
         ));
     }
     anyhow::ensure!(!locks.is_empty(), "no lock to take");

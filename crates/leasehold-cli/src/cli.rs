@@ -58,6 +58,27 @@ impl Connection {
         !self.url.is_empty()
     }
 
+    /// The master name of a `redis+sentinel://` (or `rediss+sentinel://`)
+    /// URL, from `--url` or the environment; `None` for another URL. What
+    /// `inspect` and `watch` print says the server they read is that
+    /// master, as its sentinels name it.
+    pub(crate) fn sentinel_master(&self) -> Option<String> {
+        let url = if self.url.is_empty() {
+            leasehold::URL_ENV_VARS
+                .iter()
+                .find_map(|name| std::env::var(name).ok().filter(|url| !url.is_empty()))?
+        } else {
+            self.url.join(",")
+        };
+        let rest = url
+            .trim()
+            .strip_prefix("redis+sentinel://")
+            .or_else(|| url.trim().strip_prefix("rediss+sentinel://"))?;
+        let path = rest.split(['?', '#']).next()?.split_once('/')?.1;
+        let name = path.split('/').next()?;
+        (!name.is_empty()).then(|| name.to_owned())
+    }
+
     pub(crate) fn client(
         &self,
         lease: Duration,

@@ -206,8 +206,9 @@ pub(crate) async fn inspect(conn: &Connection, args: InspectArgs) -> anyhow::Res
     let lock = client.mutex(&args.name)?;
     let info = lock.inspect().await?;
     let waiters = lock.waiters().await?;
+    let master = conn.sentinel_master();
     if args.json {
-        let mut value = info_json(&info);
+        let mut value = info_json(&info, master.as_deref());
         if let Some(object) = value.as_object_mut() {
             object.insert("waiters".to_owned(), state::waiters_json(&info, &waiters));
         }
@@ -231,7 +232,10 @@ pub(crate) async fn inspect(conn: &Connection, args: InspectArgs) -> anyhow::Res
     for line in state::waiter_lines(&info, &waiters) {
         println!("{line}");
     }
-    println!("server:          {}", info.server);
+    println!(
+        "server:          {}",
+        server_label(&info, master.as_deref())
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -277,9 +281,23 @@ pub(crate) async fn semaphore(conn: &Connection, args: SemaphoreArgs) -> anyhow:
     Ok(ExitCode::SUCCESS)
 }
 
+/// The server that keeps a lock, as `inspect` and `watch` print it: its
+/// `host:port`, and through Sentinel that it is the master of `master`.
+pub(crate) fn server_label(info: &leasehold::LockInfo, master: Option<&str>) -> String {
+    match master {
+        Some(name) => format!(
+            "{} (master {name:?}, as its sentinels name it)",
+            info.server
+        ),
+        None => info.server.clone(),
+    }
+}
+
 /// A lock's state as `inspect --json` and `watch --once --json` print it;
-/// `server` is the one that keeps the lock (on a cluster, its slot's master).
-pub(crate) fn info_json(info: &leasehold::LockInfo) -> serde_json::Value {
+/// `server` is the one that keeps the lock (on a cluster, its slot's
+/// master; through Sentinel, the master they read, whose name is
+/// `sentinel_master`).
+pub(crate) fn info_json(info: &leasehold::LockInfo, master: Option<&str>) -> serde_json::Value {
     let remaining_ms = state::lease_left(info).map(millis);
     let mut value = json!({
         "name": info.name,
@@ -289,6 +307,9 @@ pub(crate) fn info_json(info: &leasehold::LockInfo) -> serde_json::Value {
         "waiting_clients": info.waiting_clients,
         "server": info.server,
     });
+    if let (Some(name), Some(object)) = (master, value.as_object_mut()) {
+        object.insert("sentinel_master".to_owned(), json!(name));
+    }
     if let Some(object) = value.as_object_mut() {
         object.extend(state::json_fields(info).map(|(k, v)| (k.to_owned(), v)));
     }

@@ -6,7 +6,8 @@
 //! instead: one read-only script per lock per refresh.
 //!
 //! Each lock is shown with the server that keeps it: on a Redis Cluster,
-//! the master of its hash slot.
+//! the master of its hash slot; through Sentinel, the master the sentinels
+//! name (a failover shows as a change of server).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 use crate::cli::{Connection, WatchArgs};
 use crate::plural;
 use crate::screen::{self, LiveView};
-use crate::scripting::{info_json, seconds};
+use crate::scripting::{info_json, seconds, server_label};
 use crate::signals::Stop;
 use crate::state;
 
@@ -31,14 +32,16 @@ pub(crate) async fn watch(conn: &Connection, args: WatchArgs) -> anyhow::Result<
         .iter()
         .map(|name| client.mutex(name))
         .collect::<leasehold::Result<Vec<_>>>()?;
+    let master = conn.sentinel_master();
+    let master = master.as_deref();
     if args.once {
         let infos = snapshot(&locks).await?;
         if args.json {
             for info in &infos {
-                println!("{}", info_json(info));
+                println!("{}", info_json(info, master));
             }
         } else {
-            for line in table(&infos) {
+            for line in table(&infos, master) {
                 println!("{line}");
             }
         }
@@ -66,7 +69,7 @@ pub(crate) async fn watch(conn: &Connection, args: WatchArgs) -> anyhow::Result<
         };
         match &mut view {
             Some(view) => {
-                let mut lines = table(&infos);
+                let mut lines = table(&infos, master);
                 lines.push(String::new());
                 lines.push(format!(
                     "refreshed every {} ms; Ctrl-C to stop",
@@ -90,7 +93,7 @@ pub(crate) async fn watch(conn: &Connection, args: WatchArgs) -> anyhow::Result<
                             "{:>6.1}s  {:?} on {}: {}",
                             started.elapsed().as_secs_f64(),
                             info.name,
-                            info.server,
+                            server_label(info, master),
                             describe(info)
                         );
                     }
@@ -109,7 +112,7 @@ async fn snapshot(locks: &[leasehold::Mutex]) -> leasehold::Result<Vec<leasehold
     Ok(infos)
 }
 
-fn table(infos: &[leasehold::LockInfo]) -> Vec<String> {
+fn table(infos: &[leasehold::LockInfo], master: Option<&str>) -> Vec<String> {
     let width = infos
         .iter()
         .map(|info| info.name.chars().count())
@@ -134,7 +137,7 @@ fn table(infos: &[leasehold::LockInfo]) -> Vec<String> {
             info.name,
             if info.held { "held" } else { "free" },
             info.waiting_clients,
-            info.server
+            server_label(info, master)
         ));
     }
     lines

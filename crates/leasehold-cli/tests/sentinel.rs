@@ -61,3 +61,63 @@ fn replicas_acknowledge_or_the_grant_is_undone_with_74() {
     let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(info["held"], false, "nothing is left held: {info}");
 }
+
+/// `host:port` of the master the sentinels name now.
+fn master_addr(group: &Sentinels) -> String {
+    format!("127.0.0.1:{}", group.master_addr().port())
+}
+
+fn json_lines(out: &std::process::Output) -> Vec<serde_json::Value> {
+    assert!(out.status.success(), "{}", stderr(out));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// `inspect` and `watch` say which master they read, by address and by
+/// name, in text and in JSON; after a failover, the new one.
+#[test]
+fn inspect_and_watch_name_the_master_they_read() {
+    let mut group = Sentinels::start(1, 3);
+    let url = group.url();
+    let out = leasehold(&url, &["acquire", "job", "--lease", "60s"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for failed_over in [false, true] {
+        let master = master_addr(&group);
+        let info = json_lines(&leasehold(&url, &["inspect", "job", "--json"]));
+        assert_eq!(info[0]["server"], master, "{info:?}");
+        assert_eq!(info[0]["sentinel_master"], "mymaster", "{info:?}");
+        let out = leasehold(&url, &["inspect", "job"]);
+        let line =
+            format!("server:          {master} (master \"mymaster\", as its sentinels name it)\n");
+        assert!(
+            common::stdout(&out).contains(&line),
+            "{}",
+            common::stdout(&out)
+        );
+        let watched = json_lines(&leasehold(
+            &url,
+            &["watch", "--once", "--json", "job", "other"],
+        ));
+        assert_eq!(watched.len(), 2);
+        for lock in &watched {
+            assert_eq!(lock["server"], master, "{lock}");
+            assert_eq!(lock["sentinel_master"], "mymaster", "{lock}");
+        }
+        let out = leasehold(&url, &["watch", "--once", "job"]);
+        assert!(
+            common::stdout(&out).contains(&format!("{master} (master \"mymaster\"")),
+            "{}",
+            common::stdout(&out)
+        );
+        if !failed_over {
+            group.failover();
+            assert_ne!(master_addr(&group), master, "the failover moved the master");
+        }
+    }
+    // Elsewhere than through Sentinel, no master name is printed.
+    let direct = group.master().url();
+    let info = json_lines(&leasehold(&direct, &["inspect", "job", "--json"]));
+    assert!(info[0].get("sentinel_master").is_none(), "{info:?}");
+}

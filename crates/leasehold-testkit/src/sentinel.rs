@@ -327,27 +327,7 @@ impl Sentinels {
     pub fn failover(&mut self) -> usize {
         let old = self.master;
         self.running_replica();
-        let result = self.wait_for("a sentinel to start a failover", SWITCH_TIMEOUT, |g| {
-            let reply = g.sentinels[0]
-                .command(&["SENTINEL", "FAILOVER", &g.name])
-                .map_err(|e| e.to_string())?;
-            match reply.as_str() {
-                "OK" => Ok(()),
-                // In progress, or no replica good enough yet: ask again.
-                _ if reply.starts_with("(error) INPROG")
-                    || reply.starts_with("(error) NOGOODSLAVE") =>
-                {
-                    Err(reply)
-                }
-                _ => panic!(
-                    "{}",
-                    g.failure(&format!("SENTINEL FAILOVER answered {reply}"))
-                ),
-            }
-        });
-        if let Err(e) = result {
-            panic!("{e}");
-        }
+        self.ask_failover();
         let new = self.wait_switch(old);
         let port = self.servers[new].port().to_string();
         let old_server = &self.servers[old];
@@ -370,6 +350,35 @@ impl Sentinels {
             panic!("{e}");
         }
         self.master
+    }
+
+    /// `SENTINEL FAILOVER`, as the sentinels do it alone: waits until every
+    /// sentinel reports the new master, it answers `ROLE` as master and the
+    /// other replicas but the old master follow it, and returns the new
+    /// master's index. The old master is left as it is: it goes on taking
+    /// writes, which the new master never sees, until the sentinels make it
+    /// a replica some ten seconds later (a client that keeps talking to it
+    /// meanwhile writes into the void). [`wait_settled`](Self::wait_settled)
+    /// waits for that.
+    ///
+    /// Panics like [`failover`](Self::failover).
+    pub fn failover_unaided(&mut self) -> usize {
+        let old = self.master;
+        self.running_replica();
+        self.ask_failover();
+        self.wait_switch(old)
+    }
+
+    /// Waits until the group settles: every sentinel reports the same
+    /// master, every other running server follows it in sync, and no
+    /// failover is under way (after [`failover_unaided`](Self::failover_unaided),
+    /// until the sentinels have made the old master a replica).
+    ///
+    /// Panics if it does not settle within 30 s.
+    pub fn wait_settled(&mut self) {
+        if let Err(e) = self.settle(SETTLE_TIMEOUT) {
+            panic!("{e}");
+        }
     }
 
     /// Kills the master with SIGKILL and waits until every sentinel reports
@@ -444,6 +453,31 @@ impl Sentinels {
         lines.push(&follow);
         fs::write(path, lines.join("\n") + "\n")
             .map_err(|e| StartError::io(format!("cannot write {}", path.display()), e))
+    }
+
+    /// Asks a sentinel for `SENTINEL FAILOVER` until it starts one.
+    fn ask_failover(&self) {
+        let result = self.wait_for("a sentinel to start a failover", SWITCH_TIMEOUT, |g| {
+            let reply = g.sentinels[0]
+                .command(&["SENTINEL", "FAILOVER", &g.name])
+                .map_err(|e| e.to_string())?;
+            match reply.as_str() {
+                "OK" => Ok(()),
+                // In progress, or no replica good enough yet: ask again.
+                _ if reply.starts_with("(error) INPROG")
+                    || reply.starts_with("(error) NOGOODSLAVE") =>
+                {
+                    Err(reply)
+                }
+                _ => panic!(
+                    "{}",
+                    g.failure(&format!("SENTINEL FAILOVER answered {reply}"))
+                ),
+            }
+        });
+        if let Err(e) = result {
+            panic!("{e}");
+        }
     }
 
     fn running_replica(&self) -> usize {

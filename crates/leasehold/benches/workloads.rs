@@ -9,6 +9,7 @@
 //! cargo bench -p leasehold --bench workloads              full run (W2, W3 10 s; W5 30 s per K)
 //! cargo bench -p leasehold --bench workloads -- --quick   short counts and durations, small K
 //! cargo bench -p leasehold --bench workloads -- --skip-w5 all but W5 (its targets: not run)
+//! cargo bench -p leasehold --bench workloads -- --sentinel-only   the Sentinel figures alone
 //! ```
 //!
 //! `LEASEHOLD_BENCH_QUICK=1` does what `--quick` does. Run without cargo
@@ -31,6 +32,10 @@
 //! started by the test kit, for leasehold alone (rslock 0.10 has no cluster
 //! support), next to the same run's single-node figures, with Redis calls
 //! and CPU summed over the masters (see `workloads/cluster.rs`).
+//!
+//! W1 and W2 (`Mutex`) run through Redis Sentinel next to a direct
+//! connection to the same master, and W1 once more with one replica's
+//! acknowledgement of every grant (see `workloads/sentinel.rs`).
 //!
 //! Prints a table per workload, each leasehold primitive's figures next to
 //! rslock's with their ratio (leasehold / rslock, and which way is better),
@@ -58,6 +63,8 @@ use serde_json::{json, Map, Value};
 
 #[path = "workloads/cluster.rs"]
 mod cluster;
+#[path = "workloads/sentinel.rs"]
+mod sentinel;
 #[path = "workloads/w2_shared.rs"]
 mod w2_shared;
 
@@ -120,6 +127,22 @@ fn run() -> Result<ExitCode> {
     };
     let plan = &bench.plan;
     let single = Servers::single(&bench);
+    if plan.sentinel_only {
+        let runs = sentinel::sentinel_runs(&bench)?;
+        println!(
+            "leasehold lock workloads ({} run), the Sentinel figures alone",
+            if plan.quick { "quick" } else { "full" },
+        );
+        sentinel::print_sentinel(plan, &runs);
+        println!();
+        println!("{}", sentinel::w1_sentinel_json(plan, &runs));
+        println!("{}", sentinel::w2_sentinel_json(plan, &runs));
+        return Ok(if sentinel::lost_updates(&runs) {
+            ExitCode::from(EXIT_LOST_UPDATE)
+        } else {
+            ExitCode::SUCCESS
+        });
+    }
 
     let ping = bench.rt.block_on(floor_ping(&bench))?;
     let bare = bench.rt.block_on(floor_bare(&bench))?;
@@ -138,6 +161,7 @@ fn run() -> Result<ExitCode> {
         w3::<Rslock>(&bench, &single)?,
     ];
     let on_cluster = cluster::cluster_runs(&bench)?;
+    let on_sentinel = sentinel::sentinel_runs(&bench)?;
     let w5 = w5(&bench)?;
 
     println!(
@@ -151,6 +175,7 @@ fn run() -> Result<ExitCode> {
     w2_shared::print_w2_shared(plan, &w2_runs, &shared_runs);
     print_w3(plan, &w3);
     cluster::print_cluster(plan, &w2_runs, &w3, &on_cluster)?;
+    sentinel::print_sentinel(plan, &on_sentinel);
     print_w5(plan, &w5);
     let mut targets = targets(plan, &bare, &w1, &w2_runs, &w3, &w5)?;
     targets.extend(cluster::targets(&w2_runs, &w3, &on_cluster)?);
@@ -164,13 +189,15 @@ fn run() -> Result<ExitCode> {
         w3_json(plan, &w3),
         cluster::w3_cluster_json(plan, &w3, &on_cluster)?,
         cluster::w2_cluster_json(plan, &w2_runs, &on_cluster)?,
+        sentinel::w1_sentinel_json(plan, &on_sentinel),
+        sentinel::w2_sentinel_json(plan, &on_sentinel),
         w5_json(plan, &w5),
         targets_json(plan, &targets),
     ] {
         println!("{line}");
     }
 
-    let mut lost = false;
+    let mut lost = sentinel::lost_updates(&on_sentinel);
     for (run, on) in w2_runs
         .iter()
         .map(|run| (run, single.name))
@@ -255,6 +282,8 @@ struct Plan {
     quick: bool,
     /// `--skip-w5`: W5 does not run (its targets are "not run").
     skip_w5: bool,
+    /// `--sentinel-only`: the Sentinel figures alone.
+    sentinel_only: bool,
     warmup: usize,
     cycles: usize,
     w2_run: Duration,
@@ -271,15 +300,17 @@ impl Plan {
             std::env::var("LEASEHOLD_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
         let mut bench = false;
         let mut skip_w5 = false;
+        let mut sentinel_only = false;
         for arg in std::env::args().skip(1) {
             match arg.as_str() {
                 "--bench" => bench = true,
                 "--quick" => quick = true,
                 "--skip-w5" => skip_w5 = true,
+                "--sentinel-only" => sentinel_only = true,
                 other => {
                     return Err(format!(
                         "unknown argument {other:?}: the options are --quick \
-                         (or LEASEHOLD_BENCH_QUICK=1) and --skip-w5"
+                         (or LEASEHOLD_BENCH_QUICK=1), --skip-w5 and --sentinel-only"
                     )
                     .into())
                 }
@@ -290,6 +321,7 @@ impl Plan {
             Plan {
                 quick: true,
                 skip_w5,
+                sentinel_only,
                 warmup: 10,
                 cycles: 500,
                 w2_run: Duration::from_secs(1),
@@ -302,6 +334,7 @@ impl Plan {
             Plan {
                 quick: false,
                 skip_w5,
+                sentinel_only,
                 warmup: 100,
                 cycles: 5_000,
                 w2_run: Duration::from_secs(10),
@@ -696,6 +729,9 @@ impl ServerCost {
         let noscript: u64 = self
             .calls
             .iter()
+            // REPLCONF comes from a replica (its acknowledgements), never
+            // from a lock client.
+            .filter(|(command, _)| *command != "replconf")
             .filter(|(command, _)| kinds.noscript.contains(command.as_str()))
             .map(|(_, &n)| n)
             .sum();
@@ -986,9 +1022,14 @@ struct W1Run {
 }
 
 fn w1<L: Library>(bench: &Bench) -> Result<W1Run> {
+    w1_on::<L>(bench, &bench.url, &bench.stats)
+}
+
+/// W1 with lock clients of `url`, server cost read through `stats`.
+fn w1_on<L: Library>(bench: &Bench, url: &str, stats: &MultiplexedConnection) -> Result<W1Run> {
     let plan = &bench.plan;
     bench.rt.block_on(async {
-        let library = L::connect(&bench.url)?;
+        let library = L::connect(url)?;
         let lock = library.lock(W1_LOCK)?;
         let acquire = async || {
             L::acquire(&lock)
@@ -998,7 +1039,7 @@ fn w1<L: Library>(bench: &Bench) -> Result<W1Run> {
         for _ in 0..plan.warmup {
             L::release(acquire().await?).await?;
         }
-        let mut stats = bench.stats.clone();
+        let mut stats = stats.clone();
         let run = timed_cycles(plan, &mut stats, async || {
             let sent = Instant::now();
             let guard = acquire().await?;

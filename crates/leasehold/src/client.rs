@@ -57,6 +57,25 @@ pub struct ClientBuilder {
     command_timeout: Duration,
     name: Option<String>,
     tls_root: Option<Vec<u8>>,
+    sentinel_auth: SentinelAuth,
+}
+
+/// What the sentinels of a `redis+sentinel://` URL are asked with, when it
+/// is not what the data nodes are: from the builder, else the URL's
+/// `sentinel_username` and `sentinel_password` parameters.
+#[derive(Clone, Default)]
+struct SentinelAuth {
+    username: Option<String>,
+    password: Option<String>,
+}
+
+impl fmt::Debug for SentinelAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SentinelAuth")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "…"))
+            .finish()
+    }
 }
 
 impl ClientBuilder {
@@ -178,6 +197,24 @@ impl ClientBuilder {
         self
     }
 
+    /// The password the sentinels of a `redis+sentinel://` URL are asked
+    /// with (`AUTH`), when it is not the data nodes': the URL's user and
+    /// password are the master's and its replicas'. The URL may give it as
+    /// `?sentinel_password=…` instead (percent-encoded); this wins. Without
+    /// either, the sentinels are asked without credentials.
+    pub fn sentinel_password(mut self, password: impl Into<String>) -> Self {
+        self.sentinel_auth.password = Some(password.into());
+        self
+    }
+
+    /// The ACL user the sentinels are asked as, with
+    /// [`sentinel_password`](Self::sentinel_password) (or the URL's
+    /// `?sentinel_username=…`; this wins).
+    pub fn sentinel_username(mut self, username: impl Into<String>) -> Self {
+        self.sentinel_auth.username = Some(username.into());
+        self
+    }
+
     /// Checks the settings and makes the client. Nothing is sent to Redis
     /// until the first lock operation.
     ///
@@ -216,11 +253,18 @@ impl ClientBuilder {
             self.url.trim(),
             self.command_timeout,
             self.tls_root.as_deref(),
+            &self.sentinel_auth,
         )? {
             return Ok(Client {
                 engine: Engine::new(Arc::new(sentinel), self.engine)?,
                 config: Arc::new(self.config),
             });
+        }
+        if self.sentinel_auth.username.is_some() || self.sentinel_auth.password.is_some() {
+            return Err(Error::invalid(
+                "sentinel credentials were given, but the URL names no sentinels: use \
+                 redis+sentinel://host:port[,host:port…]/MASTER_NAME, or leave them out",
+            ));
         }
         let urls: Vec<&str> = self
             .url
@@ -304,10 +348,15 @@ impl Client {
     /// and one that cannot be reached is skipped.
     ///
     /// A master watched by Redis Sentinel is named by its sentinels:
-    /// `redis+sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME[/DB]`
-    /// (`rediss+sentinel://` for TLS; port 26379 if none is given). The
-    /// user, password, database and TLS are the master's; the sentinels
-    /// are asked without credentials. The client follows failovers: on
+    /// `redis+sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME[/DB][?sentinel_username=…&sentinel_password=…]`
+    /// (`rediss+sentinel://` for TLS, to the sentinels and the data nodes
+    /// alike; port 26379 if none is given). The user, password and
+    /// database are the data nodes' (the master and its replicas); the
+    /// sentinels are asked with `sentinel_username` and `sentinel_password`
+    /// when given (as parameters or with
+    /// [`ClientBuilder::sentinel_password`]), else without credentials, as
+    /// Redis's own sentinels are by default (`requirepass` on a sentinel
+    /// guards the sentinel alone). The client follows failovers: on
     /// `+switch-master`, a READONLY answer or a lost connection it asks the
     /// sentinels again and moves every connection to the new master.
     pub fn builder(url: impl Into<String>) -> ClientBuilder {
@@ -327,6 +376,7 @@ impl Client {
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             name: None,
             tls_root: None,
+            sentinel_auth: SentinelAuth::default(),
         }
     }
 
@@ -463,6 +513,17 @@ fn seed(url: &str, command_timeout: Duration, tls_root: Option<&[u8]>) -> Result
                     .max(Duration::from_secs(5)),
             ),
     );
+    rebuild(info, tls_root)
+}
+
+/// The Redis client of `info`, trusting `tls_root` if given.
+fn rebuild(info: redis::ConnectionInfo, tls_root: Option<&[u8]>) -> Result<redis::Client> {
+    let invalid_url = |e| {
+        Error::invalid(
+            "redis URL is not valid: use redis://[user:password@]host:port[/db] or rediss://",
+        )
+        .with_source(e)
+    };
     match tls_root {
         None => redis::Client::open(info).map_err(invalid_url),
         Some(root) => {
@@ -484,14 +545,16 @@ fn seed(url: &str, command_timeout: Duration, tls_root: Option<&[u8]>) -> Result
 const SENTINEL_PORT: u16 = 26379;
 
 /// The deployment of a `redis+sentinel://` (or `rediss+sentinel://`) URL:
-/// `[user:password@]host:port[,host:port…]/MASTER_NAME[/DB]`, `None` for
-/// another scheme. The user, password, database and TLS are the data
-/// nodes'; the sentinels are reached with TLS if the URL says so, without
-/// credentials.
+/// `[user:password@]host:port[,host:port…]/MASTER_NAME[/DB][?PARAMS]`,
+/// `None` for another scheme. The user, password and database are the data
+/// nodes'; the sentinels are reached with TLS if the URL says so, with the
+/// credentials of `auth` or else of the `sentinel_username` and
+/// `sentinel_password` parameters, if any.
 fn sentinel_deployment(
     url: &str,
     command_timeout: Duration,
     tls_root: Option<&[u8]>,
+    auth: &SentinelAuth,
 ) -> Result<Option<Sentinel>> {
     let (tls, rest) = if let Some(rest) = url.strip_prefix("redis+sentinel://") {
         (false, rest)
@@ -510,6 +573,33 @@ fn sentinel_deployment(
         Some((rest, fragment)) => (rest, format!("#{fragment}")),
         None => (rest, String::new()),
     };
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let mut from_url = SentinelAuth::default();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decode(value).ok_or_else(|| {
+            invalid(&format!(
+                "the value of {key} is not valid percent-encoded UTF-8"
+            ))
+        })?;
+        match key {
+            "sentinel_username" => from_url.username = Some(value),
+            "sentinel_password" => from_url.password = Some(value),
+            _ => {
+                return Err(invalid(&format!(
+                    "unknown parameter {key:?} (sentinel_username and sentinel_password are \
+                     known)"
+                )))
+            }
+        }
+    }
+    let username = auth.username.clone().or(from_url.username);
+    let password = auth.password.clone().or(from_url.password);
+    if username.is_some() && password.is_none() {
+        return Err(invalid(
+            "a sentinel username is given without a sentinel password",
+        ));
+    }
     let (authority, path) = rest
         .split_once('/')
         .ok_or_else(|| invalid("it names no master (the name goes after the sentinels)"))?;
@@ -549,6 +639,17 @@ fn sentinel_deployment(
             command_timeout,
             tls_root,
         )?;
+        let client = match &password {
+            None => client,
+            Some(password) => {
+                let info = client.get_connection_info().clone();
+                let mut settings = info.redis_settings().clone().set_password(password);
+                if let Some(username) = &username {
+                    settings = settings.set_username(username);
+                }
+                rebuild(info.set_redis_settings(settings), tls_root)?
+            }
+        };
         sentinels.push((client, addr));
     }
     let Some((_, first)) = sentinels.first() else {
@@ -572,6 +673,32 @@ fn sentinel_deployment(
         NodeFactory::new(&template),
         command_timeout,
     )))
+}
+
+/// `%XX` escapes (and `+` for a space) decoded; `None` for a bad escape
+/// or bytes that are not UTF-8.
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// The Redis URL the environment names, as [`ClientBuilder::from_env`] reads it.

@@ -288,3 +288,222 @@ fn a_replica_timeout_out_of_range_is_refused() {
         assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err:?}");
     }
 }
+
+/// The data nodes ask for one password, the sentinel for another: the
+/// URL's userinfo is the data nodes', and the sentinel's goes in
+/// `sentinel_password` (as a parameter, percent-encoded, or from the
+/// builder). Without it, or with a wrong one, the client is told that the
+/// sentinels refused it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_and_data_nodes_take_credentials_of_their_own() {
+    let group = Sentinels::start(1, 1);
+    let sentinel = &group.sentinels()[0];
+    let name = group.master_name();
+    // The replica follows with the password, the sentinel watches with
+    // it, then both data nodes ask for it.
+    for server in group.replicas() {
+        assert_eq!(
+            server
+                .command(&["CONFIG", "SET", "masterauth", "data pw"])
+                .unwrap(),
+            "OK"
+        );
+    }
+    assert_eq!(
+        sentinel
+            .command(&["SENTINEL", "SET", name, "auth-pass", "data pw"])
+            .unwrap(),
+        "OK"
+    );
+    for server in group.servers() {
+        assert_eq!(
+            server
+                .command(&["CONFIG", "SET", "requirepass", "data pw"])
+                .unwrap(),
+            "OK"
+        );
+    }
+    assert_eq!(
+        sentinel
+            .command(&["ACL", "SETUSER", "default", "resetpass", ">s@cret pw"])
+            .unwrap(),
+        "OK"
+    );
+    let hosts = format!("127.0.0.1:{}", sentinel.port());
+    let data = "redis+sentinel://:data%20pw@";
+
+    let by_url = Client::open(&format!(
+        "{data}{hosts}/{name}?sentinel_password=s%40cret%20pw"
+    ))
+    .unwrap();
+    let guard = by_url.mutex("job").unwrap().acquire().await.unwrap();
+    guard.release().await.unwrap();
+
+    let by_builder = Client::builder(format!("{data}{hosts}/{name}"))
+        .sentinel_username("default")
+        .sentinel_password("s@cret pw")
+        .build()
+        .unwrap();
+    let guard = by_builder.mutex("job").unwrap().acquire().await.unwrap();
+    guard.release().await.unwrap();
+
+    for url in [
+        format!("{data}{hosts}/{name}"),
+        format!("{data}{hosts}/{name}?sentinel_password=wrong"),
+    ] {
+        let client = Client::builder(url.as_str())
+            .connect_timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let err = client
+            .mutex("job")
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap_err();
+        assert!(err.is_auth(), "{url}: {err:?}");
+    }
+    // The sentinel's password is not the data nodes'.
+    let swapped = Client::builder(format!(
+        "redis+sentinel://:s%40cret%20pw@{hosts}/{name}?sentinel_password=data%20pw"
+    ))
+    .connect_timeout(Duration::from_secs(2))
+    .build()
+    .unwrap();
+    let err = swapped
+        .mutex("job")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_auth(), "{err:?}");
+}
+
+#[test]
+fn sentinel_credentials_that_cannot_be_used_are_refused() {
+    for url in [
+        "redis+sentinel://127.0.0.1:1/mymaster?sentinel_passwd=x",
+        "redis+sentinel://127.0.0.1:1/mymaster?sentinel_password=%zz",
+        "redis+sentinel://127.0.0.1:1/mymaster?sentinel_username=me",
+    ] {
+        let err = Client::open(url).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{url}: {err:?}");
+        assert!(err.to_string().contains("sentinel"), "{err}");
+    }
+    let err = Client::builder("redis://127.0.0.1:1")
+        .sentinel_password("pw")
+        .build()
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err:?}");
+    assert!(err.to_string().contains("names no sentinels"), "{err}");
+}
+
+/// A sentinel process started by hand: the test kit's sentinels listen on
+/// plain TCP alone. Killed on drop.
+struct TlsSentinel(std::process::Child, std::path::PathBuf);
+
+impl Drop for TlsSentinel {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
+}
+
+/// `rediss+sentinel://`: a sentinel that listens on TLS alone names a
+/// master that listens on TLS (and talks TLS to it); the client reaches
+/// both with TLS, trusting the test CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_to_the_sentinels_and_the_master() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+    let (cert, key, ca) = (
+        format!("{fixtures}/server.pem"),
+        format!("{fixtures}/server-key.pem"),
+        format!("{fixtures}/ca.pem"),
+    );
+    let tls = |port: &str| {
+        [
+            "--tls-port".to_owned(),
+            port.to_owned(),
+            "--tls-cert-file".to_owned(),
+            cert.clone(),
+            "--tls-key-file".to_owned(),
+            key.clone(),
+            "--tls-ca-cert-file".to_owned(),
+            ca.clone(),
+            "--tls-auth-clients".to_owned(),
+            "no".to_owned(),
+        ]
+    };
+    let master_tls = leasehold_testkit::free_port().to_string();
+    let args = tls(&master_tls);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let _master = match RedisServer::try_start_with_args(&args) {
+        Ok(server) => server,
+        Err(e) if e.is_tls_unsupported() => {
+            eprintln!(
+                "skipped: this redis-server has no TLS support (it was built without \
+                 BUILD_TLS=yes), so there is no rediss+sentinel:// group to test against"
+            );
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let dir = std::env::temp_dir().join(format!(
+        "leasehold-tls-sentinel-{}-{master_tls}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = dir.join("sentinel.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "port 0\ndir {}\ntls-replication yes\n\
+             sentinel monitor mymaster 127.0.0.1 {master_tls} 1\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let sentinel_tls = leasehold_testkit::free_port().to_string();
+    let child = std::process::Command::new(leasehold_testkit::redis_server_path().unwrap())
+        .arg(&conf)
+        .arg("--sentinel")
+        .args(tls(&sentinel_tls))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _sentinel = TlsSentinel(child, dir);
+
+    let url = format!("rediss+sentinel://127.0.0.1:{sentinel_tls}/mymaster");
+    let client = Client::builder(url.as_str())
+        .tls_root_certificate(std::fs::read(&ca).unwrap())
+        .build()
+        .unwrap();
+    // The sentinel starts, finds the master: the wait rides it out.
+    let guard = client
+        .mutex("job")
+        .unwrap()
+        .acquire_timeout(LONG)
+        .await
+        .unwrap();
+    let info = client.mutex("job").unwrap().inspect().await.unwrap();
+    assert!(info.held);
+    assert_eq!(info.server, format!("127.0.0.1:{master_tls}"), "{info:?}");
+    guard.release().await.unwrap();
+
+    // Plain TCP to a sentinel that speaks TLS alone gets no answer.
+    let plain = Client::builder(format!(
+        "redis+sentinel://127.0.0.1:{sentinel_tls}/mymaster"
+    ))
+    .connect_timeout(Duration::from_secs(2))
+    .build()
+    .unwrap();
+    let err = plain.mutex("job").unwrap().try_acquire().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err:?}");
+    assert!(
+        err.to_string()
+            .contains(&format!("no sentinel at 127.0.0.1:{sentinel_tls} answered")),
+        "{err}"
+    );
+}

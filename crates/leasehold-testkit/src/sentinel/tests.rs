@@ -113,3 +113,27 @@ fn a_killed_master_is_replaced_and_the_sentinels_report_the_new_one() {
     );
     assert_eq!(group.master_addr(), new_addr);
 }
+
+/// `failover_unaided`: the sentinels report the replica as master while
+/// the old master still takes writes the new one never sees; once the
+/// sentinels have made it a replica, `wait_settled` returns and it follows.
+#[test]
+fn an_unaided_failover_leaves_the_old_master_writable_until_the_sentinels_demote_it() {
+    let mut group = Sentinels::start(1, 3);
+    let old = group.master_index();
+    let new = group.failover_unaided();
+    assert_ne!(new, old);
+    assert_eq!(group.master_index(), new);
+    assert_eq!(reported(&group), vec![group.servers()[new].addr(); 3]);
+    let stale = &group.servers()[old];
+    // Right after the switch the sentinels have not demoted it yet.
+    assert_eq!(stale.command(&["SET", "lost", "1"]).unwrap(), "OK");
+    group.wait_settled();
+    assert_eq!(group.master_index(), new);
+    assert!(follows(&group.servers()[old], &group.servers()[new]));
+    assert_eq!(
+        group.servers()[new].command(&["EXISTS", "lost"]).unwrap(),
+        "0",
+        "the new master never saw the old one's last write"
+    );
+}
