@@ -165,6 +165,7 @@ fn error_outcome(kind: ErrorKind) -> &'static str {
         ErrorKind::System => "system",
         ErrorKind::Conflict => "conflict",
         ErrorKind::ReplicasMissing => "replicas_missing",
+        ErrorKind::Quorum => "quorum",
     }
 }
 
