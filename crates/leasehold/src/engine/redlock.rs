@@ -32,7 +32,7 @@ use tokio::time::Instant;
 use crate::engine::lease::LossReason;
 use crate::engine::ops::renew_one;
 use crate::engine::quorum::{self, Clocks, Tally};
-use crate::engine::release::release;
+use crate::engine::release::{release, release_in_background};
 use crate::engine::{new_token, scripts, Answer, Engine};
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{millis, validate_lease, LockKeys, MIN_LEASE};
@@ -108,8 +108,14 @@ enum Try {
     Held(QuorumHeld),
     /// Not now: held elsewhere, or the grant came too late to be used.
     Busy(Option<Duration>),
-    /// Too many masters failed for a majority to be possible.
-    Blocked(Tally, Option<Error>),
+    /// Too many masters failed for a majority to be possible; `missed` of
+    /// them did not answer within the per-node deadline (a connection
+    /// being made, or a slow master), the others answered an error.
+    Blocked {
+        tally: Tally,
+        error: Option<Error>,
+        missed: usize,
+    },
 }
 
 impl Masters {
@@ -190,7 +196,13 @@ impl Masters {
                             };
                             if late {
                                 // Nobody counts this grant any more.
-                                let _ = release(&engine, &keys, &token, false, None).await;
+                                release_in_background(
+                                    Arc::clone(&engine),
+                                    keys.clone(),
+                                    token.clone(),
+                                    false,
+                                    None,
+                                );
                             }
                         }
                         answer
@@ -212,12 +224,14 @@ impl Masters {
         let mut busy: Vec<Duration> = Vec::new();
         let mut last_error = None;
         let mut conflict = None;
+        let mut missed = 0;
         let until = start + node_timeout;
         while !tally.decided() {
             let Ok(Some((i, answer))) = tokio::time::timeout_at(until, attempt.rx.recv()).await
             else {
                 // The ones that did not answer in time count as failed.
-                tally.failed += tally.pending();
+                missed = tally.pending();
+                tally.failed += missed;
                 if last_error.is_none() {
                     last_error = Some(Error::new(
                         ErrorKind::Connection,
@@ -257,7 +271,11 @@ impl Masters {
         if !tally.won() {
             attempt.give_up().await;
             if tally.blocked_by_failures() {
-                return Ok(Try::Blocked(tally, last_error));
+                return Ok(Try::Blocked {
+                    tally,
+                    error: last_error,
+                    missed,
+                });
             }
             // The lock frees on a majority once the shortest leases in the
             // way run out.
@@ -334,23 +352,66 @@ impl Masters {
         ask: &Ask<'_>,
         wait: Option<Duration>,
     ) -> Result<QuorumHeld> {
+        match self.tries(ask, wait, false).await? {
+            Some(held) => Ok(held),
+            None => Err(Error::wait_timed_out(
+                &ask.keys.name,
+                wait.unwrap_or_default(),
+                None,
+            )),
+        }
+    }
+
+    /// One try: the guard, or `None` when the lock is held elsewhere.
+    pub(crate) async fn try_acquire(self: &Arc<Self>, ask: &Ask<'_>) -> Result<Option<QuorumHeld>> {
+        self.tries(ask, None, true).await
+    }
+
+    /// Tries until the lock is held, or, with `once`, until one try got
+    /// an answer from enough masters to tell; `None` when the lock is held
+    /// elsewhere at the end. Masters that answer errors (refused, out of
+    /// reach) so that no majority is possible end it at once with the
+    /// quorum error; masters that only miss the per-node deadline (a
+    /// connection being made, a slow or paused master) are given up to the
+    /// command timeout first.
+    async fn tries(
+        self: &Arc<Self>,
+        ask: &Ask<'_>,
+        wait: Option<Duration>,
+        once: bool,
+    ) -> Result<Option<QuorumHeld>> {
         let started = Instant::now();
         let deadline = wait.map(|wait| started + wait);
+        let mut blocked_since: Option<Instant> = None;
         loop {
+            let tried_at = Instant::now();
             let hint = match self.attempt(ask).await? {
-                Try::Held(held) => return Ok(held),
-                Try::Blocked(tally, error) => return Err(self.no_quorum(ask.keys, tally, error)),
-                Try::Busy(hint) => hint,
+                Try::Held(held) => return Ok(Some(held)),
+                Try::Blocked {
+                    tally,
+                    error,
+                    missed,
+                } => {
+                    let since = *blocked_since.get_or_insert(tried_at);
+                    if missed == 0
+                        || since.elapsed() >= self.command_timeout()
+                        || deadline.is_some_and(|deadline| Instant::now() >= deadline)
+                    {
+                        return Err(self.no_quorum(ask.keys, tally, error));
+                    }
+                    None
+                }
+                Try::Busy(_) if once => return Ok(None),
+                Try::Busy(hint) => {
+                    blocked_since = None;
+                    hint
+                }
             };
             let left = match deadline {
                 Some(deadline) => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     if left.is_zero() {
-                        return Err(Error::wait_timed_out(
-                            &ask.keys.name,
-                            started.elapsed(),
-                            None,
-                        ));
+                        return Ok(None);
                     }
                     left
                 }
@@ -363,15 +424,6 @@ impl Masters {
                 )
             });
             tokio::time::sleep(quorum::retry_pause(base, jitter(), left)).await;
-        }
-    }
-
-    /// One try: the guard, or `None` when the lock is held elsewhere.
-    pub(crate) async fn try_acquire(self: &Arc<Self>, ask: &Ask<'_>) -> Result<Option<QuorumHeld>> {
-        match self.attempt(ask).await? {
-            Try::Held(held) => Ok(Some(held)),
-            Try::Busy(_) => Ok(None),
-            Try::Blocked(tally, error) => Err(self.no_quorum(ask.keys, tally, error)),
         }
     }
 
@@ -586,17 +638,20 @@ impl Drop for Attempt {
         }
         // Dropped mid-try: undo it in the background.
         let granted = self.abandon();
-        if granted.is_empty() || tokio::runtime::Handle::try_current().is_err() {
+        if tokio::runtime::Handle::try_current().is_err() {
             return;
         }
-        let (keys, token) = (self.keys.clone(), self.token.clone());
-        drop(self.masters.fan_out(
-            |i| granted.contains(&i),
-            move |_, engine| {
-                let (keys, token) = (keys.clone(), token.clone());
-                async move { release(&engine, &keys, &token, false, None).await }
-            },
-        ));
+        for i in granted {
+            if let Some(node) = self.masters.nodes.get(i) {
+                release_in_background(
+                    Arc::clone(node),
+                    self.keys.clone(),
+                    self.token.clone(),
+                    false,
+                    None,
+                );
+            }
+        }
     }
 }
 
