@@ -195,8 +195,11 @@ mod tests {
         // A round is decided as soon as, and only when, the answers so far
         // settle it.
         #[test]
-        fn tally_decides(n in 1usize..32, yes in 0usize..32, no in 0usize..32, failed in 0usize..32) {
-            prop_assume!(yes + no + failed <= n);
+        fn tally_decides(
+            (n, yes, no, failed) in (1usize..32).prop_flat_map(|n| (Just(n), 0..=n))
+                .prop_flat_map(|(n, yes)| (Just(n), Just(yes), 0..=n - yes))
+                .prop_flat_map(|(n, yes, no)| (Just(n), Just(yes), Just(no), 0..=n - yes - no)),
+        ) {
             let t = Tally { n, yes, no, failed };
             let m = majority(n);
             prop_assert_eq!(t.won(), yes >= m);
@@ -204,8 +207,9 @@ mod tests {
             prop_assert_eq!(t.lost(), yes + (n - yes - no - failed) < m);
             prop_assert!(!(t.won() && t.lost()));
             if t.surely_lost() {
-                prop_assert!(t.lost() || yes + t.pending() < m || !t.won());
-                prop_assert!(n - no < m);
+                // Whatever the others answer, no majority can say yes.
+                prop_assert!(yes + t.pending() + failed < m);
+                prop_assert!(t.lost());
             }
             if t.blocked_by_failures() {
                 prop_assert!(n - failed < m);
