@@ -695,7 +695,9 @@ impl RedlockMutex {
 
     /// The lock as a majority of the masters see it: held when a majority
     /// hold it, with the holder and lease of the first of those; the last
-    /// fence is the largest any master has.
+    /// fence is the largest counter any master has, at least the last fence
+    /// handed out (a master that granted after the majority had counts its
+    /// own clock, which may be a little past it).
     ///
     /// # Errors
     ///
