@@ -37,6 +37,13 @@ use crate::engine::{new_token, scripts, Answer, Engine};
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{millis, validate_lease, LockKeys, MIN_LEASE};
 
+/// How far ahead of this host's clock a proposed fence is, in µs: enough
+/// for masters whose clocks run a little ahead to take it.
+const PROPOSAL_LEAD_US: u64 = 2_000;
+/// How far past its own clock a master takes a proposed fence, in µs: a
+/// host whose clock is further ahead gets the masters' own fences.
+const PROPOSAL_AHEAD_US: u64 = 1_000_000;
+
 /// The per-node deadline is never shorter than this.
 pub(crate) const NODE_DEADLINE_FLOOR: Duration = Duration::from_millis(5);
 
@@ -180,12 +187,13 @@ impl Masters {
             let token = token.clone();
             let lease = ask.lease;
             let shared = &shared;
+            let proposed = proposal();
             self.fan_out(
                 |_| true,
                 move |i, engine| {
                     let (keys, token, shared) = (keys.clone(), token.clone(), Arc::clone(shared));
                     async move {
-                        let answer = take_on(&engine, &keys, &token, lease).await;
+                        let answer = take_on(&engine, &keys, &token, lease, proposed).await;
                         if matches!(answer, Ok(Grant::Granted(_))) {
                             let late = {
                                 let mut state = phase(&shared);
@@ -244,7 +252,7 @@ impl Masters {
                 Ok(Grant::Granted(fence)) => {
                     tally.yes += 1;
                     fences.push(fence);
-                    attempt.granted.push(i);
+                    attempt.granted.push((i, fence));
                 }
                 Ok(Grant::Busy(pttl)) => {
                     tally.no += 1;
@@ -284,20 +292,35 @@ impl Masters {
             let hint = needed.checked_sub(1).and_then(|k| busy.get(k).copied());
             return Ok(Try::Busy(hint));
         }
-        // Round two: the fence, to every master that granted.
         let Some(fence) = quorum::fence(&fences) else {
             attempt.give_up().await;
             return Ok(Try::Busy(None));
         };
-        let confirmed = self
-            .write_fence(
-                ask.keys,
-                &attempt.token,
-                fence,
-                &attempt.granted,
-                node_timeout,
-            )
-            .await;
+        // Round two: the fence, to every master that granted with a smaller
+        // one. Those that granted with it stored it with the grant, in one
+        // script: when they are a majority, no round trip is needed.
+        let (stored, behind): (Vec<(usize, u64)>, Vec<(usize, u64)>) =
+            attempt.granted.iter().partition(|&&(_, f)| f == fence);
+        let behind: Vec<usize> = behind.into_iter().map(|(i, _)| i).collect();
+        let confirmed = if stored.len() >= tally.majority() {
+            if !behind.is_empty() {
+                // Not waited for: the majority has the fence already.
+                drop(self.fan_out_fence(ask.keys, &attempt.token, fence, &behind));
+            }
+            stored.len()
+        } else {
+            stored.len()
+                + self
+                    .write_fence(
+                        ask.keys,
+                        &attempt.token,
+                        fence,
+                        &behind,
+                        tally.majority() - stored.len(),
+                        node_timeout,
+                    )
+                    .await
+        };
         let floor = self.validity_floor(ask.lease);
         if confirmed < tally.majority()
             || !self.config.clocks.usable(ask.lease, start.elapsed(), floor)
@@ -310,40 +333,51 @@ impl Masters {
         Ok(Try::Held(held))
     }
 
-    /// Round two: how many of the masters in `granted` stored `fence` while
-    /// `token` still held the lock there. Returns once a majority did, or
-    /// once it cannot.
+    /// Sends round two to the masters in `which`.
+    fn fan_out_fence(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        fence: u64,
+        which: &[usize],
+    ) -> mpsc::UnboundedReceiver<(usize, Result<bool>)> {
+        let keys = keys.clone();
+        let token = token.to_owned();
+        self.fan_out(
+            |i| which.contains(&i),
+            move |_, engine| {
+                let (keys, token) = (keys.clone(), token.clone());
+                async move { fence_on(&engine, &keys, &token, fence).await }
+            },
+        )
+    }
+
+    /// Round two: how many of the masters in `behind` stored `fence` while
+    /// `token` still held the lock there. Returns once `needed` did, or
+    /// once they cannot.
     async fn write_fence(
         &self,
         keys: &LockKeys,
         token: &str,
         fence: u64,
-        granted: &[usize],
+        behind: &[usize],
+        needed: usize,
         node_timeout: Duration,
     ) -> usize {
-        let mut rx = {
-            let keys = keys.clone();
-            let token = token.to_owned();
-            self.fan_out(
-                |i| granted.contains(&i),
-                move |_, engine| {
-                    let (keys, token) = (keys.clone(), token.clone());
-                    async move { fence_on(&engine, &keys, &token, fence).await }
-                },
-            )
-        };
-        let mut tally = Tally::new(self.len());
-        tally.no = self.len() - granted.len();
+        let mut rx = self.fan_out_fence(keys, token, fence, behind);
+        let (mut yes, mut answered) = (0, 0);
         let until = Instant::now() + node_timeout;
-        while !tally.decided() {
+        while yes < needed && behind.len() - answered + yes >= needed {
             match tokio::time::timeout_at(until, rx.recv()).await {
-                Ok(Some((_, Ok(true)))) => tally.yes += 1,
-                Ok(Some((_, Ok(false)))) => tally.no += 1,
-                Ok(Some((_, Err(_)))) => tally.failed += 1,
+                Ok(Some((_, Ok(true)))) => {
+                    yes += 1;
+                    answered += 1;
+                }
+                Ok(Some(_)) => answered += 1,
                 Ok(None) | Err(_) => break,
             }
         }
-        tally.yes
+        yes
     }
 
     /// Waits for the lock, at most `wait` if given.
@@ -592,8 +626,8 @@ struct Attempt {
     token: String,
     shared: SharedPhase,
     rx: mpsc::UnboundedReceiver<(usize, Result<Grant>)>,
-    /// The masters known to have granted.
-    granted: Vec<usize>,
+    /// The masters counted as having granted, with the fence each stored.
+    granted: Vec<(usize, u64)>,
     settled: bool,
 }
 
@@ -657,33 +691,36 @@ impl Drop for Attempt {
 
 /// Round one on one master: the mutex acquire script, which never queues
 /// here. A master in its restart grace is not asked.
-async fn take_on(engine: &Engine, keys: &LockKeys, token: &str, lease: Duration) -> Result<Grant> {
+async fn take_on(
+    engine: &Engine,
+    keys: &LockKeys,
+    token: &str,
+    lease: Duration,
+    proposed: u64,
+) -> Result<Grant> {
     let route = engine.route(keys).await?;
     if let Some(left) = engine.grace_left(&keys.lock, route.server()) {
         return Ok(Grant::InGrace(left));
     }
     let lease_ms = millis(lease).to_string();
     let retention = millis(engine.config.fence_retention).to_string();
-    let args: [&[u8]; 10] = [
+    let proposed = proposed.to_string();
+    let ahead = PROPOSAL_AHEAD_US.to_string();
+    let args: [&[u8]; 6] = [
         token.as_bytes(),
         lease_ms.as_bytes(),
         retention.as_bytes(),
-        b"0",
-        b"0",
-        engine.id.as_bytes(),
-        b"0",
         engine.config.identity.as_bytes(),
-        b"m",
-        b"0",
+        proposed.as_bytes(),
+        ahead.as_bytes(),
     ];
-    let keys_list = [keys.lock.as_str(), &keys.fence, &keys.queue, &keys.waiters];
     let reply = match engine
         .send(
             route,
             &keys.lock,
             "acquire",
-            |s| &s.acquire,
-            &keys_list,
+            |s| &s.redlock_acquire,
+            &[&keys.lock, &keys.fence],
             &args,
             true,
         )
@@ -698,11 +735,11 @@ async fn take_on(engine: &Engine, keys: &LockKeys, token: &str, lease: Duration)
     };
     let int = |i: usize| items.get(i).and_then(scripts::as_int);
     match (int(0), items.len()) {
-        (Some(1), 3) => int(1)
+        (Some(1), 2) => int(1)
             .and_then(|fence| u64::try_from(fence).ok())
             .map(Grant::Granted)
             .ok_or_else(unexpected),
-        (Some(0), 4) => Ok(Grant::Busy(int(1).and_then(crate::engine::pttl))),
+        (Some(0), 2) => Ok(Grant::Busy(int(1).and_then(crate::engine::pttl))),
         (Some(-1), 2) => {
             let found = items
                 .get(1)
@@ -712,6 +749,17 @@ async fn take_on(engine: &Engine, keys: &LockKeys, token: &str, lease: Duration)
         }
         _ => Err(unexpected()),
     }
+}
+
+/// The fence a try proposes: this host's clock in µs, a little ahead. A
+/// master takes it as its fence when it is at least its own hybrid clock's
+/// and not more than [`PROPOSAL_AHEAD_US`] past its clock; masters whose
+/// clocks are that close to this host's then agree on one fence.
+fn proposal() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(0));
+    now.saturating_add(PROPOSAL_LEAD_US)
 }
 
 /// Round two on one master: stores `fence` if `token` holds the lock there.
@@ -975,23 +1023,21 @@ impl QuorumHeld {
 
 impl Drop for QuorumHeld {
     fn drop(&mut self) {
-        if !self.finish() || tokio::runtime::Handle::try_current().is_err() {
+        if !self.finish() {
             return;
         }
-        let hold = Arc::clone(&self.hold);
-        tokio::spawn(async move {
-            let until = Instant::now() + hold.masters.command_timeout();
-            let _ = hold
-                .masters
-                .release_all(
-                    &hold.keys,
-                    &hold.token,
-                    hold.hold_until,
-                    until,
-                    Duration::ZERO,
-                )
-                .await;
-        });
+        // On every master, counted by each master's engine so that a
+        // flush waits for them.
+        let hold = &self.hold;
+        for node in &hold.masters.nodes {
+            release_in_background(
+                Arc::clone(node),
+                hold.keys.clone(),
+                hold.token.clone(),
+                false,
+                hold.hold_until,
+            );
+        }
     }
 }
 
