@@ -26,7 +26,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch, Notify};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use crate::engine::lease::LossReason;
@@ -146,30 +147,24 @@ impl Masters {
             .map_or(Duration::from_secs(2), |node| node.command_timeout())
     }
 
-    /// Runs `op` on the masters `which` picks, each in a task of its own;
-    /// the answers arrive on the receiver as they come.
-    fn fan_out<T, F, Fut>(
-        &self,
-        which: impl Fn(usize) -> bool,
-        op: F,
-    ) -> mpsc::UnboundedReceiver<(usize, Result<T>)>
+    /// Runs `op` on the masters `which` picks, all at once; the answers
+    /// arrive as they come. Requests still in flight when the caller stops
+    /// listening run on in a task of their own (see [`Fanned`]).
+    fn fan_out<T, F, Fut>(&self, which: impl Fn(usize) -> bool, op: F) -> Fanned<T>
     where
         F: Fn(usize, Arc<Engine>) -> Fut,
         Fut: Future<Output = Result<T>> + Send + 'static,
         T: Send + 'static,
     {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let futures = FuturesUnordered::new();
         for (i, node) in self.nodes.iter().enumerate() {
             if !which(i) {
                 continue;
             }
             let request = op(i, Arc::clone(node));
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let _ = tx.send((i, request.await));
-            });
+            futures.push(Box::pin(async move { (i, request.await) }) as Pending<T>);
         }
-        rx
+        Fanned { futures }
     }
 
     /// One try: round one on every master, round two on those that granted.
@@ -235,8 +230,7 @@ impl Masters {
         let mut missed = 0;
         let until = start + node_timeout;
         while !tally.decided() {
-            let Ok(Some((i, answer))) = tokio::time::timeout_at(until, attempt.rx.recv()).await
-            else {
+            let Ok(Some((i, answer))) = attempt.rx.recv_until(until).await else {
                 // The ones that did not answer in time count as failed.
                 missed = tally.pending();
                 tally.failed += missed;
@@ -299,24 +293,28 @@ impl Masters {
         // Round two: the fence, to every master that granted with a smaller
         // one. Those that granted with it stored it with the grant, in one
         // script: when they are a majority, no round trip is needed.
-        let (stored, behind): (Vec<(usize, u64)>, Vec<(usize, u64)>) =
-            attempt.granted.iter().partition(|&&(_, f)| f == fence);
-        let behind: Vec<usize> = behind.into_iter().map(|(i, _)| i).collect();
-        let confirmed = if stored.len() >= tally.majority() {
+        let stored = attempt.granted.iter().filter(|&&(_, f)| f == fence).count();
+        let behind: Vec<usize> = attempt
+            .granted
+            .iter()
+            .filter(|&&(_, f)| f < fence)
+            .map(|&(i, _)| i)
+            .collect();
+        let confirmed = if stored >= tally.majority() {
             if !behind.is_empty() {
                 // Not waited for: the majority has the fence already.
                 drop(self.fan_out_fence(ask.keys, &attempt.token, fence, &behind));
             }
-            stored.len()
+            stored
         } else {
-            stored.len()
+            stored
                 + self
                     .write_fence(
                         ask.keys,
                         &attempt.token,
                         fence,
                         &behind,
-                        tally.majority() - stored.len(),
+                        tally.majority() - stored,
                         node_timeout,
                     )
                     .await
@@ -340,7 +338,7 @@ impl Masters {
         token: &str,
         fence: u64,
         which: &[usize],
-    ) -> mpsc::UnboundedReceiver<(usize, Result<bool>)> {
+    ) -> Fanned<bool> {
         let keys = keys.clone();
         let token = token.to_owned();
         self.fan_out(
@@ -368,7 +366,7 @@ impl Masters {
         let (mut yes, mut answered) = (0, 0);
         let until = Instant::now() + node_timeout;
         while yes < needed && behind.len() - answered + yes >= needed {
-            match tokio::time::timeout_at(until, rx.recv()).await {
+            match rx.recv_until(until).await {
                 Ok(Some((_, Ok(true)))) => {
                     yes += 1;
                     answered += 1;
@@ -495,7 +493,7 @@ impl Masters {
         let mut tally = Tally::new(self.len());
         let mut last = None;
         while tally.pending() > 0 && !(early && tally.decided()) {
-            match tokio::time::timeout_at(until, rx.recv()).await {
+            match rx.recv_until(until).await {
                 Ok(Some((_, Ok(true)))) => tally.yes += 1,
                 Ok(Some((_, Ok(false)))) => tally.no += 1,
                 Ok(Some((_, Err(error)))) => {
@@ -555,7 +553,7 @@ impl Masters {
             } else {
                 until
             };
-            match tokio::time::timeout_at(by, rx.recv()).await {
+            match rx.recv_until(by).await {
                 Ok(Some((_, Ok(true)))) => tally.yes += 1,
                 Ok(Some((_, Ok(false)))) => tally.no += 1,
                 Ok(Some((_, Err(error)))) => {
@@ -619,13 +617,48 @@ impl Masters {
     }
 }
 
+type Pending<T> = std::pin::Pin<Box<dyn Future<Output = (usize, Result<T>)> + Send>>;
+
+/// Requests to several masters in flight, polled together by whoever
+/// listens for their answers. Dropped with requests still in flight (the
+/// round was decided, or its caller gave up), it hands them to a task of
+/// their own, so that each runs on to its answer or its connection's
+/// command timeout: a grant that comes late is released by its request,
+/// and a connection that stopped answering is replaced.
+struct Fanned<T: Send + 'static> {
+    futures: FuturesUnordered<Pending<T>>,
+}
+
+impl<T: Send + 'static> Fanned<T> {
+    /// The next answer, `Ok(None)` when all came, `Err` past `until`.
+    async fn recv_until(
+        &mut self,
+        until: Instant,
+    ) -> std::result::Result<Option<(usize, Result<T>)>, tokio::time::error::Elapsed> {
+        tokio::time::timeout_at(until, self.futures.next()).await
+    }
+}
+
+impl<T: Send + 'static> Drop for Fanned<T> {
+    fn drop(&mut self) {
+        if self.futures.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut futures = std::mem::take(&mut self.futures);
+        runtime.spawn(async move { while futures.next().await.is_some() {} });
+    }
+}
+
 /// A try in progress: what it must undo if it fails or is dropped.
 struct Attempt {
     masters: Arc<Masters>,
     keys: LockKeys,
     token: String,
     shared: SharedPhase,
-    rx: mpsc::UnboundedReceiver<(usize, Result<Grant>)>,
+    rx: Fanned<Grant>,
     /// The masters counted as having granted, with the fence each stored.
     granted: Vec<(usize, u64)>,
     settled: bool,
@@ -658,7 +691,7 @@ impl Attempt {
         );
         let until = Instant::now() + self.masters.command_timeout();
         for _ in 0..granted.len() {
-            if !matches!(tokio::time::timeout_at(until, rx.recv()).await, Ok(Some(_))) {
+            if !matches!(rx.recv_until(until).await, Ok(Some(_))) {
                 break;
             }
         }
