@@ -489,8 +489,10 @@ impl RedlockMutex {
     /// # Errors
     ///
     /// [`ErrorKind::Quorum`](crate::ErrorKind::Quorum) when so many masters
-    /// are out of reach (or past the per-node deadline) that no majority
-    /// is possible; [`ErrorKind::Conflict`](crate::ErrorKind::Conflict)
+    /// are out of reach that no majority is possible: at once when they
+    /// refuse or fail, and after tries for up to the command timeout when
+    /// they only miss the per-node deadline (a connection still being made,
+    /// a slow or paused master); [`ErrorKind::Conflict`](crate::ErrorKind::Conflict)
     /// when a master keeps another kind of lock under the name.
     ///
     /// # Cancel safety
@@ -513,10 +515,10 @@ impl RedlockMutex {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Quorum`](crate::ErrorKind::Quorum) at once when so many
-    /// masters are out of reach that no majority is possible: waiting for
-    /// holders to let go would not help. Otherwise as
-    /// [`try_acquire`](Self::try_acquire).
+    /// [`ErrorKind::Quorum`](crate::ErrorKind::Quorum) when so many
+    /// masters are out of reach that no majority is possible, as for
+    /// [`try_acquire`](Self::try_acquire): waiting for holders to let go
+    /// would not help. Otherwise as [`try_acquire`](Self::try_acquire).
     ///
     /// # Cancel safety
     ///
