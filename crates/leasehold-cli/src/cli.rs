@@ -99,6 +99,11 @@ impl Connection {
         Ok(Some(builder.build()?))
     }
 
+    /// `--redlock` was on the command line.
+    pub(crate) fn redlock_given(&self) -> bool {
+        !self.redlock.is_empty()
+    }
+
     /// `--url` was on the command line (the environment does not count).
     pub(crate) fn url_given(&self) -> bool {
         !self.url.is_empty()
@@ -366,6 +371,9 @@ pub(crate) struct DemoArgs {
     /// Refused: the demo starts a redis-server of its own
     #[arg(long, hide = true)]
     pub(crate) url: Option<String>,
+    /// Refused, as --url
+    #[arg(long, hide = true, value_delimiter = ',')]
+    pub(crate) redlock: Vec<String>,
     /// From the global --json: print only the summary, as one JSON object
     #[arg(skip)]
     pub(crate) json: bool,
