@@ -136,7 +136,11 @@ fn other_kinds_and_replicas_are_refused() {
     // The demo brings its own server.
     let out = leasehold(&urls, &["demo", "--seconds", "1"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("no --redlock"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("no --redlock"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = leasehold(&urls[..2], &["acquire", "job"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(
