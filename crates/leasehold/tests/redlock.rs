@@ -293,3 +293,42 @@ async fn fewer_than_three_masters_or_a_master_twice_are_refused() {
     assert_eq!(twice.kind(), ErrorKind::InvalidInput);
     assert!(twice.to_string().contains("twice"), "{twice}");
 }
+
+/// A grant whose answers came so late that less than the validity floor is
+/// left of its lease is never reported held: masters that answer after
+/// 180 ms of a 200 ms lease leave at most 200 − 180 − drift, under the
+/// floor of a tenth of the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_with_too_little_validity_left_is_not_reported() {
+    let masters = Masters::start(3);
+    let proxies: Vec<FaultProxy> = masters
+        .servers()
+        .iter()
+        .map(|server| FaultProxy::start(server.addr()))
+        .collect();
+    let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+    let redlock = Redlock::builder(urls)
+        .lease(Duration::from_millis(200))
+        .node_timeout(Duration::from_secs(2))
+        .watchdog(false)
+        .build()
+        .unwrap();
+    let mutex = redlock.mutex("job").unwrap();
+    // Connections first, then the slow answers.
+    drop(mutex.try_acquire().await.unwrap());
+    redlock.flush().await;
+    for proxy in &proxies {
+        proxy.set_reply_latency(Duration::from_millis(180));
+    }
+    for _ in 0..3 {
+        let taken = mutex.try_acquire().await.unwrap();
+        assert!(
+            taken.is_none(),
+            "held with {:?} left",
+            taken.map(|g| g.valid_for())
+        );
+    }
+    for proxy in &proxies {
+        proxy.heal();
+    }
+}
