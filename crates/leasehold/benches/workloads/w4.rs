@@ -4,7 +4,9 @@
 //! to rslock 0.10's `LockManager` over the same five URLs. Then the same
 //! with one master's replies slowed by 20 ms (a fault proxy in front of
 //! it), where the acquire p50 of each is printed next to its unslowed p50:
-//! leasehold returns at a majority, rslock waits for every master.
+//! leasehold returns at a majority, rslock waits for every master. Last, W2
+//! on Redlock: eight workers contend for one lock over the five masters
+//! (leasehold alone; calls are the masters' EVALSHA calls).
 //!
 //! `cargo bench -p leasehold --bench workloads -- --only-w4 [--quick]` runs
 //! W4 alone.
@@ -94,6 +96,96 @@ async fn rslock_cycles(urls: &[String], cycles: usize, warmup: usize) -> Result<
     })
 }
 
+/// EVALSHA calls the masters have seen so far, summed.
+fn evalsha_calls(masters: &Masters) -> Result<u64> {
+    let mut total = 0;
+    for server in masters.servers() {
+        let stats = server.command(&["INFO", "commandstats"])?;
+        total += stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    Ok(total)
+}
+
+/// W2 on Redlock: 8 workers, each with a Redlock of its own, contend for
+/// one lock over the five masters, holding it 1 ms each time.
+fn w2_redlock(masters: &Masters, run_for: Duration) -> Result<()> {
+    const WORKERS: usize = 8;
+    let urls = masters.urls();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let calls_before = evalsha_calls(masters)?;
+    let results = rt.block_on(async {
+        let mut workers: Vec<tokio::task::JoinHandle<leasehold::Result<(usize, Duration)>>> =
+            Vec::new();
+        for _ in 0..WORKERS {
+            let redlock = Redlock::builder(urls.iter().cloned())
+                .lease(LEASE)
+                .watchdog(false)
+                .build()?;
+            workers.push(tokio::spawn(async move {
+                let mutex = redlock.mutex("w2:redlock")?;
+                let (mut taken, mut wait_max) = (0usize, Duration::ZERO);
+                let until = Instant::now() + run_for;
+                while Instant::now() < until {
+                    let t = Instant::now();
+                    let guard = mutex.acquire_timeout(Duration::from_secs(30)).await?;
+                    wait_max = wait_max.max(t.elapsed());
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    guard.release().await?;
+                    taken += 1;
+                }
+                redlock.flush().await;
+                leasehold::Result::Ok((taken, wait_max))
+            }));
+        }
+        let mut results = Vec::new();
+        for worker in workers {
+            results.push(worker.await??);
+        }
+        Result::<_>::Ok(results)
+    })?;
+    let calls = evalsha_calls(masters)?.saturating_sub(calls_before);
+    let total: usize = results.iter().map(|(n, _)| n).sum();
+    let wait_max = results.iter().map(|(_, w)| *w).max().unwrap_or_default();
+    let shares: Vec<f64> = results
+        .iter()
+        .map(|(n, _)| round1(100.0 * *n as f64 / total.max(1) as f64))
+        .collect();
+    println!();
+    println!(
+        "W2 on Redlock: {MASTERS} masters, {WORKERS} workers, hold 1 ms, {} s",
+        run_for.as_secs()
+    );
+    println!(
+        "acquisitions/s {}  calls/acquisition {}  wait max {} ms  shares % {:?}",
+        round1(per_second(total, run_for)),
+        round1(calls as f64 / total.max(1) as f64),
+        round1(wait_max.as_secs_f64() * 1000.0),
+        shares
+    );
+    println!(
+        "{}",
+        json!({
+            "workload": "W2-redlock",
+            "masters": MASTERS,
+            "workers": WORKERS,
+            "acquisitions": total,
+            "acquisitions_per_s": round1(per_second(total, run_for)),
+            "calls_per_acquisition": round1(calls as f64 / total.max(1) as f64),
+            "wait_max_ms": round1(wait_max.as_secs_f64() * 1000.0),
+            "shares_percent": shares,
+        })
+    );
+    Ok(())
+}
+
 /// Runs W4 (and W4 with one master slowed) and prints its table and JSON.
 pub(crate) fn w4(quick: bool) -> Result<()> {
     let (cycles, slowed_cycles, warmup) = if quick {
@@ -117,6 +209,7 @@ pub(crate) fn w4(quick: bool) -> Result<()> {
         rt.block_on(rslock_cycles(&slowed_urls, slowed_cycles, warmup))?,
     ];
     proxy.heal();
+    drop(proxy);
 
     println!();
     println!(
@@ -181,5 +274,13 @@ pub(crate) fn w4(quick: bool) -> Result<()> {
             })).collect::<Vec<_>>(),
         })
     );
+    w2_redlock(
+        &masters,
+        if quick {
+            Duration::from_secs(2)
+        } else {
+            Duration::from_secs(10)
+        },
+    )?;
     Ok(())
 }
