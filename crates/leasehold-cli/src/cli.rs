@@ -50,9 +50,60 @@ pub(crate) struct Connection {
     /// answered, waits ride out outages [default: 10s]
     #[arg(long, global = true, value_name = "DUR", value_parser = duration::up_to_a_day)]
     connect_timeout: Option<Dur>,
+    /// Take the lock on N independent Redis masters (Redlock) instead of one deployment: their
+    /// URLs, at least 3, separated by commas [default: $LEASEHOLD_REDLOCK unless --url is
+    /// given]. The lock is held while a majority of the masters hold it; only the mutex is
+    /// offered (no --fair, --read, --write, --semaphore or --replicas)
+    #[arg(long, global = true, value_delimiter = ',', value_name = "URL,URL,...")]
+    redlock: Vec<String>,
 }
 
 impl Connection {
+    /// The Redlock masters, from `--redlock`, else from `$LEASEHOLD_REDLOCK`
+    /// when `--url` is not given; `None` for one deployment.
+    pub(crate) fn redlock(
+        &self,
+        lease: Duration,
+        watchdog: bool,
+        restart_grace: Option<Duration>,
+    ) -> anyhow::Result<Option<leasehold::Redlock>> {
+        let urls: Vec<String> = if !self.redlock.is_empty() {
+            if self.url_given() {
+                return Err(crate::exit::Fail {
+                    code: crate::exit::USAGE,
+                    message: "give --url (one deployment) or --redlock (several independent \
+                              masters), not both"
+                        .to_owned(),
+                }
+                .into());
+            }
+            self.redlock.clone()
+        } else if self.url_given() {
+            return Ok(None);
+        } else {
+            match std::env::var(leasehold::REDLOCK_ENV_VAR) {
+                Ok(urls) if !urls.trim().is_empty() => {
+                    urls.split(',').map(|url| url.trim().to_owned()).collect()
+                }
+                _ => return Ok(None),
+            }
+        };
+        let mut builder = leasehold::Redlock::builder(urls)
+            .prefix(self.prefix.clone())
+            .lease(lease)
+            .watchdog(watchdog)
+            .name(crate::kind::client_name());
+        if let Some(grace) = restart_grace {
+            builder = builder.restart_grace(grace);
+        }
+        Ok(Some(builder.build()?))
+    }
+
+    /// `--redlock` was on the command line.
+    pub(crate) fn redlock_given(&self) -> bool {
+        !self.redlock.is_empty()
+    }
+
     /// `--url` was on the command line (the environment does not count).
     pub(crate) fn url_given(&self) -> bool {
         !self.url.is_empty()
@@ -372,6 +423,9 @@ pub(crate) struct DemoArgs {
     /// Refused: the demo starts a redis-server of its own
     #[arg(long, hide = true)]
     pub(crate) url: Option<String>,
+    /// Refused, as --url
+    #[arg(long, hide = true, value_delimiter = ',')]
+    pub(crate) redlock: Vec<String>,
     /// From the global --json: print only the summary, as one JSON object
     #[arg(skip)]
     pub(crate) json: bool,

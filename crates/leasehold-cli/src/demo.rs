@@ -48,6 +48,16 @@ pub(crate) async fn demo(conn: &Connection, args: DemoArgs) -> anyhow::Result<Ex
         }
         .into());
     }
+    if conn.redlock_given() || !args.redlock.is_empty() {
+        return Err(Fail {
+            code: exit::USAGE,
+            message: "the demo starts a redis-server of its own and takes no --redlock: run it \
+                      without --redlock, and give --redlock to the other commands (run, \
+                      acquire, ...) to use your masters"
+                .to_owned(),
+        }
+        .into());
+    }
     // Heard from here on: a Ctrl-C while the servers start stops the ones
     // started so far.
     let mut signals = Stop::listen()?;

@@ -52,7 +52,7 @@ pub(crate) fn code_for(err: &anyhow::Error) -> u8 {
         leasehold::ErrorKind::NotHeld => LOST,
         leasehold::ErrorKind::InvalidInput => USAGE,
         leasehold::ErrorKind::Conflict => CONFLICT,
-        leasehold::ErrorKind::Connection => UNAVAILABLE,
+        leasehold::ErrorKind::Connection | leasehold::ErrorKind::Quorum => UNAVAILABLE,
         leasehold::ErrorKind::Auth => AUTH,
         leasehold::ErrorKind::Config => CONFIG,
         leasehold::ErrorKind::ReplicasMissing => REPLICAS,

@@ -107,6 +107,61 @@ pub(crate) fn lock(
     })
 }
 
+/// Where `run` and `acquire` take their locks: one deployment, or the
+/// independent masters of a Redlock.
+#[derive(Debug)]
+pub(crate) enum Backend {
+    One(leasehold::Client),
+    Quorum(leasehold::Redlock),
+}
+
+impl Backend {
+    /// The lock `name` of `kind` on this backend. A Redlock offers the
+    /// mutex alone.
+    pub(crate) fn lock(&self, name: &str, kind: Kind, holding: Holding) -> anyhow::Result<Lock> {
+        let redlock = match self {
+            Backend::One(client) => return Ok(lock(client, name, kind, holding)?),
+            Backend::Quorum(redlock) => redlock,
+        };
+        if kind != Kind::Mutex {
+            return Err(crate::exit::Fail {
+                code: crate::exit::USAGE,
+                message: "--redlock takes a mutex only: a fair queue, read and write shares and \
+                          semaphore permits are state that every master would have to agree on \
+                          step by step, which a majority vote per acquisition does not give; \
+                          drop --fair/--read/--write/--semaphore, or use --url"
+                    .to_owned(),
+            }
+            .into());
+        }
+        if holding.replicas.is_some() {
+            return Err(crate::exit::Fail {
+                code: crate::exit::USAGE,
+                message: "--replicas does not apply to --redlock: its masters are independent, \
+                          and a majority of them stands for the replicas"
+                    .to_owned(),
+            }
+            .into());
+        }
+        let mut mutex = redlock.mutex(name)?;
+        if let Some(hold) = holding.at_least {
+            mutex = mutex.with_hold_at_least(hold)?;
+        }
+        if let Some(max) = holding.at_most {
+            mutex = mutex.with_max_hold(max)?;
+        }
+        Ok(Box::new(mutex))
+    }
+
+    /// Waits for the releases running in the background.
+    pub(crate) async fn flush(&self) {
+        match self {
+            Backend::One(client) => client.flush().await,
+            Backend::Quorum(redlock) => redlock.flush().await,
+        }
+    }
+}
+
 /// What `run` and `acquire` take: one lock, or several together.
 pub(crate) trait Take {
     type Guard;
@@ -169,15 +224,15 @@ impl Take for Locks {
 
 /// The locks `names` of `kind`, to be taken together.
 pub(crate) fn locks(
-    client: &leasehold::Client,
+    backend: &Backend,
     names: &[String],
     kind: Kind,
     holding: Holding,
-) -> leasehold::Result<Locks> {
+) -> anyhow::Result<Locks> {
     let locks = names
         .iter()
-        .map(|name| lock(client, name, kind, holding).map(Arc::new))
-        .collect::<leasehold::Result<Vec<_>>>()?;
+        .map(|name| backend.lock(name, kind, holding).map(Arc::new))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let taking = Arc::new(AtomicUsize::new(0));
     let members: Vec<Lock> = locks
         .iter()
@@ -325,11 +380,12 @@ fn client_name_from(args: &[String]) -> String {
     let mut words = vec!["leasehold".to_owned()];
     let mut args = args.iter();
     while let Some(arg) = args.next() {
-        if arg == "--url" {
+        // URLs may carry passwords: they are not recorded.
+        if arg == "--url" || arg == "--redlock" {
             args.next();
             continue;
         }
-        if arg.starts_with("--url=") {
+        if arg.starts_with("--url=") || arg.starts_with("--redlock=") {
             continue;
         }
         words.push(quote(arg));

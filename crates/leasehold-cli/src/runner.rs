@@ -37,18 +37,22 @@ pub(crate) async fn run(conn: &Connection, args: RunArgs) -> anyhow::Result<Exit
     }
     let grace = args.take.restart_grace.as_ref().map(|g| g.get());
     let kind = Kind::from(&args.take.kind);
-    let client = conn
-        .builder(args.lease.get(), true, grace)
-        .name(kind::client_name())
-        .build()?;
-    let result = run_locked(&client, &args, kind).await;
+    let backend = match conn.redlock(args.lease.get(), true, grace)? {
+        Some(redlock) => kind::Backend::Quorum(redlock),
+        None => kind::Backend::One(
+            conn.builder(args.lease.get(), true, grace)
+                .name(kind::client_name())
+                .build()?,
+        ),
+    };
+    let result = run_locked(&backend, &args, kind).await;
     // Releases from cancelled acquisitions must finish before the runtime stops.
-    client.flush().await;
+    backend.flush().await;
     result
 }
 
 async fn run_locked(
-    client: &leasehold::Client,
+    backend: &kind::Backend,
     args: &RunArgs,
     kind: Kind,
 ) -> anyhow::Result<ExitCode> {
@@ -57,7 +61,7 @@ async fn run_locked(
         at_most: args.max_hold.as_ref().map(|max| max.get()),
         replicas: args.take.replicas.ack(),
     };
-    let locks = kind::locks(client, &args.names, kind, holding)?;
+    let locks = kind::locks(backend, &args.names, kind, holding)?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut hangup = signal(SignalKind::hangup())?;

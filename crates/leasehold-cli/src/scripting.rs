@@ -99,19 +99,35 @@ async fn holder_of(lock: &Lock) -> String {
 pub(crate) async fn acquire(conn: &Connection, args: AcquireArgs) -> anyhow::Result<ExitCode> {
     let grace = args.take.restart_grace.as_ref().map(|g| g.get());
     let kind = Kind::from(&args.take.kind);
-    let client = conn
-        .builder(args.lease.get(), false, grace)
-        .name(kind::client_name())
-        .build()?;
+    let backend = match conn.redlock(args.lease.get(), false, grace)? {
+        Some(redlock) => {
+            if args.hold_at_least.is_some() {
+                return Err(Fail {
+                    code: exit::USAGE,
+                    message: "--hold-at-least does not apply to `acquire --redlock` (its release \
+                              --hold-until is for one deployment): use `run --redlock \
+                              --hold-at-least`, which holds the lock itself"
+                        .to_owned(),
+                }
+                .into());
+            }
+            kind::Backend::Quorum(redlock)
+        }
+        None => kind::Backend::One(
+            conn.builder(args.lease.get(), false, grace)
+                .name(kind::client_name())
+                .build()?,
+        ),
+    };
     let holding = kind::Holding {
         at_least: args.hold_at_least.as_ref().map(|hold| hold.get()),
         at_most: None,
         replicas: args.take.replicas.ack(),
     };
-    let lock = kind::lock(&client, &args.name, kind, holding)?;
+    let lock = backend.lock(&args.name, kind, holding)?;
     let taken = take(&lock, &args.wait, &args.take).await;
     // A failed attempt may have left a release running in the background.
-    client.flush().await;
+    backend.flush().await;
     let lease = taken?.detach();
     // Counted from when the grant arrived, which is after Redis made it, and
     // rounded up to the next millisecond: the hold can only come out longer
@@ -144,6 +160,33 @@ pub(crate) async fn acquire(conn: &Connection, args: AcquireArgs) -> anyhow::Res
 /// library's hold-at-least does. The moment travels with the token, in the
 /// script.
 pub(crate) async fn release(conn: &Connection, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
+    if let Some(redlock) = conn.redlock(leasehold::DEFAULT_LEASE, false, None)? {
+        if args.hold_until.is_some() {
+            return Err(Fail {
+                code: exit::USAGE,
+                message: "--hold-until does not apply to --redlock: release the token alone"
+                    .to_owned(),
+            }
+            .into());
+        }
+        let held_on = redlock
+            .mutex(&args.lock.name)?
+            .release_token(&args.lock.token)
+            .await?;
+        if args.json {
+            println!(
+                "{}",
+                json!({
+                    "name": args.lock.name,
+                    "freed": true,
+                    "kept_ms": null,
+                    "held_on": held_on,
+                    "masters": redlock.addresses().len(),
+                })
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
     let mutex = client.mutex(&args.lock.name)?;
     let now = unix_ms(SystemTime::now());
@@ -184,14 +227,30 @@ pub(crate) async fn release(conn: &Connection, args: ReleaseArgs) -> anyhow::Res
 }
 
 pub(crate) async fn extend(conn: &Connection, args: ExtendArgs) -> anyhow::Result<ExitCode> {
-    let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
-    let mut mutex = client.mutex(&args.lock.name)?;
-    if let Some((replicas, timeout)) = args.replicas.ack() {
-        mutex = mutex.with_replica_ack(replicas, timeout)?;
+    if let Some(redlock) = conn.redlock(leasehold::DEFAULT_LEASE, false, None)? {
+        if args.replicas.ack().is_some() {
+            return Err(Fail {
+                code: exit::USAGE,
+                message: "--replicas does not apply to --redlock: a majority of its masters \
+                          stands for the replicas"
+                    .to_owned(),
+            }
+            .into());
+        }
+        redlock
+            .mutex(&args.lock.name)?
+            .extend_token(&args.lock.token, args.lease.get())
+            .await?;
+    } else {
+        let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
+        let mut mutex = client.mutex(&args.lock.name)?;
+        if let Some((replicas, timeout)) = args.replicas.ack() {
+            mutex = mutex.with_replica_ack(replicas, timeout)?;
+        }
+        mutex
+            .extend_token(&args.lock.token, args.lease.get())
+            .await?;
     }
-    mutex
-        .extend_token(&args.lock.token, args.lease.get())
-        .await?;
     if args.json {
         println!(
             "{}",
@@ -202,17 +261,36 @@ pub(crate) async fn extend(conn: &Connection, args: ExtendArgs) -> anyhow::Resul
 }
 
 pub(crate) async fn inspect(conn: &Connection, args: InspectArgs) -> anyhow::Result<ExitCode> {
-    let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
-    let lock = client.mutex(&args.name)?;
-    let info = lock.inspect().await?;
-    let waiters = lock.waiters().await?;
     let master = conn.sentinel_master();
+    let (info, masters, waiters) = match conn.redlock(leasehold::DEFAULT_LEASE, false, None)? {
+        Some(redlock) => {
+            let mutex = redlock.mutex(&args.name)?;
+            let masters = mutex.inspect_masters().await;
+            (mutex.inspect().await?, Some(masters), Vec::new())
+        }
+        None => {
+            let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
+            let lock = client.mutex(&args.name)?;
+            let info = lock.inspect().await?;
+            let waiters = lock.waiters().await?;
+            (info, None, waiters)
+        }
+    };
     if args.json {
-        let mut value = info_json(&info, master.as_deref());
-        if let Some(object) = value.as_object_mut() {
+        let mut out = info_json(&info, master.as_deref());
+        if let Some(object) = out.as_object_mut() {
             object.insert("waiters".to_owned(), state::waiters_json(&info, &waiters));
         }
-        println!("{value}");
+        if let Some(masters) = &masters {
+            out["masters"] = masters
+                .iter()
+                .map(|master| match &master.info {
+                    Ok(info) => info_json(info, None),
+                    Err(err) => json!({"server": master.address, "error": err.to_string()}),
+                })
+                .collect();
+        }
+        println!("{out}");
         return Ok(ExitCode::SUCCESS);
     }
     let state = match (info.held, info.remaining) {
@@ -236,12 +314,41 @@ pub(crate) async fn inspect(conn: &Connection, args: InspectArgs) -> anyhow::Res
         "server:          {}",
         server_label(&info, master.as_deref())
     );
+    for master in masters.iter().flatten() {
+        let what = match &master.info {
+            Ok(info) if info.held => {
+                let fence = info
+                    .last_fence
+                    .map_or_else(String::new, |f| format!(", last fence {f}"));
+                match (info.holders.first(), state::lease_left(info)) {
+                    (Some(holder), Some(left)) => format!(
+                        "held by {}, {} of lease left{fence}",
+                        holder.describe(),
+                        seconds(left)
+                    ),
+                    (Some(holder), None) => format!("held by {}{fence}", holder.describe()),
+                    (None, _) => format!("held{fence}"),
+                }
+            }
+            Ok(info) => match info.last_fence {
+                Some(fence) => format!("free, last fence {fence}"),
+                None => "free".to_owned(),
+            },
+            Err(err) => format!("unreadable: {err}"),
+        };
+        println!("  master {}: {what}", master.address);
+    }
     Ok(ExitCode::SUCCESS)
 }
 
 pub(crate) async fn force_release(conn: &Connection, args: NameArgs) -> anyhow::Result<ExitCode> {
-    let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
-    let removed = client.mutex(&args.name)?.force_release().await?;
+    let removed = match conn.redlock(leasehold::DEFAULT_LEASE, false, None)? {
+        Some(redlock) => redlock.mutex(&args.name)?.force_release().await?,
+        None => {
+            let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
+            client.mutex(&args.name)?.force_release().await?
+        }
+    };
     if args.json {
         println!("{}", json!({"name": args.name, "removed": removed}));
     } else if removed {

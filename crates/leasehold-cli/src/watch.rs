@@ -26,12 +26,22 @@ const REFRESH: Duration = Duration::from_millis(250);
 type Seen = (bool, Option<u64>, u64, String);
 
 pub(crate) async fn watch(conn: &Connection, args: WatchArgs) -> anyhow::Result<ExitCode> {
-    let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
-    let locks = args
-        .names
-        .iter()
-        .map(|name| client.mutex(name))
-        .collect::<leasehold::Result<Vec<_>>>()?;
+    // On a Redlock, each lock as a majority of its masters sees it.
+    let locks: Vec<Box<dyn leasehold::Lock>> =
+        match conn.redlock(leasehold::DEFAULT_LEASE, false, None)? {
+            Some(redlock) => args
+                .names
+                .iter()
+                .map(|name| Ok(Box::new(redlock.mutex(name)?) as Box<dyn leasehold::Lock>))
+                .collect::<leasehold::Result<Vec<_>>>()?,
+            None => {
+                let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
+                args.names
+                    .iter()
+                    .map(|name| Ok(Box::new(client.mutex(name)?) as Box<dyn leasehold::Lock>))
+                    .collect::<leasehold::Result<Vec<_>>>()?
+            }
+        };
     let master = conn.sentinel_master();
     let master = master.as_deref();
     if args.once {
@@ -104,7 +114,9 @@ pub(crate) async fn watch(conn: &Connection, args: WatchArgs) -> anyhow::Result<
     Ok(ExitCode::SUCCESS)
 }
 
-async fn snapshot(locks: &[leasehold::Mutex]) -> leasehold::Result<Vec<leasehold::LockInfo>> {
+async fn snapshot(
+    locks: &[Box<dyn leasehold::Lock>],
+) -> leasehold::Result<Vec<leasehold::LockInfo>> {
     let mut infos = Vec::with_capacity(locks.len());
     for lock in locks {
         infos.push(lock.inspect().await?);

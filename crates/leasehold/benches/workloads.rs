@@ -10,7 +10,11 @@
 //! cargo bench -p leasehold --bench workloads -- --quick   short counts and durations, small K
 //! cargo bench -p leasehold --bench workloads -- --skip-w5 all but W5 (its targets: not run)
 //! cargo bench -p leasehold --bench workloads -- --sentinel-only   the Sentinel figures alone
+//! cargo bench -p leasehold --bench workloads -- --only-w4 W4 (Redlock, five masters) alone
 //! ```
+//!
+//! W4 runs leasehold's `Redlock` next to rslock's over five masters of
+//! its own, and once more with one master slowed (see `workloads/w4.rs`).
 //!
 //! `LEASEHOLD_BENCH_QUICK=1` does what `--quick` does. Run without cargo
 //! bench's `--bench` flag (as `cargo test --benches` does), it makes the quick
@@ -67,6 +71,8 @@ mod cluster;
 mod sentinel;
 #[path = "workloads/w2_shared.rs"]
 mod w2_shared;
+#[path = "workloads/w4.rs"]
+mod w4;
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 type Result<T, E = BoxError> = std::result::Result<T, E>;
@@ -112,6 +118,12 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Result<ExitCode> {
+    if std::env::args().any(|arg| arg == "--only-w4") {
+        let quick = std::env::args().any(|arg| arg == "--quick")
+            || !std::env::args().any(|arg| arg == "--bench");
+        w4::w4(quick)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let plan = Plan::from_env()?;
     let server = RedisServer::start();
     let url = server.url();
@@ -177,6 +189,7 @@ fn run() -> Result<ExitCode> {
     cluster::print_cluster(plan, &w2_runs, &w3, &on_cluster)?;
     sentinel::print_sentinel(plan, &on_sentinel);
     print_w5(plan, &w5);
+    w4::w4(plan.quick)?;
     let mut targets = targets(plan, &bare, &w1, &w2_runs, &w3, &w5)?;
     targets.extend(cluster::targets(&w2_runs, &w3, &on_cluster)?);
     print_targets(plan, &targets);

@@ -489,7 +489,11 @@ impl Client {
 
 /// The Redis client of one seed URL, with the socket settings every
 /// connection uses.
-fn seed(url: &str, command_timeout: Duration, tls_root: Option<&[u8]>) -> Result<redis::Client> {
+pub(crate) fn seed(
+    url: &str,
+    command_timeout: Duration,
+    tls_root: Option<&[u8]>,
+) -> Result<redis::Client> {
     let invalid_url = |e| {
         Error::invalid(
             "redis URL is not valid: use redis://[user:password@]host:port[/db] or rediss://",

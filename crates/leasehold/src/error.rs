@@ -64,6 +64,12 @@ pub enum ErrorKind {
     /// it). It is never reported as [`NotHeld`](ErrorKind::NotHeld), which
     /// says a loss happened. Nothing is held any more either way.
     OutcomeUnknown,
+    /// A lock over several independent masters (a [`Redlock`](crate::Redlock))
+    /// could not reach a majority of them: too many were out of reach or
+    /// too slow (quorum not reached). The message says how many answered
+    /// and how many a majority is. Worth trying again once the masters are
+    /// back.
+    Quorum,
 }
 
 /// The error of every fallible leasehold operation.
@@ -280,6 +286,11 @@ impl Error {
         self.kind == ErrorKind::OutcomeUnknown
     }
 
+    /// A lock over several masters could not reach a majority of them.
+    pub fn is_quorum(&self) -> bool {
+        self.kind == ErrorKind::Quorum
+    }
+
     /// Trying the same operation again later may succeed: Redis was out of
     /// reach or not ready, the lock was busy for the whole wait, or too few
     /// replicas acknowledged in time. False for refused credentials and
@@ -287,7 +298,10 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self.kind,
-            ErrorKind::Connection | ErrorKind::Timeout | ErrorKind::ReplicasMissing
+            ErrorKind::Connection
+                | ErrorKind::Timeout
+                | ErrorKind::ReplicasMissing
+                | ErrorKind::Quorum
         )
     }
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::engine::held::Held;
 use crate::engine::lease::LossReason;
+use crate::engine::redlock::QuorumHeld;
 use crate::error::Result;
 use crate::observe::{self, Op};
 
@@ -28,7 +29,14 @@ pub type MutexGuard = LeaseGuard;
 #[must_use = "dropping the guard releases the lock at once"]
 #[clippy::has_significant_drop]
 pub struct LeaseGuard {
-    held: Held,
+    held: Inner,
+}
+
+/// What a guard holds: a lease on one deployment, or on a majority of a
+/// [`Redlock`](crate::Redlock)'s masters.
+enum Inner {
+    One(Held),
+    Quorum(QuorumHeld),
 }
 
 impl fmt::Debug for LeaseGuard {
@@ -43,17 +51,41 @@ impl fmt::Debug for LeaseGuard {
 
 impl LeaseGuard {
     pub(crate) fn new(held: Held) -> Self {
-        LeaseGuard { held }
+        LeaseGuard {
+            held: Inner::One(held),
+        }
+    }
+
+    pub(crate) fn quorum(held: QuorumHeld) -> Self {
+        LeaseGuard {
+            held: Inner::Quorum(held),
+        }
     }
 
     /// Semaphore permits this lease holds (1 for the other locks).
     pub fn permits(&self) -> u32 {
-        self.held.lease().permits
+        match &self.held {
+            Inner::One(held) => held.lease().permits,
+            Inner::Quorum(_) => 1,
+        }
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.held.lease().keys.name
+        match &self.held {
+            Inner::One(held) => &held.lease().keys.name,
+            Inner::Quorum(held) => held.name(),
+        }
+    }
+
+    /// How many servers the lease is taken on: the masters of a
+    /// [`Redlock`](crate::Redlock) (it is held while a majority of them
+    /// hold it), 1 for the other locks.
+    pub fn servers(&self) -> usize {
+        match &self.held {
+            Inner::One(_) => 1,
+            Inner::Quorum(held) => held.masters(),
+        }
     }
 
     /// The fence of this acquisition. A mutex's lease, a write lease and
@@ -64,26 +96,36 @@ impl LeaseGuard {
     /// of a [`ReentrantMutex`](crate::ReentrantMutex), or an owner's second
     /// write lease, reports the fence the owner holds already.
     pub fn fence(&self) -> u64 {
-        self.held.lease().fence
+        match &self.held {
+            Inner::One(held) => held.lease().fence,
+            Inner::Quorum(held) => held.fence(),
+        }
     }
 
     /// The random token that identifies this acquisition in Redis (for a
     /// [`ReentrantMutex`](crate::ReentrantMutex), this level of the hold).
     pub fn token(&self) -> &str {
-        self.held.token()
+        match &self.held {
+            Inner::One(held) => held.token(),
+            Inner::Quorum(held) => held.token(),
+        }
     }
 
     /// The lease was lost: the work done under it from here on is not
     /// protected. Once true, stays true.
     pub fn is_lost(&self) -> bool {
-        self.held.is_lost()
+        self.loss_reason().is_some()
     }
 
     /// Why the lease was lost, once it is: Redis no longer had its token,
-    /// no renewal came before its deadline, or it reached its max hold.
-    /// `None` while it is held.
+    /// no renewal came before its deadline, or it reached its max hold (for
+    /// a [`Redlock`](crate::Redlock): a renewal reached fewer than a
+    /// majority of the masters). `None` while it is held.
     pub fn loss_reason(&self) -> Option<LossReason> {
-        self.held.lease().loss()
+        match &self.held {
+            Inner::One(held) => held.lease().loss(),
+            Inner::Quorum(held) => held.loss(),
+        }
     }
 
     /// Resolves when the lease is lost (at once if it already is). Race it
@@ -93,13 +135,19 @@ impl LeaseGuard {
     ///
     /// Cancel safe: it only watches.
     pub async fn lost(&self) {
-        self.held.lost().await;
+        match &self.held {
+            Inner::One(held) => held.lost().await,
+            Inner::Quorum(held) => held.lost().await,
+        }
     }
 
     /// Time left before the lease runs out by the local clock, if no renewal
     /// comes; zero once lost.
     pub fn valid_for(&self) -> Duration {
-        self.held.valid_for()
+        match &self.held {
+            Inner::One(held) => held.valid_for(),
+            Inner::Quorum(held) => held.valid_for(),
+        }
     }
 
     /// Sets the lease to `lease` from now; the watchdog, if on, renews with
@@ -128,8 +176,17 @@ impl LeaseGuard {
     ///
     /// While an extend is in flight the watchdog leaves this lease to it, so
     /// do not keep the future alive without polling it.
+    ///
+    /// On a [`Redlock`](crate::Redlock) the extend goes to every master in
+    /// parallel and a majority must confirm it. One that falls short fails
+    /// with [`ErrorKind::Quorum`](crate::ErrorKind::Quorum) and leaves the
+    /// lease as it was: nothing is released.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
-        observe::traced(self.span(Op::Extend), self.held.extend(lease)).await
+        let span = self.span(Op::Extend);
+        match &self.held {
+            Inner::One(held) => observe::traced(span, held.extend(lease)).await,
+            Inner::Quorum(held) => observe::traced(span, held.extend(lease)).await,
+        }
     }
 
     /// Releases this lease: checks the token, removes it, and wakes the
@@ -166,11 +223,35 @@ impl LeaseGuard {
     ///
     /// If the future is dropped, the release finishes in the background.
     pub async fn release(self) -> Result<()> {
-        observe::traced(self.span(Op::Release), self.held.release()).await
+        self.release_counted().await.map(drop)
+    }
+
+    /// As [`release`](Self::release), and on how many servers the lease
+    /// was held when it was released: for a [`Redlock`](crate::Redlock),
+    /// the masters that still held its token (the release goes to all of
+    /// them in parallel, and succeeds when a majority held it); 1 for the
+    /// other locks.
+    ///
+    /// # Errors
+    ///
+    /// As [`release`](Self::release).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`release`](Self::release).
+    pub async fn release_counted(self) -> Result<usize> {
+        let span = self.span(Op::Release);
+        match self.held {
+            Inner::One(held) => observe::traced(span, held.release()).await.map(|()| 1),
+            Inner::Quorum(held) => observe::traced(span, held.release()).await,
+        }
     }
 
     fn span(&self, op: Op) -> tracing::Span {
-        let kind = self.held.holding.kind();
+        let kind = match &self.held {
+            Inner::One(held) => held.holding.kind(),
+            Inner::Quorum(_) => crate::engine::Kind::Mutex,
+        };
         observe::span(op, kind, self.name(), Some(self.fence()))
     }
 
@@ -186,7 +267,10 @@ impl LeaseGuard {
             fence: self.fence(),
             valid_for: self.valid_for(),
         };
-        self.held.detach();
+        match self.held {
+            Inner::One(held) => held.detach(),
+            Inner::Quorum(held) => held.detach(),
+        }
         detached
     }
 }

@@ -401,6 +401,7 @@ mod multi_lock;
 mod mutex;
 pub mod observe;
 mod owner;
+mod redlock;
 mod reentrant_mutex;
 mod rw_lock;
 mod semaphore;
@@ -423,6 +424,10 @@ pub use mutex::Mutex;
 pub use owner::{Owner, MAX_OWNER_LEN};
 /// The Redis client crate leasehold is built on, so that users name one version.
 pub use redis;
+pub use redlock::{
+    MasterInfo, Redlock, RedlockBuilder, RedlockMutex, DEFAULT_DRIFT_CONSTANT,
+    DEFAULT_DRIFT_FACTOR, DEFAULT_RETRY_DELAY, MIN_MASTERS, REDLOCK_ENV_VAR,
+};
 pub use reentrant_mutex::ReentrantMutex;
 pub use rw_lock::{ReadLock, RwLock, WriteLock};
 pub use semaphore::{Semaphore, MAX_PERMITS};

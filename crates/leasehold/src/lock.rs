@@ -17,10 +17,10 @@ pub type LockFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>
 /// The calls every kind of lock answers: [`Mutex`](crate::Mutex),
 /// [`FairMutex`](crate::FairMutex), [`ReentrantMutex`](crate::ReentrantMutex),
 /// each side of an [`RwLock`](crate::RwLock) ([`ReadLock`](crate::ReadLock),
-/// [`WriteLock`](crate::WriteLock)) and [`Semaphore`](crate::Semaphore) (one
-/// permit per acquisition). Each method does what the kind's own method of
-/// the same name does, with the same errors and cancel safety; the kinds'
-/// own docs say how each behaves. It is object safe: hold a
+/// [`WriteLock`](crate::WriteLock)), [`Semaphore`](crate::Semaphore) (one
+/// permit per acquisition) and [`RedlockMutex`](crate::RedlockMutex). Each
+/// method does what the kind's own method of the same name does, with the
+/// same errors and cancel safety; the kinds' own docs say how each behaves. It is object safe: hold a
 /// `Box<dyn Lock>` to choose the kind at run time.
 ///
 /// ```no_run

@@ -166,6 +166,7 @@ fn error_outcome(kind: ErrorKind) -> &'static str {
         ErrorKind::Conflict => "conflict",
         ErrorKind::ReplicasMissing => "replicas_missing",
         ErrorKind::OutcomeUnknown => "outcome_unknown",
+        ErrorKind::Quorum => "quorum",
     }
 }
 

@@ -172,7 +172,10 @@ with_lock_on!(
 with_lock_on!(Semaphore, "in line for one permit", "the permit");
 
 /// Runs `work` while `guard` holds its lease, then releases it.
-async fn locked<T>(guard: LeaseGuard, work: impl AsyncFnOnce(&LeaseGuard) -> T) -> Result<T> {
+pub(crate) async fn locked<T>(
+    guard: LeaseGuard,
+    work: impl AsyncFnOnce(&LeaseGuard) -> T,
+) -> Result<T> {
     let output = {
         let work = work(&guard);
         tokio::select! {

@@ -89,3 +89,21 @@ fn blocking_threads_lose_no_update_and_see_a_lost_lease() {
     );
     assert!(out.contains("release says:"), "{out}");
 }
+
+#[test]
+fn redlock_takes_turns_with_growing_fences() {
+    let masters = leasehold_testkit::Masters::start(3);
+    let out = Command::new(example("redlock"))
+        .env("LEASEHOLD_REDLOCK", masters.urls().join(","))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "redlock failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("held on 2 of them"), "{stdout}");
+    assert!(stdout.contains("6 entries, every fence larger"), "{stdout}");
+    assert!(stdout.contains("finds it busy: true"), "{stdout}");
+}

@@ -24,6 +24,9 @@ pub enum LossReason {
     DeadlinePassed,
     /// The lease reached its max hold: nothing renews it past that.
     MaxHoldReached,
+    /// A lock over several masters (a [`Redlock`](crate::Redlock)): a
+    /// renewal round reached fewer than a majority of them in time.
+    QuorumLost,
 }
 
 impl fmt::Display for LossReason {
@@ -38,6 +41,10 @@ impl fmt::Display for LossReason {
                  lease not extended in time)"
             }
             LossReason::MaxHoldReached => "it reached its max hold, past which it is not renewed",
+            LossReason::QuorumLost => {
+                "a renewal reached fewer than a majority of the masters in time (too many out of \
+                 reach, slow, or no longer holding its token)"
+            }
         })
     }
 }
@@ -47,7 +54,7 @@ impl LossReason {
     /// and its max hold.
     pub(crate) fn describe(self, renewed: bool, max_hold: Option<Duration>) -> Cow<'static, str> {
         match self {
-            LossReason::TokenGone => self.to_string().into(),
+            LossReason::TokenGone | LossReason::QuorumLost => self.to_string().into(),
             LossReason::DeadlinePassed if !renewed => {
                 "its fixed lease ran out (the watchdog is off: extend the lease in time)".into()
             }

@@ -47,6 +47,7 @@ pub(crate) fn reason(reason: LossReason) -> &'static str {
         LossReason::TokenGone => "token_gone",
         LossReason::DeadlinePassed => "deadline_passed",
         LossReason::MaxHoldReached => "max_hold_reached",
+        LossReason::QuorumLost => "quorum_lost",
     }
 }
 

@@ -8,6 +8,8 @@ pub(crate) mod lease;
 pub(crate) mod metrics;
 pub(crate) mod ops;
 pub(crate) mod queue;
+pub(crate) mod quorum;
+pub(crate) mod redlock;
 pub(crate) mod release;
 pub(crate) mod scripts;
 pub(crate) mod state;

@@ -39,6 +39,8 @@ pub(crate) struct Scripts {
     pub(crate) election_win: redis::Script,
     pub(crate) election_leader: redis::Script,
     pub(crate) announce: redis::Script,
+    pub(crate) redlock_acquire: redis::Script,
+    pub(crate) redlock_fence: redis::Script,
 }
 
 static CLASSIC: LazyLock<Scripts> = LazyLock::new(|| Scripts::build(Publish::Classic));
@@ -82,6 +84,8 @@ impl Scripts {
             election_win: with_lib(include_str!("../scripts/election_win.lua")),
             election_leader: with_lib(include_str!("../scripts/election_leader.lua")),
             announce: with_lib(include_str!("../scripts/announce.lua")),
+            redlock_acquire: with_lib(include_str!("../scripts/redlock_acquire.lua")),
+            redlock_fence: with_lib(include_str!("../scripts/redlock_fence.lua")),
         }
     }
 }

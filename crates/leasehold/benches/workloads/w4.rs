@@ -1,0 +1,286 @@
+//! W4: Redlock over five independent masters started by the test kit, one
+//! worker, acquire then release, 2,000 cycles (200 quick), lease 10 s,
+//! watchdog off: leasehold's `Redlock` (two rounds, fences included) next
+//! to rslock 0.10's `LockManager` over the same five URLs. Then the same
+//! with one master's replies slowed by 20 ms (a fault proxy in front of
+//! it), where the acquire p50 of each is printed next to its unslowed p50:
+//! leasehold returns at a majority, rslock waits for every master. Last, W2
+//! on Redlock: eight workers contend for one lock over the five masters
+//! (leasehold alone; calls are the masters' EVALSHA calls).
+//!
+//! `cargo bench -p leasehold --bench workloads -- --only-w4 [--quick]` runs
+//! W4 alone.
+
+use std::time::{Duration, Instant};
+
+use leasehold::Redlock;
+use leasehold_testkit::{FaultProxy, Masters};
+use rslock::LockManager;
+use serde_json::json;
+
+use super::{micros, per_second, round1, Latencies, Result};
+
+const MASTERS: usize = 5;
+const LEASE: Duration = Duration::from_secs(10);
+const SLOWED_BY: Duration = Duration::from_millis(20);
+
+/// One library's W4 figures.
+struct Run {
+    library: &'static str,
+    cycles: usize,
+    elapsed: Duration,
+    acquire: Latencies,
+}
+
+impl Run {
+    fn cycles_per_second(&self) -> f64 {
+        per_second(self.cycles, self.elapsed)
+    }
+}
+
+async fn leasehold_cycles(urls: &[String], cycles: usize, warmup: usize) -> Result<Run> {
+    let redlock = Redlock::builder(urls.iter().cloned())
+        .lease(LEASE)
+        .watchdog(false)
+        .build()?;
+    let mutex = redlock.mutex("w4:lock")?;
+    for _ in 0..warmup {
+        mutex.acquire().await?.release().await?;
+    }
+    let mut acquire = Vec::with_capacity(cycles);
+    let mut last_fence = 0;
+    let started = Instant::now();
+    for _ in 0..cycles {
+        let t = Instant::now();
+        let guard = mutex.acquire().await?;
+        acquire.push(t.elapsed());
+        if guard.fence() <= last_fence {
+            return Err(format!(
+                "W4: leasehold's fence went back: {} after {last_fence}",
+                guard.fence()
+            )
+            .into());
+        }
+        last_fence = guard.fence();
+        guard.release().await?;
+    }
+    let elapsed = started.elapsed();
+    redlock.flush().await;
+    Ok(Run {
+        library: "leasehold Redlock",
+        cycles,
+        elapsed,
+        acquire: Latencies::new(acquire)?,
+    })
+}
+
+async fn rslock_cycles(urls: &[String], cycles: usize, warmup: usize) -> Result<Run> {
+    let manager = LockManager::new(urls.to_vec());
+    for _ in 0..warmup {
+        let lock = manager.lock("w4:rslock", LEASE).await?;
+        manager.unlock(&lock).await;
+    }
+    let mut acquire = Vec::with_capacity(cycles);
+    let started = Instant::now();
+    for _ in 0..cycles {
+        let t = Instant::now();
+        let lock = manager.lock("w4:rslock", LEASE).await?;
+        acquire.push(t.elapsed());
+        manager.unlock(&lock).await;
+    }
+    Ok(Run {
+        library: "rslock 0.10",
+        cycles,
+        elapsed: started.elapsed(),
+        acquire: Latencies::new(acquire)?,
+    })
+}
+
+/// EVALSHA calls the masters have seen so far, summed.
+fn evalsha_calls(masters: &Masters) -> Result<u64> {
+    let mut total = 0;
+    for server in masters.servers() {
+        let stats = server.command(&["INFO", "commandstats"])?;
+        total += stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    Ok(total)
+}
+
+/// W2 on Redlock: 8 workers, each with a Redlock of its own, contend for
+/// one lock over the five masters, holding it 1 ms each time.
+fn w2_redlock(masters: &Masters, run_for: Duration) -> Result<()> {
+    const WORKERS: usize = 8;
+    let urls = masters.urls();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let calls_before = evalsha_calls(masters)?;
+    let results = rt.block_on(async {
+        let mut workers: Vec<tokio::task::JoinHandle<leasehold::Result<(usize, Duration)>>> =
+            Vec::new();
+        for _ in 0..WORKERS {
+            let redlock = Redlock::builder(urls.iter().cloned())
+                .lease(LEASE)
+                .watchdog(false)
+                .build()?;
+            workers.push(tokio::spawn(async move {
+                let mutex = redlock.mutex("w2:redlock")?;
+                let (mut taken, mut wait_max) = (0usize, Duration::ZERO);
+                let until = Instant::now() + run_for;
+                while Instant::now() < until {
+                    let t = Instant::now();
+                    let guard = mutex.acquire_timeout(Duration::from_secs(30)).await?;
+                    wait_max = wait_max.max(t.elapsed());
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    guard.release().await?;
+                    taken += 1;
+                }
+                redlock.flush().await;
+                leasehold::Result::Ok((taken, wait_max))
+            }));
+        }
+        let mut results = Vec::new();
+        for worker in workers {
+            results.push(worker.await??);
+        }
+        Result::<_>::Ok(results)
+    })?;
+    let calls = evalsha_calls(masters)?.saturating_sub(calls_before);
+    let total: usize = results.iter().map(|(n, _)| n).sum();
+    let wait_max = results.iter().map(|(_, w)| *w).max().unwrap_or_default();
+    let shares: Vec<f64> = results
+        .iter()
+        .map(|(n, _)| round1(100.0 * *n as f64 / total.max(1) as f64))
+        .collect();
+    println!();
+    println!(
+        "W2 on Redlock: {MASTERS} masters, {WORKERS} workers, hold 1 ms, {} s",
+        run_for.as_secs()
+    );
+    println!(
+        "acquisitions/s {}  calls/acquisition {}  wait max {} ms  shares % {:?}",
+        round1(per_second(total, run_for)),
+        round1(calls as f64 / total.max(1) as f64),
+        round1(wait_max.as_secs_f64() * 1000.0),
+        shares
+    );
+    println!(
+        "{}",
+        json!({
+            "workload": "W2-redlock",
+            "masters": MASTERS,
+            "workers": WORKERS,
+            "acquisitions": total,
+            "acquisitions_per_s": round1(per_second(total, run_for)),
+            "calls_per_acquisition": round1(calls as f64 / total.max(1) as f64),
+            "wait_max_ms": round1(wait_max.as_secs_f64() * 1000.0),
+            "shares_percent": shares,
+        })
+    );
+    Ok(())
+}
+
+/// Runs W4 (and W4 with one master slowed) and prints its table and JSON.
+pub(crate) fn w4(quick: bool) -> Result<()> {
+    let (cycles, slowed_cycles, warmup) = if quick {
+        (200, 50, 10)
+    } else {
+        (2_000, 300, 50)
+    };
+    let masters = Masters::start(MASTERS);
+    let urls = masters.urls();
+    let rt = super::current_thread_runtime()?;
+    let plain = [
+        rt.block_on(leasehold_cycles(&urls, cycles, warmup))?,
+        rt.block_on(rslock_cycles(&urls, cycles, warmup))?,
+    ];
+    let proxy = FaultProxy::start(masters.servers()[MASTERS - 1].addr());
+    proxy.set_reply_latency(SLOWED_BY);
+    let mut slowed_urls = urls.clone();
+    slowed_urls[MASTERS - 1] = proxy.url();
+    let slowed = [
+        rt.block_on(leasehold_cycles(&slowed_urls, slowed_cycles, warmup))?,
+        rt.block_on(rslock_cycles(&slowed_urls, slowed_cycles, warmup))?,
+    ];
+    proxy.heal();
+    drop(proxy);
+
+    println!();
+    println!(
+        "W4 Redlock: {MASTERS} masters, 1 worker, {cycles} cycles, lease {}s, watchdog off",
+        LEASE.as_secs()
+    );
+    println!(
+        "{:<20} {:>12} {:>22}",
+        "library", "cycles/s", "acquire p50 / p99 µs"
+    );
+    for run in &plain {
+        println!(
+            "{:<20} {:>12} {:>22}",
+            run.library,
+            round1(run.cycles_per_second()),
+            run.acquire.p50_p99()
+        );
+    }
+    let ratio = plain[0].cycles_per_second() / plain[1].cycles_per_second();
+    println!(
+        "leasehold / rslock cycles/s: {:.2}x (higher is better)",
+        ratio
+    );
+    println!();
+    println!(
+        "W4 with one master's replies slowed by {} ms ({slowed_cycles} cycles)",
+        SLOWED_BY.as_millis()
+    );
+    println!(
+        "{:<20} {:>18} {:>18} {:>10}",
+        "library", "acquire p50 µs", "unslowed p50 µs", "slowed/un"
+    );
+    for (run, base) in slowed.iter().zip(&plain) {
+        println!(
+            "{:<20} {:>18} {:>18} {:>10.2}",
+            run.library,
+            run.acquire.p50_us(),
+            base.acquire.p50_us(),
+            run.acquire.p50_us() / base.acquire.p50_us()
+        );
+    }
+    println!(
+        "{}",
+        json!({
+            "workload": "W4",
+            "masters": MASTERS,
+            "cycles": cycles,
+            "runs": plain.iter().map(|run| json!({
+                "library": run.library,
+                "cycles_per_s": round1(run.cycles_per_second()),
+                "acquire_p50_us": run.acquire.p50_us(),
+                "acquire_p99_us": run.acquire.p99_us(),
+            })).collect::<Vec<_>>(),
+            "ratio_cycles_per_s": (ratio * 100.0).round() / 100.0,
+            "slowed_ms": SLOWED_BY.as_millis() as u64,
+            "slowed": slowed.iter().zip(&plain).map(|(run, base)| json!({
+                "library": run.library,
+                "cycles": run.cycles,
+                "acquire_p50_us": run.acquire.p50_us(),
+                "unslowed_acquire_p50_us": base.acquire.p50_us(),
+                "acquire_max_us": micros(run.acquire.max()),
+            })).collect::<Vec<_>>(),
+        })
+    );
+    w2_redlock(
+        &masters,
+        if quick {
+            Duration::from_secs(2)
+        } else {
+            Duration::from_secs(10)
+        },
+    )?;
+    Ok(())
+}

@@ -1,0 +1,247 @@
+//! The arithmetic of a lock over N independent masters (Redlock), in one
+//! place: majorities, when a round is decided, how long a grant can be
+//! trusted, the per-node deadline, the fence, and the pause between tries.
+//! Nothing here sends anything or reads a clock.
+
+use std::time::Duration;
+
+/// The smallest number of masters that is more than half of `n`.
+pub(crate) fn majority(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// The answers of one round to N masters so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tally {
+    pub(crate) n: usize,
+    /// Masters that said yes (granted, renewed, released, wrote the fence).
+    pub(crate) yes: usize,
+    /// Masters that said no for sure (held by another, token gone).
+    pub(crate) no: usize,
+    /// Masters that failed to answer in time, or answered an error: each
+    /// may or may not have done what it was asked.
+    pub(crate) failed: usize,
+}
+
+impl Tally {
+    pub(crate) fn new(n: usize) -> Self {
+        Tally {
+            n,
+            yes: 0,
+            no: 0,
+            failed: 0,
+        }
+    }
+
+    pub(crate) fn majority(&self) -> usize {
+        majority(self.n)
+    }
+
+    /// Masters that have not answered yet.
+    pub(crate) fn pending(&self) -> usize {
+        self.n.saturating_sub(self.yes + self.no + self.failed)
+    }
+
+    /// A majority said yes.
+    pub(crate) fn won(&self) -> bool {
+        self.yes >= self.majority()
+    }
+
+    /// A majority can no longer say yes, whatever the others answer.
+    pub(crate) fn lost(&self) -> bool {
+        self.yes + self.pending() < self.majority()
+    }
+
+    /// The round is decided either way: no need to wait for the others.
+    pub(crate) fn decided(&self) -> bool {
+        self.won() || self.lost()
+    }
+
+    /// A majority of the masters said no for sure: the token is known to
+    /// hold the lock on fewer than a majority.
+    pub(crate) fn surely_lost(&self) -> bool {
+        self.no > self.n - self.majority()
+    }
+
+    /// Unreachable masters alone keep a majority from saying yes: waiting
+    /// for busy ones to free the lock would not help.
+    pub(crate) fn blocked_by_failures(&self) -> bool {
+        self.failed > self.n - self.majority()
+    }
+}
+
+/// How time is accounted for across masters whose clocks may run at
+/// slightly different rates.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Clocks {
+    /// The part of a lease allowed for drift (0.01 is 1%).
+    pub(crate) drift_factor: f64,
+    /// Drift allowed on top of that, whatever the lease.
+    pub(crate) drift_constant: Duration,
+}
+
+impl Clocks {
+    /// The drift allowed for a lease of `lease`.
+    pub(crate) fn drift(&self, lease: Duration) -> Duration {
+        let factor = if self.drift_factor.is_finite() {
+            self.drift_factor.clamp(0.0, 1.0)
+        } else {
+            1.0
+        };
+        lease.mul_f64(factor).saturating_add(self.drift_constant)
+    }
+
+    /// What is left of a lease of `lease` whose request left `elapsed` ago:
+    /// lease − elapsed − drift, or `None` when nothing is.
+    pub(crate) fn validity(&self, lease: Duration, elapsed: Duration) -> Option<Duration> {
+        let left = lease.checked_sub(elapsed)?.checked_sub(self.drift(lease))?;
+        (!left.is_zero()).then_some(left)
+    }
+
+    /// Whether a grant of `lease`, whose first request left `elapsed` ago,
+    /// may be reported held: only with more than `floor` of validity left.
+    pub(crate) fn usable(&self, lease: Duration, elapsed: Duration, floor: Duration) -> bool {
+        self.validity(lease, elapsed)
+            .is_some_and(|left| left > floor)
+    }
+
+    /// The time after the first request left past which a lease of
+    /// `lease` is no longer trusted: lease − drift (zero when the drift
+    /// eats all of it).
+    pub(crate) fn trusted_for(&self, lease: Duration) -> Duration {
+        lease.saturating_sub(self.drift(lease))
+    }
+}
+
+/// The per-node deadline of a request, unless set: a hundredth of the
+/// lease, and at least `floor`.
+pub(crate) fn node_deadline(lease: Duration, floor: Duration) -> Duration {
+    (lease / 100).max(floor)
+}
+
+/// The fence of a grant, from the fences the granting masters computed in
+/// round one (each `max(stored + 1, its clock in µs)`): the largest. `None`
+/// when no master granted.
+pub(crate) fn fence(granted: &[u64]) -> Option<u64> {
+    granted.iter().copied().max()
+}
+
+/// The pause before the next try: `base` scaled by a jitter in [0.5, 1.5)
+/// (`jitter` is a random number, taken modulo 1000), never past `left`.
+pub(crate) fn retry_pause(base: Duration, jitter: u32, left: Duration) -> Duration {
+    let scale = 0.5 + f64::from(jitter % 1000) / 1000.0;
+    base.mul_f64(scale).min(left)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn clocks() -> impl Strategy<Value = Clocks> {
+        (0.0f64..0.5, 0u64..1_000).prop_map(|(f, c)| Clocks {
+            drift_factor: f,
+            drift_constant: Duration::from_millis(c),
+        })
+    }
+
+    proptest! {
+        // A grant is never reported held at or past its validity: whenever
+        // it is usable, the time elapsed plus the floor plus the drift is
+        // still short of the lease.
+        #[test]
+        fn never_held_at_or_past_validity(
+            lease_ms in 10u64..86_400_000,
+            elapsed_us in 0u64..100_000_000_000,
+            floor_ms in 0u64..10_000,
+            clocks in clocks(),
+        ) {
+            let lease = Duration::from_millis(lease_ms);
+            let elapsed = Duration::from_micros(elapsed_us);
+            let floor = Duration::from_millis(floor_ms);
+            if clocks.usable(lease, elapsed, floor) {
+                prop_assert!(elapsed + floor + clocks.drift(lease) < lease);
+                prop_assert!(elapsed < clocks.trusted_for(lease));
+            }
+            if let Some(left) = clocks.validity(lease, elapsed) {
+                prop_assert_eq!(left + elapsed + clocks.drift(lease), lease);
+            } else {
+                prop_assert!(elapsed + clocks.drift(lease) >= lease);
+            }
+        }
+
+        // More drift or more elapsed time never leaves more validity.
+        #[test]
+        fn validity_shrinks(
+            lease_ms in 10u64..86_400_000,
+            a in 0u64..100_000_000,
+            b in 0u64..100_000_000,
+            clocks in clocks(),
+        ) {
+            let lease = Duration::from_millis(lease_ms);
+            let (short, long) = (Duration::from_micros(a.min(b)), Duration::from_micros(a.max(b)));
+            let v = |e| clocks.validity(lease, e).unwrap_or_default();
+            prop_assert!(v(long) <= v(short));
+        }
+
+        // Any two majorities of the same masters share one: what one wrote
+        // the next one reads.
+        #[test]
+        fn majorities_intersect(n in 1usize..64) {
+            prop_assert!(2 * majority(n) > n);
+            prop_assert!(majority(n) <= n);
+        }
+
+        // A round is decided as soon as, and only when, the answers so far
+        // settle it.
+        #[test]
+        fn tally_decides(
+            (n, yes, no, failed) in (1usize..32).prop_flat_map(|n| (Just(n), 0..=n))
+                .prop_flat_map(|(n, yes)| (Just(n), Just(yes), 0..=n - yes))
+                .prop_flat_map(|(n, yes, no)| (Just(n), Just(yes), Just(no), 0..=n - yes - no)),
+        ) {
+            let t = Tally { n, yes, no, failed };
+            let m = majority(n);
+            prop_assert_eq!(t.won(), yes >= m);
+            // Lost: even if every pending master said yes, no majority.
+            prop_assert_eq!(t.lost(), yes + (n - yes - no - failed) < m);
+            prop_assert!(!(t.won() && t.lost()));
+            if t.surely_lost() {
+                // Whatever the others answer, no majority can say yes.
+                prop_assert!(yes + t.pending() + failed < m);
+                prop_assert!(t.lost());
+            }
+            if t.blocked_by_failures() {
+                prop_assert!(n - failed < m);
+            }
+        }
+
+        #[test]
+        fn pause_in_bounds(base_ms in 0u64..10_000, jitter in any::<u32>(), left_ms in 0u64..10_000) {
+            let base = Duration::from_millis(base_ms);
+            let left = Duration::from_millis(left_ms);
+            let p = retry_pause(base, jitter, left);
+            prop_assert!(p <= left);
+            prop_assert!(p <= base.mul_f64(1.5));
+            prop_assert!(p >= base.mul_f64(0.5).min(left));
+        }
+
+        #[test]
+        fn fence_is_the_largest(fences in proptest::collection::vec(0u64..1 << 53, 0..9)) {
+            match fence(&fences) {
+                None => prop_assert!(fences.is_empty()),
+                Some(f) => prop_assert!(fences.iter().all(|&x| x <= f) && fences.contains(&f)),
+            }
+        }
+    }
+
+    #[test]
+    fn deadline_is_a_hundredth_with_a_floor() {
+        let floor = Duration::from_millis(5);
+        assert_eq!(
+            node_deadline(Duration::from_secs(10), floor),
+            Duration::from_millis(100)
+        );
+        assert_eq!(node_deadline(Duration::from_millis(100), floor), floor);
+    }
+}

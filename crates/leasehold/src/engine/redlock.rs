@@ -1,0 +1,1238 @@
+//! A lock over N independent masters (Redlock), with fences that never go
+//! back. Each master is an [`Engine`] over one standalone server, with its
+//! own healing connection and restart grace; this module asks them in
+//! parallel and counts (its arithmetic is in [`quorum`](super::quorum)).
+//!
+//! Every request to a master runs in a task of its own, so a master that
+//! is slow or out of reach costs the caller no more than the per-node
+//! deadline, while the request itself runs on to its connection's command
+//! timeout (which replaces a connection that stopped answering).
+//!
+//! An acquisition has two rounds:
+//!
+//! 1. the mutex acquire script on every master: each that grants returns
+//!    `max(its counter + 1, its clock in µs)`, already stored there;
+//! 2. the largest of those, the fence, is written to every master that
+//!    granted, on the condition that the token still holds the lock there
+//!    (`scripts/redlock_fence.lua`).
+//!
+//! The lock is reported held only once a majority confirmed round two with
+//! validity (lease − elapsed − drift) above the floor left. Any later
+//! majority shares a master with that one, whose counter is at least the
+//! fence, so the next fence is larger (see docs/SAFETY.md).
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex as StdMutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+
+use crate::engine::lease::LossReason;
+use crate::engine::ops::renew_one;
+use crate::engine::quorum::{self, Clocks, Tally};
+use crate::engine::release::{release, release_in_background};
+use crate::engine::{new_token, scripts, Answer, Engine};
+use crate::error::{Error, ErrorKind, Result};
+use crate::keys::{millis, validate_lease, LockKeys, MIN_LEASE};
+
+/// How far ahead of this host's clock a proposed fence is, in µs: enough
+/// for masters whose clocks run a little ahead to take it.
+const PROPOSAL_LEAD_US: u64 = 2_000;
+/// How far past its own clock a master takes a proposed fence, in µs: a
+/// host whose clock is further ahead gets the masters' own fences.
+const PROPOSAL_AHEAD_US: u64 = 1_000_000;
+
+/// The per-node deadline is never shorter than this.
+pub(crate) const NODE_DEADLINE_FLOOR: Duration = Duration::from_millis(5);
+
+/// How the masters of one Redlock are asked and counted.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QuorumConfig {
+    pub(crate) clocks: Clocks,
+    /// The per-node deadline; a hundredth of the lease when not set.
+    pub(crate) node_timeout: Option<Duration>,
+    /// Validity a grant must have left to be reported; a tenth of the
+    /// lease when not set.
+    pub(crate) validity_floor: Option<Duration>,
+    /// The pause between tries of a wait, before jitter.
+    pub(crate) retry_delay: Duration,
+}
+
+/// The masters of one Redlock.
+#[derive(Debug)]
+pub(crate) struct Masters {
+    pub(crate) nodes: Vec<Arc<Engine>>,
+    pub(crate) config: QuorumConfig,
+}
+
+/// What one acquisition asks for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ask<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) lease: Duration,
+    pub(crate) renew: bool,
+    pub(crate) hold_at_least: Option<Duration>,
+    pub(crate) max_hold: Option<Duration>,
+}
+
+/// Where an acquisition's token stands, shared by the requests still in
+/// flight: a grant that arrives once the acquisition gave up, or after
+/// the hold ended, is released by the request that got it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Trying,
+    Held,
+    Over,
+}
+
+/// The phase, and every master whose grant was recorded while trying: a
+/// request records its grant, or sees the try over and releases, under the
+/// one lock, so no grant slips between the two.
+#[derive(Debug)]
+struct PhaseState {
+    phase: Phase,
+    granted: Vec<usize>,
+}
+
+type SharedPhase = Arc<StdMutex<PhaseState>>;
+
+fn phase(shared: &SharedPhase) -> MutexGuard<'_, PhaseState> {
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One master's answer to round one.
+#[derive(Debug)]
+enum Grant {
+    Granted(u64),
+    Busy(Option<Duration>),
+    InGrace(Duration),
+}
+
+/// One try over every master, as the caller of [`Masters::attempt`] sees it.
+enum Try {
+    Held(QuorumHeld),
+    /// Not now: held elsewhere, or the grant came too late to be used.
+    Busy(Option<Duration>),
+    /// Too many masters failed for a majority to be possible; `missed` of
+    /// them did not answer within the per-node deadline (a connection
+    /// being made, or a slow master), the others answered an error.
+    Blocked {
+        tally: Tally,
+        error: Option<Error>,
+        missed: usize,
+    },
+}
+
+impl Masters {
+    pub(crate) fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub(crate) fn node_timeout(&self, lease: Duration) -> Duration {
+        self.config
+            .node_timeout
+            .unwrap_or_else(|| quorum::node_deadline(lease, NODE_DEADLINE_FLOOR))
+    }
+
+    fn validity_floor(&self, lease: Duration) -> Duration {
+        self.config.validity_floor.unwrap_or(lease / 10)
+    }
+
+    pub(crate) fn command_timeout(&self) -> Duration {
+        self.nodes
+            .first()
+            .map_or(Duration::from_secs(2), |node| node.command_timeout())
+    }
+
+    /// Runs `op` on the masters `which` picks, all at once; the answers
+    /// arrive as they come. Requests still in flight when the caller stops
+    /// listening run on in a task of their own (see [`Fanned`]).
+    fn fan_out<T, F, Fut>(&self, which: impl Fn(usize) -> bool, op: F) -> Fanned<T>
+    where
+        F: Fn(usize, Arc<Engine>) -> Fut,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let futures = FuturesUnordered::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            if !which(i) {
+                continue;
+            }
+            let request = op(i, Arc::clone(node));
+            futures.push(Box::pin(async move { (i, request.await) }) as Pending<T>);
+        }
+        Fanned { futures }
+    }
+
+    /// One try: round one on every master, round two on those that granted.
+    async fn attempt(self: &Arc<Self>, ask: &Ask<'_>) -> Result<Try> {
+        let n = self.len();
+        let token = new_token()?;
+        let shared: SharedPhase = Arc::new(StdMutex::new(PhaseState {
+            phase: Phase::Trying,
+            granted: Vec::new(),
+        }));
+        let node_timeout = self.node_timeout(ask.lease);
+        let start = Instant::now();
+        let rx = {
+            let keys = ask.keys.clone();
+            let token = token.clone();
+            let lease = ask.lease;
+            let shared = &shared;
+            let proposed = proposal();
+            self.fan_out(
+                |_| true,
+                move |i, engine| {
+                    let (keys, token, shared) = (keys.clone(), token.clone(), Arc::clone(shared));
+                    async move {
+                        let answer = take_on(&engine, &keys, &token, lease, proposed).await;
+                        if matches!(answer, Ok(Grant::Granted(_))) {
+                            let late = {
+                                let mut state = phase(&shared);
+                                if state.phase != Phase::Over {
+                                    state.granted.push(i);
+                                }
+                                state.phase == Phase::Over
+                            };
+                            if late {
+                                // Nobody counts this grant any more.
+                                release_in_background(
+                                    Arc::clone(&engine),
+                                    keys.clone(),
+                                    token.clone(),
+                                    false,
+                                    None,
+                                );
+                            }
+                        }
+                        answer
+                    }
+                },
+            )
+        };
+        let mut attempt = Attempt {
+            masters: Arc::clone(self),
+            keys: ask.keys.clone(),
+            token,
+            shared,
+            rx,
+            granted: Vec::new(),
+            settled: false,
+        };
+        let mut tally = Tally::new(n);
+        let mut fences = Vec::with_capacity(n);
+        let mut busy: Vec<Duration> = Vec::new();
+        let mut last_error = None;
+        let mut conflict = None;
+        let mut missed = 0;
+        let until = start + node_timeout;
+        while !tally.decided() {
+            let Ok(Some((i, answer))) = attempt.rx.recv_until(until).await else {
+                // The ones that did not answer in time count as failed.
+                missed = tally.pending();
+                tally.failed += missed;
+                if last_error.is_none() {
+                    last_error = Some(Error::new(
+                        ErrorKind::Connection,
+                        format!("no answer within the per-node deadline of {node_timeout:?}"),
+                    ));
+                }
+                break;
+            };
+            match answer {
+                Ok(Grant::Granted(fence)) => {
+                    tally.yes += 1;
+                    fences.push(fence);
+                    attempt.granted.push((i, fence));
+                }
+                Ok(Grant::Busy(pttl)) => {
+                    tally.no += 1;
+                    busy.extend(pttl);
+                }
+                Ok(Grant::InGrace(left)) => {
+                    tally.no += 1;
+                    busy.push(left);
+                }
+                Err(error) if error.is_conflict() => {
+                    tally.no += 1;
+                    conflict = Some(error);
+                }
+                Err(error) => {
+                    tally.failed += 1;
+                    last_error = Some(error);
+                }
+            }
+        }
+        if let Some(conflict) = conflict {
+            attempt.give_up().await;
+            return Err(conflict);
+        }
+        if !tally.won() {
+            attempt.give_up().await;
+            if tally.blocked_by_failures() {
+                return Ok(Try::Blocked {
+                    tally,
+                    error: last_error,
+                    missed,
+                });
+            }
+            // The lock frees on a majority once the shortest leases in the
+            // way run out.
+            busy.sort();
+            let needed = tally.majority().saturating_sub(tally.yes + tally.pending());
+            let hint = needed.checked_sub(1).and_then(|k| busy.get(k).copied());
+            return Ok(Try::Busy(hint));
+        }
+        let Some(fence) = quorum::fence(&fences) else {
+            attempt.give_up().await;
+            return Ok(Try::Busy(None));
+        };
+        // Round two: the fence, to every master that granted with a smaller
+        // one. Those that granted with it stored it with the grant, in one
+        // script: when they are a majority, no round trip is needed.
+        let stored = attempt.granted.iter().filter(|&&(_, f)| f == fence).count();
+        let behind: Vec<usize> = attempt
+            .granted
+            .iter()
+            .filter(|&&(_, f)| f < fence)
+            .map(|&(i, _)| i)
+            .collect();
+        let confirmed = if stored >= tally.majority() {
+            if !behind.is_empty() {
+                // Not waited for: the majority has the fence already.
+                drop(self.fan_out_fence(ask.keys, &attempt.token, fence, &behind));
+            }
+            stored
+        } else {
+            stored
+                + self
+                    .write_fence(
+                        ask.keys,
+                        &attempt.token,
+                        fence,
+                        &behind,
+                        tally.majority() - stored,
+                        node_timeout,
+                    )
+                    .await
+        };
+        let floor = self.validity_floor(ask.lease);
+        if confirmed < tally.majority()
+            || !self.config.clocks.usable(ask.lease, start.elapsed(), floor)
+        {
+            // Too few confirmed, or too little is left of the lease to use.
+            attempt.give_up().await;
+            return Ok(Try::Busy(None));
+        }
+        let held = QuorumHeld::new(self, ask, &mut attempt, fence, start, node_timeout);
+        Ok(Try::Held(held))
+    }
+
+    /// Sends round two to the masters in `which`.
+    fn fan_out_fence(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        fence: u64,
+        which: &[usize],
+    ) -> Fanned<bool> {
+        let keys = keys.clone();
+        let token = token.to_owned();
+        self.fan_out(
+            |i| which.contains(&i),
+            move |_, engine| {
+                let (keys, token) = (keys.clone(), token.clone());
+                async move { fence_on(&engine, &keys, &token, fence).await }
+            },
+        )
+    }
+
+    /// Round two: how many of the masters in `behind` stored `fence` while
+    /// `token` still held the lock there. Returns once `needed` did, or
+    /// once they cannot.
+    async fn write_fence(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        fence: u64,
+        behind: &[usize],
+        needed: usize,
+        node_timeout: Duration,
+    ) -> usize {
+        let mut rx = self.fan_out_fence(keys, token, fence, behind);
+        let (mut yes, mut answered) = (0, 0);
+        let until = Instant::now() + node_timeout;
+        while yes < needed && behind.len() - answered + yes >= needed {
+            match rx.recv_until(until).await {
+                Ok(Some((_, Ok(true)))) => {
+                    yes += 1;
+                    answered += 1;
+                }
+                Ok(Some(_)) => answered += 1,
+                Ok(None) | Err(_) => break,
+            }
+        }
+        yes
+    }
+
+    /// Waits for the lock, at most `wait` if given.
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        ask: &Ask<'_>,
+        wait: Option<Duration>,
+    ) -> Result<QuorumHeld> {
+        match self.tries(ask, wait, false).await? {
+            Some(held) => Ok(held),
+            None => Err(Error::wait_timed_out(
+                &ask.keys.name,
+                wait.unwrap_or_default(),
+                None,
+            )),
+        }
+    }
+
+    /// One try: the guard, or `None` when the lock is held elsewhere.
+    pub(crate) async fn try_acquire(self: &Arc<Self>, ask: &Ask<'_>) -> Result<Option<QuorumHeld>> {
+        self.tries(ask, None, true).await
+    }
+
+    /// Tries until the lock is held, or, with `once`, until one try got
+    /// an answer from enough masters to tell; `None` when the lock is held
+    /// elsewhere at the end. Masters that answer errors (refused, out of
+    /// reach) so that no majority is possible end it at once with the
+    /// quorum error; masters that only miss the per-node deadline (a
+    /// connection being made, a slow or paused master) are given up to the
+    /// command timeout first.
+    async fn tries(
+        self: &Arc<Self>,
+        ask: &Ask<'_>,
+        wait: Option<Duration>,
+        once: bool,
+    ) -> Result<Option<QuorumHeld>> {
+        let started = Instant::now();
+        let deadline = wait.map(|wait| started + wait);
+        let mut blocked_since: Option<Instant> = None;
+        loop {
+            let tried_at = Instant::now();
+            let hint = match self.attempt(ask).await? {
+                Try::Held(held) => return Ok(Some(held)),
+                Try::Blocked {
+                    tally,
+                    error,
+                    missed,
+                } => {
+                    let since = *blocked_since.get_or_insert(tried_at);
+                    if missed == 0
+                        || since.elapsed() >= self.command_timeout()
+                        || deadline.is_some_and(|deadline| Instant::now() >= deadline)
+                    {
+                        return Err(self.no_quorum(ask.keys, tally, error));
+                    }
+                    None
+                }
+                Try::Busy(_) if once => return Ok(None),
+                Try::Busy(hint) => {
+                    blocked_since = None;
+                    hint
+                }
+            };
+            let left = match deadline {
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Ok(None);
+                    }
+                    left
+                }
+                None => Duration::MAX,
+            };
+            let base = hint.map_or(self.config.retry_delay, |hint| {
+                hint.clamp(
+                    MIN_LEASE.min(self.config.retry_delay),
+                    self.config.retry_delay,
+                )
+            });
+            tokio::time::sleep(quorum::retry_pause(base, jitter(), left)).await;
+        }
+    }
+
+    /// The error of a try that too many unreachable masters kept from a
+    /// majority.
+    fn no_quorum(&self, keys: &LockKeys, tally: Tally, last: Option<Error>) -> Error {
+        let n = tally.n;
+        let mut error = Error::new(
+            ErrorKind::Quorum,
+            format!(
+                "lock {:?}: quorum not reached: {} of {n} masters did not answer (a majority is \
+                 {}){}; bring the masters back, or check their URLs",
+                keys.name,
+                tally.failed,
+                tally.majority(),
+                last.as_ref()
+                    .map(|e| format!(", last: {e}"))
+                    .unwrap_or_default()
+            ),
+        );
+        if let Some(source) = last {
+            error = error.with_source(source);
+        }
+        error
+    }
+
+    /// Runs `op` on every master and counts: answers until all came or
+    /// `until`, and stops early once the count is decided if `early`.
+    async fn count<F, Fut>(&self, until: Instant, early: bool, op: F) -> (Tally, Option<Error>)
+    where
+        F: Fn(usize, Arc<Engine>) -> Fut,
+        Fut: Future<Output = Result<bool>> + Send + 'static,
+    {
+        let mut rx = self.fan_out(|_| true, op);
+        let mut tally = Tally::new(self.len());
+        let mut last = None;
+        while tally.pending() > 0 && !(early && tally.decided()) {
+            match rx.recv_until(until).await {
+                Ok(Some((_, Ok(true)))) => tally.yes += 1,
+                Ok(Some((_, Ok(false)))) => tally.no += 1,
+                Ok(Some((_, Err(error)))) => {
+                    tally.failed += 1;
+                    last = Some(error);
+                }
+                Ok(None) | Err(_) => {
+                    tally.failed += tally.pending();
+                    break;
+                }
+            }
+        }
+        (tally, last)
+    }
+
+    /// Renews `token` to `lease` on every master.
+    async fn renew_all(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        lease: Duration,
+        until: Instant,
+    ) -> (Tally, Option<Error>) {
+        let (keys, token) = (keys.clone(), token.to_owned());
+        self.count(until, true, move |_, engine| {
+            let (keys, token) = (keys.clone(), token.clone());
+            async move { renew_one(&engine, &keys, &token, lease, None).await }
+        })
+        .await
+    }
+
+    /// Releases `token` on every master; how many held it. Waits for every
+    /// answer until `until`, and no longer than `patience` once a majority
+    /// is decided.
+    async fn release_all(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        hold_until: Option<Instant>,
+        until: Instant,
+        patience: Duration,
+    ) -> (Tally, Option<Error>) {
+        let (keys, token) = (keys.clone(), token.to_owned());
+        let mut rx = self.fan_out(
+            |_| true,
+            move |_, engine| {
+                let (keys, token) = (keys.clone(), token.clone());
+                async move { release(&engine, &keys, &token, false, hold_until).await }
+            },
+        );
+        let sent = Instant::now();
+        let mut tally = Tally::new(self.len());
+        let mut last = None;
+        while tally.pending() > 0 {
+            let by = if tally.decided() {
+                until.min(sent + patience)
+            } else {
+                until
+            };
+            match rx.recv_until(by).await {
+                Ok(Some((_, Ok(true)))) => tally.yes += 1,
+                Ok(Some((_, Ok(false)))) => tally.no += 1,
+                Ok(Some((_, Err(error)))) => {
+                    tally.failed += 1;
+                    last = Some(error);
+                }
+                Ok(None) | Err(_) => {
+                    tally.failed += tally.pending();
+                    break;
+                }
+            }
+        }
+        (tally, last)
+    }
+
+    /// Releases `token` on every master, for a lease taken elsewhere; how
+    /// many held it.
+    pub(crate) async fn release_token(&self, keys: &LockKeys, token: &str) -> Result<usize> {
+        let until = Instant::now() + self.command_timeout();
+        let (tally, last) = self
+            .release_all(keys, token, None, until, self.command_timeout())
+            .await;
+        if tally.won() {
+            return Ok(tally.yes);
+        }
+        if tally.surely_lost() || tally.failed == 0 {
+            return Err(Error::not_held(format!(
+                "lock {:?} is held by this token on {} of {} masters, fewer than a majority \
+                 ({}): it expired, or was released or removed (released where it was held)",
+                keys.name,
+                tally.yes,
+                tally.n,
+                tally.majority()
+            )));
+        }
+        Err(self.no_quorum(keys, tally, last))
+    }
+
+    /// Sets the lease of `token` to `lease` on every master; a majority
+    /// must confirm.
+    pub(crate) async fn extend_token(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        lease: Duration,
+    ) -> Result<()> {
+        validate_lease(lease)?;
+        let until = Instant::now() + self.command_timeout();
+        let (tally, last) = self.renew_all(keys, token, lease, until).await;
+        if tally.won() {
+            Ok(())
+        } else if tally.surely_lost() {
+            Err(Error::not_held(format!(
+                "lock {:?} is held by this token on fewer than a majority of its {} masters: \
+                 it expired, or was released or removed",
+                keys.name, tally.n
+            )))
+        } else {
+            Err(self.no_quorum(keys, tally, last))
+        }
+    }
+}
+
+type Pending<T> = std::pin::Pin<Box<dyn Future<Output = (usize, Result<T>)> + Send>>;
+
+/// Requests to several masters in flight, polled together by whoever
+/// listens for their answers. Dropped with requests still in flight (the
+/// round was decided, or its caller gave up), it hands them to a task of
+/// their own, so that each runs on to its answer or its connection's
+/// command timeout: a grant that comes late is released by its request,
+/// and a connection that stopped answering is replaced.
+struct Fanned<T: Send + 'static> {
+    futures: FuturesUnordered<Pending<T>>,
+}
+
+impl<T: Send + 'static> Fanned<T> {
+    /// The next answer, `Ok(None)` when all came, `Err` past `until`.
+    async fn recv_until(
+        &mut self,
+        until: Instant,
+    ) -> std::result::Result<Option<(usize, Result<T>)>, tokio::time::error::Elapsed> {
+        tokio::time::timeout_at(until, self.futures.next()).await
+    }
+}
+
+impl<T: Send + 'static> Drop for Fanned<T> {
+    fn drop(&mut self) {
+        if self.futures.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut futures = std::mem::take(&mut self.futures);
+        runtime.spawn(async move { while futures.next().await.is_some() {} });
+    }
+}
+
+/// A try in progress: what it must undo if it fails or is dropped.
+struct Attempt {
+    masters: Arc<Masters>,
+    keys: LockKeys,
+    token: String,
+    shared: SharedPhase,
+    rx: Fanned<Grant>,
+    /// The masters counted as having granted, with the fence each stored.
+    granted: Vec<(usize, u64)>,
+    settled: bool,
+}
+
+impl Attempt {
+    /// Marks the try over and collects every grant known so far: the ones
+    /// that come later release themselves.
+    fn abandon(&mut self) -> Vec<usize> {
+        self.settled = true;
+        let mut state = phase(&self.shared);
+        state.phase = Phase::Over;
+        std::mem::take(&mut state.granted)
+    }
+
+    /// The try failed: release on every master that may have granted, in
+    /// parallel, once, and wait a per-node deadline at most for them.
+    async fn give_up(&mut self) {
+        let granted = self.abandon();
+        if granted.is_empty() {
+            return;
+        }
+        let (keys, token) = (self.keys.clone(), self.token.clone());
+        let mut rx = self.masters.fan_out(
+            |i| granted.contains(&i),
+            move |_, engine| {
+                let (keys, token) = (keys.clone(), token.clone());
+                async move { release(&engine, &keys, &token, false, None).await }
+            },
+        );
+        let until = Instant::now() + self.masters.command_timeout();
+        for _ in 0..granted.len() {
+            if !matches!(rx.recv_until(until).await, Ok(Some(_))) {
+                break;
+            }
+        }
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        // Dropped mid-try: undo it in the background.
+        let granted = self.abandon();
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        for i in granted {
+            if let Some(node) = self.masters.nodes.get(i) {
+                release_in_background(
+                    Arc::clone(node),
+                    self.keys.clone(),
+                    self.token.clone(),
+                    false,
+                    None,
+                );
+            }
+        }
+    }
+}
+
+/// Round one on one master: the mutex acquire script, which never queues
+/// here. A master in its restart grace is not asked.
+async fn take_on(
+    engine: &Engine,
+    keys: &LockKeys,
+    token: &str,
+    lease: Duration,
+    proposed: u64,
+) -> Result<Grant> {
+    let route = engine.route(keys).await?;
+    if let Some(left) = engine.grace_left(&keys.lock, route.server()) {
+        return Ok(Grant::InGrace(left));
+    }
+    let lease_ms = millis(lease).to_string();
+    let retention = millis(engine.config.fence_retention).to_string();
+    let proposed = proposed.to_string();
+    let ahead = PROPOSAL_AHEAD_US.to_string();
+    let args: [&[u8]; 6] = [
+        token.as_bytes(),
+        lease_ms.as_bytes(),
+        retention.as_bytes(),
+        engine.config.identity.as_bytes(),
+        proposed.as_bytes(),
+        ahead.as_bytes(),
+    ];
+    let reply = match engine
+        .send(
+            route,
+            &keys.lock,
+            "acquire",
+            |s| &s.redlock_acquire,
+            &[&keys.lock, &keys.fence],
+            &args,
+            true,
+        )
+        .await?
+    {
+        Answer::Reply(reply, _, _) => reply,
+        Answer::InGrace(left) => return Ok(Grant::InGrace(left)),
+    };
+    let unexpected = || Error::unexpected_reply("acquire", &reply);
+    let redis::Value::Array(items) = &reply else {
+        return Err(unexpected());
+    };
+    let int = |i: usize| items.get(i).and_then(scripts::as_int);
+    match (int(0), items.len()) {
+        (Some(1), 2) => int(1)
+            .and_then(|fence| u64::try_from(fence).ok())
+            .map(Grant::Granted)
+            .ok_or_else(unexpected),
+        (Some(0), 2) => Ok(Grant::Busy(int(1).and_then(crate::engine::pttl))),
+        (Some(-1), 2) => {
+            let found = items
+                .get(1)
+                .and_then(scripts::as_text)
+                .ok_or_else(unexpected)?;
+            Err(crate::engine::Kind::Mutex.conflict(&keys.name, &found))
+        }
+        _ => Err(unexpected()),
+    }
+}
+
+/// The fence a try proposes: this host's clock in µs, a little ahead. A
+/// master takes it as its fence when it is at least its own hybrid clock's
+/// and not more than [`PROPOSAL_AHEAD_US`] past its clock; masters whose
+/// clocks are that close to this host's then agree on one fence.
+fn proposal() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(0));
+    now.saturating_add(PROPOSAL_LEAD_US)
+}
+
+/// Round two on one master: stores `fence` if `token` holds the lock there.
+async fn fence_on(engine: &Engine, keys: &LockKeys, token: &str, fence: u64) -> Result<bool> {
+    let retention = millis(engine.config.fence_retention).to_string();
+    let fence = fence.to_string();
+    let reply = engine
+        .eval(
+            keys,
+            "fence",
+            |s| &s.redlock_fence,
+            &[&keys.lock, &keys.fence],
+            &[token.as_bytes(), fence.as_bytes(), retention.as_bytes()],
+        )
+        .await?;
+    scripts::flag("fence", &reply)
+}
+
+fn jitter() -> u32 {
+    let mut bytes = [0u8; 4];
+    // Without randomness the pause is not jittered; it is still bounded.
+    let _ = getrandom::fill(&mut bytes);
+    u32::from_le_bytes(bytes)
+}
+
+#[derive(Debug)]
+struct Timing {
+    lease: Duration,
+    /// On the monotonic clock: the start of the last successful round plus
+    /// its lease, minus the drift.
+    deadline: Instant,
+    next_renewal: Instant,
+    capped: bool,
+    loss: Option<LossReason>,
+}
+
+/// A lease held on a majority of the masters.
+#[derive(Debug)]
+struct Hold {
+    masters: Arc<Masters>,
+    keys: LockKeys,
+    token: String,
+    fence: u64,
+    renew: bool,
+    hold_until: Option<Instant>,
+    cap: Option<Instant>,
+    max_hold: Option<Duration>,
+    timing: StdMutex<Timing>,
+    lost_tx: watch::Sender<u64>,
+    /// One renewal, extend or release at a time.
+    turn: tokio::sync::Mutex<()>,
+    shared: SharedPhase,
+    finished: AtomicBool,
+    /// Wakes the watchdog: a new renewal time, or the end.
+    wake: Notify,
+}
+
+/// What a [`LeaseGuard`](crate::LeaseGuard) holds for a Redlock.
+#[derive(Debug)]
+pub(crate) struct QuorumHeld {
+    hold: Arc<Hold>,
+    done: AtomicBool,
+    _holding: crate::engine::metrics::Holding,
+}
+
+impl QuorumHeld {
+    fn new(
+        masters: &Arc<Masters>,
+        ask: &Ask<'_>,
+        attempt: &mut Attempt,
+        fence: u64,
+        start: Instant,
+        _node_timeout: Duration,
+    ) -> Self {
+        phase(&attempt.shared).phase = Phase::Held;
+        attempt.settled = true;
+        let clocks = masters.config.clocks;
+        let cap = ask.max_hold.map(|max| start + max);
+        let mut deadline = start + clocks.trusted_for(ask.lease);
+        if let Some(cap) = cap {
+            deadline = deadline.min(cap);
+        }
+        let (lost_tx, _) = watch::channel(0);
+        let hold = Arc::new(Hold {
+            masters: Arc::clone(masters),
+            keys: ask.keys.clone(),
+            token: attempt.token.clone(),
+            fence,
+            renew: ask.renew,
+            hold_until: ask.hold_at_least.map(|hold| Instant::now() + hold),
+            cap,
+            max_hold: ask.max_hold,
+            timing: StdMutex::new(Timing {
+                lease: ask.lease,
+                deadline,
+                next_renewal: start + ask.lease / 3,
+                capped: cap.is_some_and(|cap| start + ask.lease >= cap),
+                loss: None,
+            }),
+            lost_tx,
+            turn: tokio::sync::Mutex::new(()),
+            shared: Arc::clone(&attempt.shared),
+            finished: AtomicBool::new(false),
+            wake: Notify::new(),
+        });
+        if ask.renew {
+            tokio::spawn(watchdog(Arc::clone(&hold)));
+        }
+        QuorumHeld {
+            hold,
+            done: AtomicBool::new(false),
+            _holding: crate::engine::metrics::Holding::new(crate::engine::Kind::Mutex),
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.hold.keys.name
+    }
+
+    pub(crate) fn fence(&self) -> u64 {
+        self.hold.fence
+    }
+
+    pub(crate) fn token(&self) -> &str {
+        &self.hold.token
+    }
+
+    pub(crate) fn masters(&self) -> usize {
+        self.hold.masters.len()
+    }
+
+    pub(crate) fn loss(&self) -> Option<LossReason> {
+        self.hold.loss()
+    }
+
+    pub(crate) async fn lost(&self) {
+        self.hold.lost().await;
+    }
+
+    pub(crate) fn valid_for(&self) -> Duration {
+        if self.loss().is_some() {
+            return Duration::ZERO;
+        }
+        self.hold
+            .timing()
+            .deadline
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// Sets the lease to `length` from now on every master. A majority must
+    /// confirm; short of that the lease is left as it was (never shortened
+    /// below what a shorter `length` may have set), and nothing is released.
+    pub(crate) async fn extend(&self, length: Duration) -> Result<()> {
+        validate_lease(length)?;
+        let hold = &self.hold;
+        if let Some(reason) = hold.loss() {
+            return Err(hold.lost_error(reason));
+        }
+        let _turn = hold.turn.lock().await;
+        let sent = Instant::now();
+        let Some(length) = hold.cut_at_cap(length, sent) else {
+            hold.mark_lost(LossReason::MaxHoldReached);
+            return Err(hold.lost_error(LossReason::MaxHoldReached));
+        };
+        // Until a majority confirms, trust the shorter of the old and the
+        // new lease: a shortening may take effect on the masters that got it.
+        hold.extending(sent, length);
+        let until = hold.deadline().min(sent + hold.masters.command_timeout());
+        let (tally, last) = hold
+            .masters
+            .renew_all(&hold.keys, &hold.token, length, until)
+            .await;
+        if tally.won() {
+            hold.renewed(sent, length);
+            hold.wake.notify_one();
+            return match hold.loss() {
+                Some(reason) => Err(hold.lost_error(reason)),
+                None => Ok(()),
+            };
+        }
+        if tally.surely_lost() {
+            hold.mark_lost(LossReason::TokenGone);
+            return Err(hold.lost_error(LossReason::TokenGone));
+        }
+        let mut error = Error::new(
+            ErrorKind::Quorum,
+            format!(
+                "extend of lock {:?} (fence {}) reached {} of {} masters, fewer than a majority \
+                 ({}): quorum not reached; the lease is left as it was{}",
+                hold.keys.name,
+                hold.fence,
+                tally.yes,
+                tally.n,
+                tally.majority(),
+                last.as_ref()
+                    .map(|e| format!(" (last: {e})"))
+                    .unwrap_or_default()
+            ),
+        );
+        if let Some(last) = last {
+            error = error.with_source(last);
+        }
+        Err(error)
+    }
+
+    /// Releases on every master in parallel; on how many it was held.
+    pub(crate) async fn release(self) -> Result<usize> {
+        self.finish();
+        let hold = Arc::clone(&self.hold);
+        let _turn = hold.turn.lock().await;
+        let masters = &hold.masters;
+        let timeout = masters.command_timeout();
+        let until = Instant::now() + timeout;
+        let patience = masters.node_timeout(hold.timing().lease);
+        let (tally, last) = masters
+            .release_all(&hold.keys, &hold.token, hold.hold_until, until, patience)
+            .await;
+        if let Some(reason) = hold.loss() {
+            return Err(hold.lost_error(reason));
+        }
+        if tally.won() {
+            return Ok(tally.yes);
+        }
+        if tally.surely_lost() || tally.failed == 0 {
+            hold.mark_lost(LossReason::TokenGone);
+            return Err(hold.lost_error(LossReason::TokenGone));
+        }
+        Err(Error::new(
+            ErrorKind::Connection,
+            format!(
+                "release of lock {:?} (fence {}) reached {} of {} masters that held it, and {} \
+                 did not answer, so whether the lease held to the end is unknown{}; the lock \
+                 expires by itself at the end of its lease",
+                hold.keys.name,
+                hold.fence,
+                tally.yes,
+                tally.n,
+                tally.failed,
+                last.map(|e| format!(" (last: {e})")).unwrap_or_default()
+            ),
+        ))
+    }
+
+    /// Stops renewing without releasing.
+    pub(crate) fn detach(self) {
+        self.finish();
+    }
+
+    fn finish(&self) -> bool {
+        if self.done.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        phase(&self.hold.shared).phase = Phase::Over;
+        self.hold.finished.store(true, Ordering::Release);
+        // A lease that ran out while nobody looked is reported now.
+        self.hold.loss();
+        self.hold.wake.notify_one();
+        true
+    }
+}
+
+impl Drop for QuorumHeld {
+    fn drop(&mut self) {
+        if !self.finish() {
+            return;
+        }
+        // On every master, counted by each master's engine so that a
+        // flush waits for them.
+        let hold = &self.hold;
+        for node in &hold.masters.nodes {
+            release_in_background(
+                Arc::clone(node),
+                hold.keys.clone(),
+                hold.token.clone(),
+                false,
+                hold.hold_until,
+            );
+        }
+    }
+}
+
+impl Hold {
+    fn timing(&self) -> MutexGuard<'_, Timing> {
+        self.timing.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn deadline(&self) -> Instant {
+        self.timing().deadline
+    }
+
+    fn loss(&self) -> Option<LossReason> {
+        let mut timing = self.timing();
+        if timing.loss.is_none() && Instant::now() >= timing.deadline {
+            let reason = if timing.capped {
+                LossReason::MaxHoldReached
+            } else {
+                LossReason::DeadlinePassed
+            };
+            timing.loss = Some(reason);
+            drop(timing);
+            crate::engine::metrics::lease_lost(&self.keys.name, reason);
+            self.signal();
+            return Some(reason);
+        }
+        timing.loss
+    }
+
+    fn mark_lost(&self, reason: LossReason) {
+        let mut timing = self.timing();
+        if timing.loss.is_none() {
+            timing.loss = Some(reason);
+            drop(timing);
+            crate::engine::metrics::lease_lost(&self.keys.name, reason);
+            self.signal();
+        }
+    }
+
+    fn signal(&self) {
+        self.lost_tx.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    async fn lost(&self) {
+        let mut rx = self.lost_tx.subscribe();
+        loop {
+            rx.borrow_and_update();
+            if self.loss().is_some() {
+                return;
+            }
+            let deadline = self.deadline();
+            tokio::select! {
+                _ = rx.changed() => {}
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    fn cut_at_cap(&self, length: Duration, now: Instant) -> Option<Duration> {
+        let Some(cap) = self.cap else {
+            return Some(length);
+        };
+        let left = cap.saturating_duration_since(now);
+        if left < MIN_LEASE {
+            self.timing().capped = true;
+            return None;
+        }
+        Some(length.min(left))
+    }
+
+    fn trusted_until(&self, sent: Instant, length: Duration) -> Instant {
+        let deadline = sent + self.masters.config.clocks.trusted_for(length);
+        self.cap.map_or(deadline, |cap| deadline.min(cap))
+    }
+
+    fn extending(&self, sent: Instant, length: Duration) {
+        let deadline = self.trusted_until(sent, length);
+        let mut timing = self.timing();
+        if deadline < timing.deadline {
+            timing.deadline = deadline;
+            drop(timing);
+            self.signal();
+        }
+    }
+
+    /// A majority renewed `length` in a round that started at `sent`.
+    fn renewed(&self, sent: Instant, length: Duration) {
+        let deadline = self.trusted_until(sent, length);
+        let mut timing = self.timing();
+        if timing.loss.is_some() || Instant::now() >= timing.deadline {
+            return;
+        }
+        let earlier = deadline < timing.deadline;
+        timing.deadline = deadline;
+        if self.cap.is_some_and(|cap| sent + length >= cap) {
+            timing.capped = true;
+        } else {
+            timing.lease = length;
+        }
+        timing.next_renewal = sent + length / 3;
+        drop(timing);
+        if earlier {
+            self.signal();
+        }
+    }
+
+    fn lost_error(&self, reason: LossReason) -> Error {
+        Error::not_held(format!(
+            "lease on lock {:?} (fence {}) over {} masters was lost: {}",
+            self.keys.name,
+            self.fence,
+            self.masters.len(),
+            reason.describe(self.renew, self.max_hold)
+        ))
+    }
+}
+
+/// Renews the lease on every master at a third of its lease, in parallel,
+/// until it is finished or lost. A round that reaches fewer than a
+/// majority loses the lease.
+async fn watchdog(hold: Arc<Hold>) {
+    loop {
+        let (at, capped) = {
+            let timing = hold.timing();
+            (timing.next_renewal, timing.capped)
+        };
+        if hold.finished.load(Ordering::Acquire) || hold.loss().is_some() {
+            return;
+        }
+        if capped {
+            // Nothing renews past the max hold: report the loss at the deadline.
+            tokio::select! {
+                () = tokio::time::sleep_until(hold.deadline()) => { hold.loss(); }
+                () = hold.wake.notified() => {}
+            }
+            continue;
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(at) => {}
+            () = hold.wake.notified() => continue,
+        }
+        let _turn = hold.turn.lock().await;
+        if hold.finished.load(Ordering::Acquire) || hold.loss().is_some() {
+            return;
+        }
+        let sent = Instant::now();
+        let length = hold.timing().lease;
+        let Some(length) = hold.cut_at_cap(length, sent) else {
+            continue;
+        };
+        let until = hold.deadline().min(sent + hold.masters.command_timeout());
+        let (tally, _) = hold
+            .masters
+            .renew_all(&hold.keys, &hold.token, length, until)
+            .await;
+        if tally.won() {
+            hold.renewed(sent, length);
+            crate::engine::metrics::renewed();
+        } else if tally.surely_lost() {
+            hold.mark_lost(LossReason::TokenGone);
+        } else {
+            hold.mark_lost(LossReason::QuorumLost);
+        }
+    }
+}

@@ -1,0 +1,34 @@
+-- Round one of a lock over several masters (Redlock) on one master: take the
+-- lock if it is free here, and count its fence here.
+-- KEYS[1] lock, KEYS[2] fence counter
+-- ARGV[1] token, ARGV[2] lease ms, ARGV[3] fence retention ms,
+-- ARGV[4] the holder's identity, ARGV[5] the fence the client proposes (µs),
+-- ARGV[6] how far past this server's clock a proposal may be (µs)
+-- The fence here is max(counter + 1, this server's clock in µs), as a
+-- single-server lock's (see next_fence in lib.lua); the proposal replaces it
+-- when it is at least that and not too far ahead of the clock, so that the
+-- masters of a majority with nearby clocks agree on one fence and need no
+-- second round. It never makes a fence smaller than the hybrid clock's.
+-- Returns {1, fence} when held, {0, pttl of the holder} when busy,
+-- {-1, kind} when the key holds another kind of lock.
+local now, now_text = server_us()
+local value = ARGV[1] .. ' ' .. now_text .. ' ' .. ARGV[4]
+if not redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
+  local holder = redis.pcall('GET', KEYS[1])
+  if type(holder) ~= 'string' then
+    return {-1, lib().kind_of(KEYS[1])}
+  end
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+local stored = tonumber(redis.pcall('GET', KEYS[2]))
+-- Anything leasehold did not write counts as a lost counter (see next_fence).
+if stored == nil or stored ~= stored or stored < 0 or stored >= 9007199254740992 then
+  stored = 0
+end
+local fence = math.max(math.floor(stored) + 1, now)
+local proposed = tonumber(ARGV[5])
+if proposed and proposed >= fence and proposed <= now + tonumber(ARGV[6]) then
+  fence = proposed
+end
+redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[3])
+return {1, fence}

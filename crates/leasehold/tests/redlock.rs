@@ -1,0 +1,334 @@
+//! Redlock over real independent masters: a minority down, a majority
+//! down, a slow master, a master paused or cut off mid-hold, fences when
+//! the majority moves, and an extend that misses the majority.
+
+mod common;
+
+use std::time::Duration;
+
+use common::cmd;
+use leasehold::{ErrorKind, LossReason, Redlock};
+use leasehold_testkit::{FaultProxy, Masters, RedisServer};
+
+const LEASE: Duration = Duration::from_secs(10);
+/// A bound on things that must not hang; never a measure of speed.
+const NO_HANG: Duration = Duration::from_secs(60);
+
+fn redlock(urls: &[String]) -> Redlock {
+    Redlock::builder(urls.iter().cloned())
+        .lease(LEASE)
+        .build()
+        .unwrap()
+}
+
+async fn held_on(server: &RedisServer, name: &str) -> Option<String> {
+    cmd::<Option<String>>(server, &["GET", &format!("leasehold:{{{name}}}")]).await
+}
+
+async fn counter(server: &RedisServer, name: &str) -> Option<u64> {
+    cmd::<Option<u64>>(server, &["GET", &format!("leasehold:{{{name}}}:fence")]).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_excludes_and_fences_grow() {
+    let masters = Masters::start(3);
+    let redlock = redlock(&masters.urls());
+    let mutex = redlock.mutex("job").unwrap();
+    let first = mutex.acquire().await.unwrap();
+    assert_eq!(first.servers(), 3);
+    assert!(mutex.try_acquire().await.unwrap().is_none());
+    // Every master that granted stores the fence the majority agreed on.
+    for server in masters.servers() {
+        let value = held_on(server, "job").await.unwrap();
+        assert!(value.starts_with(first.token()));
+        assert!(counter(server, "job").await.unwrap() >= first.fence());
+    }
+    let fence = first.fence();
+    assert_eq!(first.release_counted().await.unwrap(), 3);
+    for server in masters.servers() {
+        assert_eq!(held_on(server, "job").await, None);
+    }
+    let second = mutex.try_acquire().await.unwrap().unwrap();
+    assert!(second.fence() > fence);
+    second.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minority_down_still_locks() {
+    let mut masters = Masters::start(3);
+    masters.server(2).stop();
+    let redlock = redlock(&masters.urls());
+    let mutex = redlock.mutex("job").unwrap();
+    let guard = tokio::time::timeout(NO_HANG, mutex.acquire())
+        .await
+        .unwrap()
+        .unwrap();
+    for server in &masters.servers()[..2] {
+        assert!(held_on(server, "job").await.is_some());
+    }
+    assert_eq!(guard.release_counted().await.unwrap(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_majority_down_fails_naming_the_quorum() {
+    let mut masters = Masters::start(3);
+    masters.server(1).stop();
+    masters.server(2).stop();
+    let redlock = redlock(&masters.urls());
+    let mutex = redlock.mutex("job").unwrap();
+    // A wait with no bound must still end: waiting cannot bring masters back.
+    let error = tokio::time::timeout(NO_HANG, mutex.acquire())
+        .await
+        .expect("an acquire with a majority down must end")
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Quorum, "{error}");
+    assert!(error.is_retryable());
+    let message = error.to_string();
+    assert!(message.contains("quorum not reached"), "{message}");
+    assert!(message.contains("of 3 masters did not answer"), "{message}");
+    // Nothing is left held on the master that was up (a grant that came
+    // after the try gave up is released by the request that got it).
+    redlock.flush().await;
+    common::eventually("the master that was up to be free", || async {
+        held_on(&masters.servers()[0], "job").await.is_none()
+    })
+    .await;
+    let error = mutex.try_acquire().await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Quorum, "{error}");
+}
+
+/// A master slower than the lease itself would make an acquire that waits
+/// for every master outlast the wait given; the majority answers at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_master_does_not_hold_up_the_acquire() {
+    let masters = Masters::start(3);
+    let slow = FaultProxy::start(masters.servers()[2].addr());
+    slow.set_latency(Duration::from_secs(120));
+    let urls = vec![
+        masters.urls()[0].clone(),
+        masters.urls()[1].clone(),
+        slow.url(),
+    ];
+    let redlock = redlock(&urls);
+    let mutex = redlock.mutex("job").unwrap();
+    let guard = mutex
+        .acquire_timeout(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let fence = guard.fence();
+    for server in &masters.servers()[..2] {
+        assert!(counter(server, "job").await.unwrap() >= fence);
+    }
+    assert!(guard.release_counted().await.unwrap() >= 2);
+    slow.heal();
+}
+
+/// A paused master, and one cut off by the network, each leave a majority
+/// that keeps renewing: the lease holds. A majority gone loses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_or_cut_off_master_mid_hold_keeps_the_lease() {
+    let masters = Masters::start(3);
+    let cut = FaultProxy::start(masters.servers()[1].addr());
+    let urls = vec![
+        masters.urls()[0].clone(),
+        cut.url(),
+        masters.urls()[2].clone(),
+    ];
+    let redlock = Redlock::builder(urls)
+        .lease(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let mutex = redlock.mutex("job").unwrap();
+    let guard = mutex.acquire().await.unwrap();
+    // Renewal rounds (a third of the lease each) with master 2 paused for
+    // less than what its lease has left (a CLIENT PAUSE that ends by itself:
+    // a paused server takes no command, UNPAUSE included), then with
+    // master 1 cut off.
+    let _: () = cmd(&masters.servers()[2], &["CLIENT", "PAUSE", "1500", "ALL"]).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(guard.loss_reason(), None);
+    cut.blackhole(true);
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert_eq!(guard.loss_reason(), None);
+    assert!(!guard.valid_for().is_zero());
+    let left: i64 = cmd(&masters.servers()[0], &["PTTL", "leasehold:{job}"]).await;
+    assert!(left > 0);
+    // Now a majority stops answering: the lease is lost, and says why.
+    let _: () = cmd(&masters.servers()[2], &["CLIENT", "PAUSE", "5000", "ALL"]).await;
+    tokio::time::timeout(NO_HANG, guard.lost()).await.unwrap();
+    assert!(matches!(
+        guard.loss_reason(),
+        Some(LossReason::QuorumLost | LossReason::DeadlinePassed)
+    ));
+    cut.heal();
+    assert_eq!(
+        guard.release().await.unwrap_err().kind(),
+        ErrorKind::NotHeld
+    );
+}
+
+/// Counters 100, 5, 5 (scaled up past the clock): a holder on {A, B} and a
+/// later one on {B, C} — the second must get the larger fence, also when
+/// C lost its counter and A is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_never_go_back_when_the_majority_moves() {
+    let mut masters = Masters::start(3);
+    let far_ahead = "5000000000000000";
+    let _: () = cmd(
+        &masters.servers()[0],
+        &["SET", "leasehold:{job}:fence", far_ahead],
+    )
+    .await;
+    masters.server(2).stop();
+    let redlock = redlock(&masters.urls());
+    let mutex = redlock.mutex("job").unwrap();
+    let first = mutex.acquire().await.unwrap();
+    let fence = first.fence();
+    assert!(fence > 5_000_000_000_000_000);
+    assert_eq!(first.release_counted().await.unwrap(), 2);
+    // C comes back empty (no persistence), and its counter is gone; A goes.
+    masters.server(2).restart();
+    let _: () = cmd(&masters.servers()[2], &["DEL", "leasehold:{job}:fence"]).await;
+    masters.server(0).stop();
+    let second = tokio::time::timeout(NO_HANG, mutex.acquire())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        second.fence() > fence,
+        "fence went back: {} after {fence}",
+        second.fence()
+    );
+    // Round two wrote it to C too: a later majority {A, C} sees it there.
+    assert!(counter(&masters.servers()[2], "job").await.unwrap() >= second.fence());
+    let fence = second.fence();
+    second.release().await.unwrap();
+    masters.server(0).restart();
+    let _: () = cmd(&masters.servers()[1], &["DEL", "leasehold:{job}:fence"]).await;
+    masters.server(1).stop();
+    let third = tokio::time::timeout(NO_HANG, mutex.acquire())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(third.fence() > fence);
+    third.release().await.unwrap();
+}
+
+/// rslock unlocks every master when an extend fails; here the lease stays
+/// as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_that_misses_the_majority_leaves_the_lease() {
+    let masters = Masters::start(3);
+    let proxies: Vec<FaultProxy> = masters
+        .servers()
+        .iter()
+        .map(|server| FaultProxy::start(server.addr()))
+        .collect();
+    let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+    let redlock = Redlock::builder(urls)
+        .lease(Duration::from_secs(20))
+        .watchdog(false)
+        .command_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let guard = redlock.mutex("job").unwrap().acquire().await.unwrap();
+    // A majority holds it; a master may have missed the first round.
+    let mut holders = Vec::new();
+    for (i, server) in masters.servers().iter().enumerate() {
+        if held_on(server, "job")
+            .await
+            .is_some_and(|value| value.starts_with(guard.token()))
+        {
+            holders.push(i);
+        }
+    }
+    assert!(holders.len() >= 2);
+    proxies[1].blackhole(true);
+    proxies[2].blackhole(true);
+    let error = guard.extend(Duration::from_secs(40)).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Quorum, "{error}");
+    assert!(error.to_string().contains("left as it was"), "{error}");
+    assert_eq!(guard.loss_reason(), None);
+    assert!(!guard.valid_for().is_zero());
+    for proxy in &proxies {
+        proxy.heal();
+    }
+    for &i in &holders {
+        let value = held_on(&masters.servers()[i], "job").await.unwrap();
+        assert!(value.starts_with(guard.token()));
+    }
+    assert!(guard.release_counted().await.unwrap() >= holders.len());
+}
+
+/// A dropped acquire leaves nothing held on any master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_acquire_leaves_nothing_held() {
+    let masters = Masters::start(3);
+    let redlock = redlock(&masters.urls());
+    let mutex = redlock.mutex("job").unwrap();
+    // Connections first, so that the requests below reach the masters.
+    mutex.acquire().await.unwrap().release().await.unwrap();
+    for polls in [1, 2, 3, 5, 8, 13] {
+        drop(common::poll_then_drop(mutex.acquire(), polls).await);
+        redlock.flush().await;
+        common::eventually("every master to be free", || async {
+            for server in masters.servers() {
+                if held_on(server, "job").await.is_some() {
+                    return false;
+                }
+            }
+            true
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn fewer_than_three_masters_or_a_master_twice_are_refused() {
+    let two = Redlock::open("redis://127.0.0.1:1,redis://127.0.0.1:2").unwrap_err();
+    assert_eq!(two.kind(), ErrorKind::InvalidInput);
+    assert!(two.to_string().contains("at least 3"), "{two}");
+    let twice =
+        Redlock::open("redis://127.0.0.1:1,redis://127.0.0.1:2,redis://127.0.0.1:1").unwrap_err();
+    assert_eq!(twice.kind(), ErrorKind::InvalidInput);
+    assert!(twice.to_string().contains("twice"), "{twice}");
+}
+
+/// A grant whose answers came so late that less than the validity floor is
+/// left of its lease is never reported held: masters that answer after
+/// 180 ms of a 200 ms lease leave at most 200 − 180 − drift, under the
+/// floor of a tenth of the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_with_too_little_validity_left_is_not_reported() {
+    let masters = Masters::start(3);
+    let proxies: Vec<FaultProxy> = masters
+        .servers()
+        .iter()
+        .map(|server| FaultProxy::start(server.addr()))
+        .collect();
+    let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+    let redlock = Redlock::builder(urls)
+        .lease(Duration::from_millis(200))
+        .node_timeout(Duration::from_secs(2))
+        .watchdog(false)
+        .build()
+        .unwrap();
+    let mutex = redlock.mutex("job").unwrap();
+    // Connections first, then the slow answers.
+    drop(mutex.try_acquire().await.unwrap());
+    redlock.flush().await;
+    for proxy in &proxies {
+        proxy.set_reply_latency(Duration::from_millis(180));
+    }
+    for _ in 0..3 {
+        let taken = mutex.try_acquire().await.unwrap();
+        assert!(
+            taken.is_none(),
+            "held with {:?} left",
+            taken.map(|g| g.valid_for())
+        );
+    }
+    for proxy in &proxies {
+        proxy.heal();
+    }
+}
