@@ -80,7 +80,7 @@ pub(crate) async fn try_acquire(
 ) -> Result<Option<Held>> {
     let token = new_token()?;
     let mut pending = None;
-    match attempt(engine, request, &token, false, false, &mut pending).await? {
+    match attempt(engine, request, &token, Queueing::No, false, &mut pending).await? {
         Outcome::Granted {
             fence,
             ttl,
@@ -214,99 +214,109 @@ async fn wait_for(
     let mut backoff = FIRST_BACKOFF;
     // When this wait first found the lock busy.
     let mut queued_at: Option<Instant> = None;
+    // When the current token's place and heartbeat were last refreshed,
+    // and with which mode (hand over or not).
+    let mut refreshed: Option<(Instant, bool)> = None;
     loop {
+        let hand_over = starving(queued_at);
+        let queueing = match refreshed {
+            _ if !queue => Queueing::No,
+            Some((at, mode)) if mode == hand_over && at.elapsed() < HEARTBEAT_REFRESH => {
+                Queueing::Fresh
+            }
+            _ => Queueing::Refresh,
+        };
         // The attempt that found the lock busy: its send time, and the last
         // fence when it ran. A hand-off with a larger fence happened after
         // it ran, so its lease started after that send time; a message with
         // a smaller one is stale (delayed, or read late) and grants nothing.
-        let (blocked_for, busy_sent, busy_fence) = match attempt(
-            engine,
-            request,
-            &token,
-            queue,
-            starving(queued_at),
-            &mut pending,
-        )
-        .await
-        {
-            Ok(Outcome::Granted {
-                fence,
-                ttl,
-                sent_at,
-                hold,
-            }) => {
-                seen.answered = true;
-                if usable(sent_at, ttl) {
-                    if let Some(pending) = pending.take() {
-                        pending.disarm();
+        let (blocked_for, busy_sent, busy_fence) =
+            match attempt(engine, request, &token, queueing, hand_over, &mut pending).await {
+                Ok(Outcome::Granted {
+                    fence,
+                    ttl,
+                    sent_at,
+                    hold,
+                }) => {
+                    seen.answered = true;
+                    if usable(sent_at, ttl) {
+                        if let Some(pending) = pending.take() {
+                            pending.disarm();
+                        }
+                        return Ok(Held::take(
+                            engine, request, token, hold, fence, sent_at, ttl,
+                        ));
                     }
-                    return Ok(Held::take(
-                        engine, request, token, hold, fence, sent_at, ttl,
-                    ));
+                    // The answer came too late to use: let the lease go (in the
+                    // background, through `pending`) and wait on afresh.
+                    pending = None;
+                    token = new_token()?;
+                    refreshed = None;
+                    pause(backoff_step(&mut backoff), deadline).await;
+                    continue;
                 }
-                // The answer came too late to use: let the lease go (in the
-                // background, through `pending`) and wait on afresh.
-                pending = None;
-                token = new_token()?;
-                pause(backoff_step(&mut backoff), deadline).await;
-                continue;
-            }
-            Ok(Outcome::Busy {
-                pttl,
-                sent_at,
-                fence,
-                holder,
-            }) => {
-                seen.answered = true;
-                seen.holder = holder;
-                seen.in_grace = false;
-                seen.unacked = None;
-                queued_at.get_or_insert(sent_at);
-                backoff = FIRST_BACKOFF;
-                (pttl, sent_at, fence)
-            }
-            Ok(Outcome::Unacked { acked, ack }) => {
-                // Undone before anything else, so that nothing stays held
-                // while the replicas catch up; the wait goes on afresh.
-                seen.answered = true;
-                leave(engine, keys, &mut pending, &token).await;
-                seen.unacked = Some(unacked(request, acked, ack));
-                token = new_token()?;
-                if !queue || deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Err(seen.give_up(request, waited));
+                Ok(Outcome::Busy {
+                    pttl,
+                    sent_at,
+                    fence,
+                    holder,
+                }) => {
+                    seen.answered = true;
+                    seen.holder = holder;
+                    seen.in_grace = false;
+                    seen.unacked = None;
+                    queued_at.get_or_insert(sent_at);
+                    if queueing == Queueing::Refresh {
+                        refreshed = Some((sent_at, hand_over));
+                    }
+                    backoff = FIRST_BACKOFF;
+                    (pttl, sent_at, fence)
                 }
-                pause(backoff_step(&mut backoff), deadline).await;
-                continue;
-            }
-            Ok(Outcome::InGrace { left }) => {
-                seen.answered = true;
-                seen.in_grace = true;
-                pause(left, deadline).await;
-                if deadline.is_some_and(|d| Instant::now() >= d) {
+                Ok(Outcome::Unacked { acked, ack }) => {
+                    // Undone before anything else, so that nothing stays held
+                    // while the replicas catch up; the wait goes on afresh.
+                    seen.answered = true;
                     leave(engine, keys, &mut pending, &token).await;
-                    return Err(seen.give_up(request, waited));
+                    seen.unacked = Some(unacked(request, acked, ack));
+                    token = new_token()?;
+                    refreshed = None;
+                    if !queue || deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(seen.give_up(request, waited));
+                    }
+                    pause(backoff_step(&mut backoff), deadline).await;
+                    continue;
                 }
-                continue;
-            }
-            Err(error) if error.is_transient() && queue => {
-                // A client that never reached Redis at all has a wrong
-                // address, or a server that is not there: it gives up once
-                // the connect timeout has passed, saying why.
-                if !engine.has_reached_redis() && began.elapsed() >= engine.config.connect_timeout {
-                    leave(engine, keys, &mut pending, &token).await;
-                    return Err(error.never_reached(engine.config.connect_timeout));
+                Ok(Outcome::InGrace { left }) => {
+                    seen.answered = true;
+                    seen.in_grace = true;
+                    pause(left, deadline).await;
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        leave(engine, keys, &mut pending, &token).await;
+                        return Err(seen.give_up(request, waited));
+                    }
+                    continue;
                 }
-                // Keep the queue turn and try again on a healed connection.
-                seen.last_error = Some(error);
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    leave(engine, keys, &mut pending, &token).await;
-                    return Err(seen.give_up(request, waited));
+                Err(error) if error.is_transient() && queue => {
+                    // A client that never reached Redis at all has a wrong
+                    // address, or a server that is not there: it gives up once
+                    // the connect timeout has passed, saying why.
+                    if !engine.has_reached_redis()
+                        && began.elapsed() >= engine.config.connect_timeout
+                    {
+                        leave(engine, keys, &mut pending, &token).await;
+                        return Err(error.never_reached(engine.config.connect_timeout));
+                    }
+                    // Keep the queue turn and try again on a healed connection.
+                    seen.last_error = Some(error);
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        leave(engine, keys, &mut pending, &token).await;
+                        return Err(seen.give_up(request, waited));
+                    }
+                    pause(backoff_step(&mut backoff), deadline).await;
+                    continue;
                 }
-                pause(backoff_step(&mut backoff), deadline).await;
-                continue;
-            }
-            Err(error) => return Err(error),
-        };
+                Err(error) => return Err(error),
+            };
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             leave(engine, keys, &mut pending, &token).await;
@@ -466,14 +476,27 @@ fn backoff_step(backoff: &mut Duration) -> Duration {
     half + Duration::from_micros(jitter)
 }
 
-/// One attempt with `token`; `queue` puts it in the waiter queue when busy,
-/// to be handed the lock at a release if `hand_over` (a fair lock always
-/// is). Arms `pending` before anything is sent.
+/// How an attempt that finds the lock busy treats the waiter queue.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Queueing {
+    /// It does not queue.
+    No,
+    /// It queues, or refreshes its place and heartbeat.
+    Refresh,
+    /// It is queued with a heartbeat refreshed within `HEARTBEAT_REFRESH`
+    /// and the same mode: the lock is marked as waited for, nothing else.
+    Fresh,
+}
+
+/// One attempt with `token`; `queue` says what it does with the waiter
+/// queue when busy; a queued waiter is handed the lock at a release if
+/// `hand_over` (a fair lock always is). Arms `pending` before anything is
+/// sent.
 async fn attempt(
     engine: &Arc<Engine>,
     request: &Request<'_>,
     token: &str,
-    queue: bool,
+    queue: Queueing,
     hand_over: bool,
     pending: &mut Option<PendingRelease>,
 ) -> Result<Outcome> {
@@ -490,7 +513,7 @@ async fn attempt(
     // Sent before: this token may hold the lock or be queued already.
     let sent_before = pending.is_some();
     let armed = pending.get_or_insert_with(|| PendingRelease::arm(engine, keys, token));
-    if queue {
+    if queue != Queueing::No {
         armed.queued();
     }
     let lease_ms = millis(request.lease).to_string();
@@ -509,7 +532,13 @@ async fn attempt(
         token.as_bytes(),
         lease_ms.as_bytes(),
         retention.as_bytes(),
-        if queue { b"1" } else { b"0" },
+        match queue {
+            Queueing::No => b"0",
+            Queueing::Refresh => b"1",
+            // The hash kinds' script refreshes on every attempt.
+            Queueing::Fresh if request.kind.is_hash() => b"1",
+            Queueing::Fresh => b"2",
+        },
         heartbeat.as_bytes(),
         engine.id.as_bytes(),
         if sent_before { b"1" } else { b"0" },
@@ -579,6 +608,19 @@ async fn attempt(
 /// `scripts/family_acquire.lua`).
 fn read_attempt(request: &Request<'_>, reply: &redis::Value, sent_at: Instant) -> Result<Outcome> {
     let unexpected = || Error::unexpected_reply("acquire", reply);
+    if let redis::Value::BulkString(fence) = reply {
+        // Taken by this attempt, for the lease it asked.
+        let fence = std::str::from_utf8(fence)
+            .ok()
+            .and_then(|fence| fence.parse::<u64>().ok())
+            .ok_or_else(unexpected)?;
+        return Ok(Outcome::Granted {
+            fence,
+            ttl: request.lease,
+            sent_at,
+            hold: None,
+        });
+    }
     let redis::Value::Array(items) = reply else {
         return Err(unexpected());
     };

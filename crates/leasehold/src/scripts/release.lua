@@ -110,6 +110,11 @@ if holder and holds(holder, token) then
     return 2
   end
   redis.call('DEL', KEYS[1])
+  if not string.find(holder, '\31', #token + 1, true) then
+    -- Neither marked WAITED nor kept: no waiter came while it was held,
+    -- the common case.
+    return 1
+  end
   released = 1
 elseif ARGV[2] == '1' then
   lib().leave_queue(KEYS[3], KEYS[4], token)
@@ -124,7 +129,6 @@ end
 -- woken together.
 local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
 if not first then
-  -- Nobody waits: the common case.
   return released
 end
 local L = lib()
