@@ -220,7 +220,9 @@ async fn wait_for(
     loop {
         let hand_over = starving(queued_at);
         let queueing = match refreshed {
-            _ if !queue => Queueing::No,
+            // Not listening yet: a busy answer is followed by a subscription
+            // and another attempt, which queues.
+            _ if !queue || subscription.is_none() => Queueing::No,
             Some((at, mode)) if mode == hand_over && at.elapsed() < HEARTBEAT_REFRESH => {
                 Queueing::Fresh
             }
@@ -527,6 +529,9 @@ async fn attempt(
         Kind::Write => b"w",
         Kind::Semaphore { .. } => b"s",
     };
+    // A mutex's attempt that does not queue leaves out what only queueing
+    // uses: each argument costs the server work.
+    let bare = queue == Queueing::No && !request.kind.is_hash();
     // The arguments every acquire script takes first (see `lib.lua`).
     let mut args: Vec<&[u8]> = vec![
         token.as_bytes(),
@@ -539,13 +544,35 @@ async fn attempt(
             Queueing::Fresh if request.kind.is_hash() => b"1",
             Queueing::Fresh => b"2",
         },
-        heartbeat.as_bytes(),
-        engine.id.as_bytes(),
+        if bare { b"" } else { heartbeat.as_bytes() },
+        if bare { b"" } else { engine.id.as_bytes() },
         if sent_before { b"1" } else { b"0" },
         engine.config.identity.as_bytes(),
-        mode,
     ];
+    if !bare {
+        args.push(mode);
+    }
     let keys_list = [keys.lock.as_str(), &keys.fence, &keys.queue, &keys.waiters];
+    if bare && request.kind == Kind::Mutex && !sent_before {
+        // Neither queued nor holding before: the fast path alone.
+        let args: [&[u8]; 4] = [
+            token.as_bytes(),
+            lease_ms.as_bytes(),
+            retention.as_bytes(),
+            engine.config.identity.as_bytes(),
+        ];
+        return run_attempt(
+            engine,
+            request,
+            route,
+            pending,
+            sent_before,
+            |s| &s.try_acquire,
+            &keys_list[..2],
+            &args,
+        )
+        .await;
+    }
     // What follows is the script's own.
     let (pick, own): (Pick, _) = match request.kind {
         Kind::Mutex | Kind::Fair => {
@@ -554,7 +581,12 @@ async fn attempt(
             } else {
                 |s| &s.acquire
             };
-            (pick, vec![millis(hand_off_lease(request)).to_string()])
+            let own = if bare {
+                Vec::new()
+            } else {
+                vec![millis(hand_off_lease(request)).to_string()]
+            };
+            (pick, own)
         }
         Kind::Reentrant | Kind::Read | Kind::Write | Kind::Semaphore { .. } => {
             let total = match request.kind {
@@ -578,10 +610,36 @@ async fn attempt(
         }
     };
     args.extend(own.iter().map(String::as_bytes));
+    run_attempt(
+        engine,
+        request,
+        route,
+        pending,
+        sent_before,
+        pick,
+        &keys_list,
+        &args,
+    )
+    .await
+}
+
+/// Sends an attempt's script and reads its answer.
+#[allow(clippy::too_many_arguments)]
+async fn run_attempt(
+    engine: &Arc<Engine>,
+    request: &Request<'_>,
+    route: crate::deploy::Route,
+    pending: &mut Option<PendingRelease>,
+    sent_before: bool,
+    pick: Pick,
+    keys_list: &[&str],
+    args: &[&[u8]],
+) -> Result<Outcome> {
+    let keys = request.keys;
     let sent_at = Instant::now();
     let route = route.with_ack(request.replica_ack);
     let (reply, acked) = match engine
-        .send(route, &keys.lock, "acquire", pick, &keys_list, &args, true)
+        .send(route, &keys.lock, "acquire", pick, keys_list, args, true)
         .await?
     {
         Answer::Reply(reply, acked, _) => (reply, acked),

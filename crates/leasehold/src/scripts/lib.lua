@@ -31,7 +31,9 @@
 -- lock is marked WAITED), '0' not to queue, ARGV[5] heartbeat ms, ARGV[6] the
 -- waiting client's id, ARGV[7] '1' when this token was sent before (it may
 -- hold or be queued), ARGV[8] the holder's identity, ARGV[9] the waiter's
--- mode; what follows is the script's own.
+-- mode; what follows is the script's own. A Mutex's or FairMutex's
+-- attempt that does not queue sends ARGV[5] and ARGV[6] empty and nothing
+-- from ARGV[9] on.
 
 -- The server's clock in µs, as a number and as its exact decimal text:
 -- formatting a float of 16 digits costs the server more than the rest of
@@ -117,9 +119,10 @@ local function holds(value, token)
   if value == token then
     return true
   end
-  local head = string.sub(value, 1, #token + 1)
-  -- A bare token may be marked (WAITED, KEPT) too.
-  return head == token .. ' ' or head == token .. '\31'
+  -- Without making strings: each costs the server work. A bare token may
+  -- be marked (WAITED, KEPT) too.
+  local after = string.byte(value, #token + 1)
+  return (after == 32 or after == 31) and string.find(value, token, 1, true) == 1
 end
 
 -- The queue's functions, made on the first call to `lib()`: a closure costs

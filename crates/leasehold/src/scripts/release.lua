@@ -104,7 +104,7 @@ if type(holder) == 'table' then
 end
 local released = 0
 if holder and holds(holder, token) then
-  if tonumber(ARGV[5]) > 0 then
+  if ARGV[5] ~= '0' then
     -- Kept, marked so (see KEPT in lib.lua), until the hold is over.
     redis.call('SET', KEYS[1], kept(holder), 'PX', ARGV[5])
     return 2
