@@ -35,7 +35,7 @@ pub(crate) use notify::{Notifier, Subscription};
 
 use crate::engine::scripts::{
     evalsha, fcall, is_function_missing, is_functions_refused, is_library_loaded,
-    is_noscript_error, Publish, Scripts,
+    is_noscript_error, is_readonly_error, Publish, Scripts,
 };
 use crate::engine::ReplicaAck;
 use crate::error::{Redirect, Result};
@@ -192,11 +192,19 @@ impl Route {
                                 .await
                             {
                                 Err(e) if is_functions_refused(&e) => connection.no_functions(),
+                                // A replica: sent as a script below.
+                                Err(e) if is_readonly_error(&e) => {}
                                 Err(e) if !is_library_loaded(&e) => return Err(e),
-                                _ => return send(&mut conn, asking, ack, call()).await,
+                                _ => match send(&mut conn, asking, ack, call()).await {
+                                    Err(e) if is_readonly_error(&e) => {}
+                                    reply => return reply,
+                                },
                             }
                         }
                         Err(e) if is_functions_refused(&e) => connection.no_functions(),
+                        // Sent as a script below: a replica answers it as it
+                        // always did.
+                        Err(e) if is_readonly_error(&e) => {}
                         reply => return reply,
                     }
                 }

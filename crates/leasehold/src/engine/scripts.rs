@@ -194,6 +194,14 @@ pub(crate) fn is_library_loaded(err: &redis::RedisError) -> bool {
     })
 }
 
+/// Whether the server refused a write up front as a read-only replica: a
+/// function that writes is refused so before it runs, where a script is
+/// let in and says what the replica's state is (MASTERDOWN when cut off
+/// from its master), so the script is sent then.
+pub(crate) fn is_readonly_error(err: &redis::RedisError) -> bool {
+    any_server_error(err, |code, _| code == "READONLY")
+}
+
 /// Whether the server has no functions (before Redis 7), or does not let
 /// this user call or load them: scripts are sent with EVALSHA then.
 pub(crate) fn is_functions_refused(err: &redis::RedisError) -> bool {
