@@ -410,7 +410,7 @@ async fn the_fast_paths_are_functions_where_the_server_has_them() {
     let fcalls = common::command_calls(&server, "fcall").await;
     if functions {
         let libraries: Vec<leasehold::redis::Value> =
-            cmd(&server, &["FUNCTION", "LIST", "LIBRARYNAME", "leasehold_"]).await;
+            cmd(&server, &["FUNCTION", "LIST", "LIBRARYNAME", "leasehold_*"]).await;
         assert_eq!(libraries.len(), 1, "{libraries:?}");
         // 15 acquires, tries and releases; the first call after each load.
         assert!(fcalls >= 15, "{fcalls} FCALLs");
