@@ -218,12 +218,12 @@ async fn wait_for(
     // and with which mode (hand over or not).
     let mut refreshed: Option<(Instant, bool)> = None;
     loop {
-        let hand_over = starving(queued_at);
-        let queueing = match refreshed {
+        let asks_hand_over = starving(queued_at);
+        let queue_mode = match refreshed {
             // Not listening yet: a busy answer is followed by a subscription
             // and another attempt, which queues.
             _ if !queue || subscription.is_none() => Queueing::No,
-            Some((at, mode)) if mode == hand_over && at.elapsed() < HEARTBEAT_REFRESH => {
+            Some((at, mode)) if mode == asks_hand_over && at.elapsed() < HEARTBEAT_REFRESH => {
                 Queueing::Fresh
             }
             _ => Queueing::Refresh,
@@ -232,93 +232,99 @@ async fn wait_for(
         // fence when it ran. A hand-off with a larger fence happened after
         // it ran, so its lease started after that send time; a message with
         // a smaller one is stale (delayed, or read late) and grants nothing.
-        let (blocked_for, busy_sent, busy_fence) =
-            match attempt(engine, request, &token, queueing, hand_over, &mut pending).await {
-                Ok(Outcome::Granted {
-                    fence,
-                    ttl,
-                    sent_at,
-                    hold,
-                }) => {
-                    seen.answered = true;
-                    if usable(sent_at, ttl) {
-                        if let Some(pending) = pending.take() {
-                            pending.disarm();
-                        }
-                        return Ok(Held::take(
-                            engine, request, token, hold, fence, sent_at, ttl,
-                        ));
+        let (blocked_for, busy_sent, busy_fence) = match attempt(
+            engine,
+            request,
+            &token,
+            queue_mode,
+            asks_hand_over,
+            &mut pending,
+        )
+        .await
+        {
+            Ok(Outcome::Granted {
+                fence,
+                ttl,
+                sent_at,
+                hold,
+            }) => {
+                seen.answered = true;
+                if usable(sent_at, ttl) {
+                    if let Some(pending) = pending.take() {
+                        pending.disarm();
                     }
-                    // The answer came too late to use: let the lease go (in the
-                    // background, through `pending`) and wait on afresh.
-                    pending = None;
-                    token = new_token()?;
-                    refreshed = None;
-                    pause(backoff_step(&mut backoff), deadline).await;
-                    continue;
+                    return Ok(Held::take(
+                        engine, request, token, hold, fence, sent_at, ttl,
+                    ));
                 }
-                Ok(Outcome::Busy {
-                    pttl,
-                    sent_at,
-                    fence,
-                    holder,
-                }) => {
-                    seen.answered = true;
-                    seen.holder = holder;
-                    seen.in_grace = false;
-                    seen.unacked = None;
-                    queued_at.get_or_insert(sent_at);
-                    if queueing == Queueing::Refresh {
-                        refreshed = Some((sent_at, hand_over));
-                    }
-                    backoff = FIRST_BACKOFF;
-                    (pttl, sent_at, fence)
+                // The answer came too late to use: let the lease go (in the
+                // background, through `pending`) and wait on afresh.
+                pending = None;
+                token = new_token()?;
+                refreshed = None;
+                pause(backoff_step(&mut backoff), deadline).await;
+                continue;
+            }
+            Ok(Outcome::Busy {
+                pttl,
+                sent_at,
+                fence,
+                holder,
+            }) => {
+                seen.answered = true;
+                seen.holder = holder;
+                seen.in_grace = false;
+                seen.unacked = None;
+                queued_at.get_or_insert(sent_at);
+                if queue_mode == Queueing::Refresh {
+                    refreshed = Some((sent_at, asks_hand_over));
                 }
-                Ok(Outcome::Unacked { acked, ack }) => {
-                    // Undone before anything else, so that nothing stays held
-                    // while the replicas catch up; the wait goes on afresh.
-                    seen.answered = true;
+                backoff = FIRST_BACKOFF;
+                (pttl, sent_at, fence)
+            }
+            Ok(Outcome::Unacked { acked, ack }) => {
+                // Undone before anything else, so that nothing stays held
+                // while the replicas catch up; the wait goes on afresh.
+                seen.answered = true;
+                leave(engine, keys, &mut pending, &token).await;
+                seen.unacked = Some(unacked(request, acked, ack));
+                token = new_token()?;
+                refreshed = None;
+                if !queue || deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(seen.give_up(request, waited));
+                }
+                pause(backoff_step(&mut backoff), deadline).await;
+                continue;
+            }
+            Ok(Outcome::InGrace { left }) => {
+                seen.answered = true;
+                seen.in_grace = true;
+                pause(left, deadline).await;
+                if deadline.is_some_and(|d| Instant::now() >= d) {
                     leave(engine, keys, &mut pending, &token).await;
-                    seen.unacked = Some(unacked(request, acked, ack));
-                    token = new_token()?;
-                    refreshed = None;
-                    if !queue || deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Err(seen.give_up(request, waited));
-                    }
-                    pause(backoff_step(&mut backoff), deadline).await;
-                    continue;
+                    return Err(seen.give_up(request, waited));
                 }
-                Ok(Outcome::InGrace { left }) => {
-                    seen.answered = true;
-                    seen.in_grace = true;
-                    pause(left, deadline).await;
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        leave(engine, keys, &mut pending, &token).await;
-                        return Err(seen.give_up(request, waited));
-                    }
-                    continue;
+                continue;
+            }
+            Err(error) if error.is_transient() && queue => {
+                // A client that never reached Redis at all has a wrong
+                // address, or a server that is not there: it gives up once
+                // the connect timeout has passed, saying why.
+                if !engine.has_reached_redis() && began.elapsed() >= engine.config.connect_timeout {
+                    leave(engine, keys, &mut pending, &token).await;
+                    return Err(error.never_reached(engine.config.connect_timeout));
                 }
-                Err(error) if error.is_transient() && queue => {
-                    // A client that never reached Redis at all has a wrong
-                    // address, or a server that is not there: it gives up once
-                    // the connect timeout has passed, saying why.
-                    if !engine.has_reached_redis()
-                        && began.elapsed() >= engine.config.connect_timeout
-                    {
-                        leave(engine, keys, &mut pending, &token).await;
-                        return Err(error.never_reached(engine.config.connect_timeout));
-                    }
-                    // Keep the queue turn and try again on a healed connection.
-                    seen.last_error = Some(error);
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        leave(engine, keys, &mut pending, &token).await;
-                        return Err(seen.give_up(request, waited));
-                    }
-                    pause(backoff_step(&mut backoff), deadline).await;
-                    continue;
+                // Keep the queue turn and try again on a healed connection.
+                seen.last_error = Some(error);
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    leave(engine, keys, &mut pending, &token).await;
+                    return Err(seen.give_up(request, waited));
                 }
-                Err(error) => return Err(error),
-            };
+                pause(backoff_step(&mut backoff), deadline).await;
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             leave(engine, keys, &mut pending, &token).await;
