@@ -224,12 +224,18 @@ impl Holder {
 /// How a record that a release kept ends (see `KEPT` in `lib.lua`).
 const KEPT: &str = "\u{1f}kept";
 
-/// `record` without the mark of a kept lease, and whether it had it.
+/// How a mutex's record ends (before [`KEPT`]) once a waiter may be
+/// queued behind its holder (see `WAITED` in `lib.lua`).
+const WAITED: &str = "\u{1f}w";
+
+/// `record` without the marks of a kept lease and of a waited-for one,
+/// and whether it had the first.
 fn unmark(record: &str) -> (&str, bool) {
-    match record.strip_suffix(KEPT) {
+    let (record, kept) = match record.strip_suffix(KEPT) {
         Some(rest) => (rest, true),
         None => (record, false),
-    }
+    };
+    (record.strip_suffix(WAITED).unwrap_or(record), kept)
 }
 
 /// What `inspect` saw, on any kind of lock ([`Mutex::inspect`](crate::Mutex::inspect)).
@@ -353,6 +359,14 @@ mod tests {
             holder.acquired_at,
             Some(UNIX_EPOCH + Duration::from_secs(1_700_000_000))
         );
+    }
+
+    #[test]
+    fn marks_are_not_part_of_the_name() {
+        let marked = Holder::from_mutex_record("1700000000000000 12 host job\u{1f}w", None);
+        assert_eq!((marked.client_name.as_str(), marked.kept), ("job", false));
+        let kept = Holder::from_mutex_record("1700000000000000 12 host job\u{1f}w\u{1f}kept", None);
+        assert_eq!((kept.client_name.as_str(), kept.kept), ("job", true));
     }
 
     #[test]

@@ -55,6 +55,54 @@ async fn password_and_acl_user_in_the_url() {
     );
 }
 
+/// A user that may not call or load functions takes and hands on locks
+/// with scripts, as on a server that has no functions.
+#[tokio::test]
+async fn a_user_refused_functions_takes_locks_with_scripts() {
+    let server = RedisServer::start();
+    if !common::has_functions(&server).await {
+        // No functions at all: every other test runs on scripts alone.
+        return;
+    }
+    let _: () = cmd(
+        &server,
+        &[
+            "ACL",
+            "SETUSER",
+            "scripter",
+            "on",
+            ">pw",
+            "~leasehold:*",
+            "resetchannels",
+            "&leasehold:*",
+            "+@all",
+            "-fcall",
+            "-function",
+        ],
+    )
+    .await;
+    let url = format!("redis://scripter:pw@127.0.0.1:{}", server.port());
+    let holder = Client::builder(&url).lease(LONG).build().unwrap();
+    let waiter = Client::builder(&url).lease(LONG).build().unwrap();
+    let mutex = holder.fair_mutex("job").unwrap();
+    let guard = mutex.acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let mutex = waiter.fair_mutex("job").unwrap();
+        async move { mutex.acquire_timeout(LONG).await.map(|g| g.fence()) }
+    });
+    eventually("the waiter to queue", || async {
+        let queued: u64 = cmd(&server, &["ZCARD", "leasehold:{job}:q"]).await;
+        queued == 1
+    })
+    .await;
+    let fence = guard.fence();
+    guard.release().await.unwrap();
+    let handed = waiting.await.unwrap().unwrap();
+    assert!(handed > fence, "{handed} <= {fence}");
+    assert_eq!(common::command_calls(&server, "fcall").await, 0);
+    assert!(common::command_calls(&server, "evalsha").await >= 3);
+}
+
 /// A wrong or missing password is its own kind, not "cannot reach", and
 /// is not retried: a wait ends on it at once instead of riding it out.
 #[tokio::test]

@@ -375,16 +375,49 @@ async fn tasks_of_one_client_queue_locally_so_only_the_head_talks_to_redis() {
         task.await.unwrap();
     }
     // One acquire and one release per task and for the holder; two tries
-    // that meet NOSCRIPT on this fresh server; the first head's two failed
+    // that meet NOSCRIPT (or a missing function) on this fresh server; the
+    // first head's two failed
     // tries; and at most two failed tries for each task that got its turn
     // while the task before it still held the lock. That is 4 per task and
     // 6 more. Tasks that each polled Redis, or all woke on every release,
     // needed 261 to 274 when this was measured with the queue turned off.
-    let scripts = common::evalsha_calls(&server).await;
+    let scripts = common::script_calls(&server).await;
     assert!(
         scripts <= 4 * TASKS + 6,
         "{scripts} scripts for {TASKS} queued tasks"
     );
+}
+
+/// Where the server has Redis Functions, acquire and release are one
+/// library's functions: loaded on first use, and again after a FUNCTION
+/// FLUSH. Where it has none, they are scripts.
+#[tokio::test]
+async fn the_fast_paths_are_functions_where_the_server_has_them() {
+    let server = RedisServer::start();
+    let functions = common::has_functions(&server).await;
+    let client = client_with(&server, LONG, false);
+    let mutex = client.mutex("job").unwrap();
+    for round in 0..3 {
+        let guard = mutex.acquire().await.unwrap();
+        assert!(mutex.try_acquire().await.unwrap().is_none());
+        guard.release().await.unwrap();
+        let guard = mutex.try_acquire().await.unwrap().expect("free");
+        guard.release().await.unwrap();
+        if functions && round == 0 {
+            let _: () = cmd(&server, &["FUNCTION", "FLUSH"]).await;
+        }
+    }
+    let fcalls = common::command_calls(&server, "fcall").await;
+    if functions {
+        let libraries: Vec<leasehold::redis::Value> =
+            cmd(&server, &["FUNCTION", "LIST", "LIBRARYNAME", "leasehold_*"]).await;
+        assert_eq!(libraries.len(), 1, "{libraries:?}");
+        // 15 acquires, tries and releases; the first call after each load.
+        assert!(fcalls >= 15, "{fcalls} FCALLs");
+    } else {
+        assert_eq!(fcalls, 0);
+        assert!(common::command_calls(&server, "evalsha").await >= 15);
+    }
 }
 
 async fn keys_written_by_hand_give_errors_or_waits_never_panics(servers: Servers) {

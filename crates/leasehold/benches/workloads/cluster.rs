@@ -7,8 +7,8 @@
 //! master of its slot; W2's counter is read and written on the master of
 //! its own slot. Server cost is summed over the masters (`INFO commandstats`
 //! and `INFO cpu` before and after on each), and a master's share of W3's
-//! attempts is its share of the EVALSHA calls: an attempt is one, and the
-//! release after a success is another on the same master.
+//! attempts is its share of the scripts (EVALSHA and FCALL): an attempt is
+//! one, and the release after a success is another on the same master.
 
 use super::*;
 
@@ -73,16 +73,18 @@ async fn servers(cluster: &RedisCluster) -> Result<Servers> {
     })
 }
 
-/// Each master's share of W3's attempts: of the EVALSHA calls it ran.
+/// Each master's share of W3's attempts: of the scripts it ran (EVALSHA,
+/// or FCALL where the server has functions).
 fn shares(run: &W3Run) -> Vec<f64> {
-    let total: u64 = run.per_master.iter().map(|c| c.get("evalsha")).sum();
+    let scripts = |c: &ServerCost| c.get("evalsha") + c.get("fcall");
+    let total: u64 = run.per_master.iter().map(scripts).sum();
     run.per_master
         .iter()
         .map(|c| {
             if total == 0 {
                 0.0
             } else {
-                round3(c.get("evalsha") as f64 / total as f64)
+                round3(scripts(c) as f64 / total as f64)
             }
         })
         .collect()
@@ -148,7 +150,7 @@ pub(super) fn print_cluster(
     row(
         "",
         "calls and CPU are summed over the masters; a master's share of the \
-         attempts is its share of the EVALSHA calls (fair 0.333)",
+         attempts is its share of the scripts, EVALSHA and FCALL (fair 0.333)",
     );
     println!(
         "W2 contended on the cluster: {W2_WORKERS} workers, {W2_LOCK}, {} s, \
@@ -199,7 +201,7 @@ pub(super) fn targets(w2: &[W2Run], w3: &[W3Run], runs: &ClusterRuns) -> Result<
         Some(worst),
         Bound::Within(third - SHARE_SLACK, third + SHARE_SLACK),
         format!(
-            "the share farthest from ⅓, of EVALSHA per master; all {}",
+            "the share farthest from ⅓, of scripts per master; all {}",
             shares
                 .iter()
                 .map(|&s| number(s))
@@ -274,7 +276,7 @@ pub(super) fn w3_cluster_json(plan: &Plan, w3: &[W3Run], runs: &ClusterRuns) -> 
         object.insert("seconds".to_owned(), json!(plan.w3_run.as_secs_f64()));
         object.insert(
             "share_of_attempts_is".to_owned(),
-            json!("the master's share of the EVALSHA calls (an attempt, and a release after a success)"),
+            json!("the master's share of the scripts, EVALSHA and FCALL (an attempt, and a release after a success)"),
         );
     }
     Ok(out)

@@ -85,6 +85,9 @@ pub(crate) struct Connection {
     connecting: tokio::sync::Mutex<()>,
     /// The server answered READONLY: it is a replica now.
     demoted: AtomicBool,
+    /// The server has no functions, or refuses them to this user: scripts
+    /// go with EVALSHA.
+    no_functions: AtomicBool,
 }
 
 impl std::fmt::Debug for Connection {
@@ -104,6 +107,7 @@ impl Connection {
             slot: Mutex::default(),
             connecting: tokio::sync::Mutex::new(()),
             demoted: AtomicBool::new(false),
+            no_functions: AtomicBool::new(false),
         }
     }
 
@@ -115,6 +119,16 @@ impl Connection {
 
     pub(crate) fn demoted(&self) {
         self.demoted.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether scripts may be called as functions on this server.
+    pub(crate) fn functions(&self) -> bool {
+        !self.no_functions.load(Ordering::Relaxed)
+    }
+
+    /// The server has no functions, or refuses them to this user.
+    pub(crate) fn no_functions(&self) {
+        self.no_functions.store(true, Ordering::Relaxed);
     }
 
     fn slot(&self) -> MutexGuard<'_, Slot> {

@@ -33,7 +33,10 @@ use std::time::Duration;
 pub(crate) use conn::ServerInfo;
 pub(crate) use notify::{Notifier, Subscription};
 
-use crate::engine::scripts::{evalsha, is_noscript_error, Publish, Scripts};
+use crate::engine::scripts::{
+    evalsha, fcall, is_function_missing, is_functions_refused, is_library_loaded,
+    is_noscript_error, is_readonly_error, Publish, Scripts,
+};
 use crate::engine::ReplicaAck;
 use crate::error::{Redirect, Result};
 
@@ -156,8 +159,11 @@ impl Route {
     }
 
     /// Runs one script; NOSCRIPT is answered by loading it and sending it
-    /// again. Bounded by the command timeout (and the WAIT's timeout, when
-    /// the route asks replicas to acknowledge: then also how many did).
+    /// again. A script of the functions library goes as FCALL where the
+    /// server has functions (the library is loaded when the server says
+    /// it has not got it), and as EVALSHA where it has none. Bounded by
+    /// the command timeout (and the WAIT's timeout, when the route asks
+    /// replicas to acknowledge: then also how many did).
     pub(crate) async fn eval(
         self,
         operation: &str,
@@ -168,46 +174,51 @@ impl Route {
         let asking = self.asking;
         let ack = self.ack;
         let within = ack.map_or(std::time::Duration::ZERO, |ack| ack.timeout);
+        let scripts = self.scripts();
+        let function = scripts
+            .function(script)
+            .filter(|_| self.connection.functions());
+        let connection = &self.connection;
         self.connection
             .run_on_within(self.checkout, operation, within, |mut conn, _| async move {
-                if !asking && ack.is_none() {
-                    let mut invocation = script.prepare_invoke();
-                    for key in keys {
-                        invocation.key(*key);
+                if let Some(function) = function {
+                    let call = || fcall(function, keys, args);
+                    match send(&mut conn, asking, ack, call()).await {
+                        Err(e) if is_function_missing(&e) => {
+                            match redis::cmd("FUNCTION")
+                                .arg("LOAD")
+                                .arg(&scripts.library.code)
+                                .query_async::<redis::Value>(&mut conn)
+                                .await
+                            {
+                                Err(e) if is_functions_refused(&e) => connection.no_functions(),
+                                // A replica: sent as a script below.
+                                Err(e) if is_readonly_error(&e) => {}
+                                Err(e) if !is_library_loaded(&e) => return Err(e),
+                                _ => match send(&mut conn, asking, ack, call()).await {
+                                    Err(e) if is_readonly_error(&e) => {}
+                                    reply => return reply,
+                                },
+                            }
+                        }
+                        Err(e) if is_functions_refused(&e) => connection.no_functions(),
+                        // Sent as a script below: a replica answers it as it
+                        // always did.
+                        Err(e) if is_readonly_error(&e) => {}
+                        reply => return reply,
                     }
-                    for arg in args {
-                        invocation.arg(*arg);
-                    }
-                    return invocation.invoke_async(&mut conn).await.map(|v| (v, None));
                 }
                 // ASKING holds for the next command alone, and WAIT counts
                 // the writes of this connection: all go in one pipeline,
                 // and again after a NOSCRIPT.
-                let mut pipe = redis::pipe();
-                if asking {
-                    pipe.cmd("ASKING").ignore();
-                }
-                pipe.add_command(evalsha(script, keys, args));
-                if let Some(ack) = ack {
-                    pipe.cmd("WAIT")
-                        .arg(ack.replicas)
-                        .arg(crate::keys::millis(ack.timeout).max(1));
-                }
-                let replies = match pipe.query_async::<Vec<redis::Value>>(&mut conn).await {
+                let call = || evalsha(script, keys, args);
+                match send(&mut conn, asking, ack, call()).await {
                     Err(e) if is_noscript_error(&e) => {
                         script.prepare_invoke().load_async(&mut conn).await?;
-                        pipe.query_async::<Vec<redis::Value>>(&mut conn).await?
+                        send(&mut conn, asking, ack, call()).await
                     }
-                    reply => reply?,
-                };
-                let mut replies = replies.into_iter();
-                let value = replies.next().unwrap_or(redis::Value::Nil);
-                let acked = match (ack, replies.next()) {
-                    (None, _) => None,
-                    (Some(_), Some(redis::Value::Int(n))) => Some(u32::try_from(n).unwrap_or(0)),
-                    (Some(_), _) => Some(0),
-                };
-                Ok((value, acked))
+                    reply => reply,
+                }
             })
             .await
     }
@@ -243,4 +254,39 @@ impl Route {
             .await
             .map(drop)
     }
+}
+
+/// Sends `command`, alone or, when `asking` or `ack` say so, in one
+/// pipeline behind ASKING and before WAIT; answers its reply and how many
+/// replicas acknowledged it when `ack` asked.
+async fn send(
+    conn: &mut redis::aio::MultiplexedConnection,
+    asking: bool,
+    ack: Option<ReplicaAck>,
+    command: redis::Cmd,
+) -> redis::RedisResult<(redis::Value, Option<u32>)> {
+    if !asking && ack.is_none() {
+        return command.query_async(conn).await.map(|v| (v, None));
+    }
+    let mut pipe = redis::pipe();
+    if asking {
+        pipe.cmd("ASKING").ignore();
+    }
+    pipe.add_command(command);
+    if let Some(ack) = ack {
+        pipe.cmd("WAIT")
+            .arg(ack.replicas)
+            .arg(crate::keys::millis(ack.timeout).max(1));
+    }
+    let mut replies = pipe
+        .query_async::<Vec<redis::Value>>(conn)
+        .await?
+        .into_iter();
+    let value = replies.next().unwrap_or(redis::Value::Nil);
+    let acked = match (ack, replies.next()) {
+        (None, _) => None,
+        (Some(_), Some(redis::Value::Int(n))) => Some(u32::try_from(n).unwrap_or(0)),
+        (Some(_), _) => Some(0),
+    };
+    Ok((value, acked))
 }

@@ -2,6 +2,10 @@
 //!
 //! Every script is sent with EVALSHA; a server that lost it (`SCRIPT FLUSH`,
 //! restart, failover) answers NOSCRIPT, and the script is loaded and sent again.
+//! The scripts of the fast paths (acquire and release) are also one Redis
+//! Functions library: where the server has functions (Redis 7, Valkey),
+//! they are called with FCALL, which spares the server the work of making
+//! the shared functions on every call (see [`Library`]).
 
 use std::sync::LazyLock;
 
@@ -26,6 +30,7 @@ pub(crate) enum Publish {
 #[derive(Debug)]
 pub(crate) struct Scripts {
     pub(crate) acquire: redis::Script,
+    pub(crate) try_acquire: redis::Script,
     pub(crate) fair_acquire: redis::Script,
     pub(crate) family_acquire: redis::Script,
     pub(crate) release: redis::Script,
@@ -41,6 +46,40 @@ pub(crate) struct Scripts {
     pub(crate) announce: redis::Script,
     pub(crate) redlock_acquire: redis::Script,
     pub(crate) redlock_fence: redis::Script,
+    pub(crate) library: Library,
+}
+
+/// The acquire and release scripts as one Redis Functions library: its
+/// shared functions are made once, when it is loaded, not on every call.
+/// Its name and its functions' names carry a hash of the scripts, so that
+/// clients of other versions load libraries of their own beside it.
+#[derive(Debug)]
+pub(crate) struct Library {
+    /// What FUNCTION LOAD takes.
+    pub(crate) code: String,
+    /// The function of each script in the library, by the script's hash.
+    functions: Vec<(String, String)>,
+}
+
+impl Library {
+    fn build(lib: &str, ops: &[(&str, &redis::Script, &str, &str)]) -> Library {
+        let hashes: Vec<&str> = ops
+            .iter()
+            .map(|(_, script, _, _)| script.get_hash())
+            .collect();
+        let version = redis::Script::new(&hashes.join(" ")).get_hash()[..16].to_owned();
+        let mut code = format!("#!lua name=leasehold_{version}\n{lib}{FAMILY}");
+        let mut functions = Vec::new();
+        for (name, script, op, flags) in ops {
+            let function = format!("leasehold_{version}_{name}");
+            code.push_str(&format!(
+                "redis.register_function{{function_name='{function}', \
+                 callback=function(KEYS, ARGV)\n{op}\nend, flags={{{flags}}}}}\n"
+            ));
+            functions.push((script.get_hash().to_owned(), function));
+        }
+        Library { code, functions }
+    }
 }
 
 static CLASSIC: LazyLock<Scripts> = LazyLock::new(|| Scripts::build(Publish::Classic));
@@ -69,11 +108,35 @@ impl Scripts {
         };
         let with_family = |op: &str| redis::Script::new(&format!("{lib}{FAMILY}{op}"));
         let with_lib = |op: &str| redis::Script::new(&format!("{lib}{op}"));
+        const ACQUIRE: &str = include_str!("../scripts/acquire.lua");
+        const TRY_ACQUIRE: &str = include_str!("../scripts/try_acquire.lua");
+        const FAIR_ACQUIRE: &str = include_str!("../scripts/fair_acquire.lua");
+        const FAMILY_ACQUIRE: &str = include_str!("../scripts/family_acquire.lua");
+        const RELEASE: &str = include_str!("../scripts/release.lua");
+        let acquire = with_family(ACQUIRE);
+        let try_acquire = with_family(TRY_ACQUIRE);
+        let fair_acquire = with_family(FAIR_ACQUIRE);
+        let family_acquire = with_family(FAMILY_ACQUIRE);
+        let release = with_family(RELEASE);
+        // A release runs under maxmemory too, as its EVAL does (a DEL is
+        // not refused then): it frees memory.
+        let library = Library::build(
+            &lib,
+            &[
+                ("acquire", &acquire, ACQUIRE, ""),
+                ("try_acquire", &try_acquire, TRY_ACQUIRE, ""),
+                ("fair_acquire", &fair_acquire, FAIR_ACQUIRE, ""),
+                ("family_acquire", &family_acquire, FAMILY_ACQUIRE, ""),
+                ("release", &release, RELEASE, "'allow-oom'"),
+            ],
+        );
         Scripts {
-            acquire: with_family(include_str!("../scripts/acquire.lua")),
-            fair_acquire: with_family(include_str!("../scripts/fair_acquire.lua")),
-            family_acquire: with_family(include_str!("../scripts/family_acquire.lua")),
-            release: with_family(include_str!("../scripts/release.lua")),
+            acquire,
+            try_acquire,
+            fair_acquire,
+            family_acquire,
+            release,
+            library,
             force_release: with_family(include_str!("../scripts/force_release.lua")),
             semaphore_permits: with_family(include_str!("../scripts/semaphore_permits.lua")),
             renew: with_family(include_str!("../scripts/renew.lua")),
@@ -88,6 +151,73 @@ impl Scripts {
             redlock_fence: with_lib(include_str!("../scripts/redlock_fence.lua")),
         }
     }
+}
+
+impl Scripts {
+    /// The function that runs `script`, if the library has one.
+    pub(crate) fn function(&self, script: &redis::Script) -> Option<&str> {
+        let hash = script.get_hash();
+        self.library
+            .functions
+            .iter()
+            .find(|(of, _)| of == hash)
+            .map(|(_, function)| function.as_str())
+    }
+}
+
+/// The FCALL command for `function`.
+pub(crate) fn fcall(function: &str, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
+    let mut cmd = redis::cmd("FCALL");
+    cmd.arg(function).arg(keys.len()).arg(keys);
+    for arg in args {
+        cmd.arg(*arg);
+    }
+    cmd
+}
+
+/// Whether any of the server's errors in `err` is one `matches` picks.
+fn any_server_error(err: &redis::RedisError, matches: impl Fn(&str, &str) -> bool) -> bool {
+    if let (Some(code), Some(detail)) = (err.code(), err.detail()) {
+        if matches(code, detail) {
+            return true;
+        }
+    }
+    err.clone().into_server_errors().is_some_and(|errors| {
+        errors
+            .iter()
+            .any(|(_, e)| matches(e.code(), e.details().unwrap_or("")))
+    })
+}
+
+/// Whether an FCALL failed because the server lost the library (FUNCTION
+/// FLUSH, a restart without persistence) or never had it.
+pub(crate) fn is_function_missing(err: &redis::RedisError) -> bool {
+    any_server_error(err, |code, detail| {
+        code == "ERR" && detail.starts_with("Function not found")
+    })
+}
+
+/// Whether a FUNCTION LOAD failed because the library is there already.
+pub(crate) fn is_library_loaded(err: &redis::RedisError) -> bool {
+    any_server_error(err, |code, detail| {
+        code == "ERR" && detail.starts_with("Library") && detail.contains("already exists")
+    })
+}
+
+/// Whether the server refused a write up front as a read-only replica: a
+/// function that writes is refused so before it runs, where a script is
+/// let in and says what the replica's state is (MASTERDOWN when cut off
+/// from its master), so the script is sent then.
+pub(crate) fn is_readonly_error(err: &redis::RedisError) -> bool {
+    any_server_error(err, |code, _| code == "READONLY")
+}
+
+/// Whether the server has no functions (before Redis 7), or does not let
+/// this user call or load them: scripts are sent with EVALSHA then.
+pub(crate) fn is_functions_refused(err: &redis::RedisError) -> bool {
+    any_server_error(err, |code, detail| {
+        code == "NOPERM" || (code == "ERR" && detail.starts_with("unknown command"))
+    })
 }
 
 /// The EVALSHA command for `script`, for use in a pipeline.

@@ -80,7 +80,7 @@ pub(crate) async fn try_acquire(
 ) -> Result<Option<Held>> {
     let token = new_token()?;
     let mut pending = None;
-    match attempt(engine, request, &token, false, false, &mut pending).await? {
+    match attempt(engine, request, &token, Queueing::No, false, &mut pending).await? {
         Outcome::Granted {
             fence,
             ttl,
@@ -214,7 +214,20 @@ async fn wait_for(
     let mut backoff = FIRST_BACKOFF;
     // When this wait first found the lock busy.
     let mut queued_at: Option<Instant> = None;
+    // When the current token's place and heartbeat were last refreshed,
+    // and with which mode (hand over or not).
+    let mut refreshed: Option<(Instant, bool)> = None;
     loop {
+        let asks_hand_over = starving(queued_at);
+        let queue_mode = match refreshed {
+            // Not listening yet: a busy answer is followed by a subscription
+            // and another attempt, which queues.
+            _ if !queue || subscription.is_none() => Queueing::No,
+            Some((at, mode)) if mode == asks_hand_over && at.elapsed() < HEARTBEAT_REFRESH => {
+                Queueing::Fresh
+            }
+            _ => Queueing::Refresh,
+        };
         // The attempt that found the lock busy: its send time, and the last
         // fence when it ran. A hand-off with a larger fence happened after
         // it ran, so its lease started after that send time; a message with
@@ -223,8 +236,8 @@ async fn wait_for(
             engine,
             request,
             &token,
-            queue,
-            starving(queued_at),
+            queue_mode,
+            asks_hand_over,
             &mut pending,
         )
         .await
@@ -248,6 +261,7 @@ async fn wait_for(
                 // background, through `pending`) and wait on afresh.
                 pending = None;
                 token = new_token()?;
+                refreshed = None;
                 pause(backoff_step(&mut backoff), deadline).await;
                 continue;
             }
@@ -262,6 +276,9 @@ async fn wait_for(
                 seen.in_grace = false;
                 seen.unacked = None;
                 queued_at.get_or_insert(sent_at);
+                if queue_mode == Queueing::Refresh {
+                    refreshed = Some((sent_at, asks_hand_over));
+                }
                 backoff = FIRST_BACKOFF;
                 (pttl, sent_at, fence)
             }
@@ -272,6 +289,7 @@ async fn wait_for(
                 leave(engine, keys, &mut pending, &token).await;
                 seen.unacked = Some(unacked(request, acked, ack));
                 token = new_token()?;
+                refreshed = None;
                 if !queue || deadline.is_some_and(|d| Instant::now() >= d) {
                     return Err(seen.give_up(request, waited));
                 }
@@ -467,14 +485,27 @@ fn backoff_step(backoff: &mut Duration) -> Duration {
     half + Duration::from_micros(jitter)
 }
 
-/// One attempt with `token`; `queue` puts it in the waiter queue when busy,
-/// to be handed the lock at a release if `hand_over` (a fair lock always
-/// is). Arms `pending` before anything is sent.
+/// How an attempt that finds the lock busy treats the waiter queue.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Queueing {
+    /// It does not queue.
+    No,
+    /// It queues, or refreshes its place and heartbeat.
+    Refresh,
+    /// It is queued with a heartbeat refreshed within `HEARTBEAT_REFRESH`
+    /// and the same mode: the lock is marked as waited for, nothing else.
+    Fresh,
+}
+
+/// One attempt with `token`; `queue` says what it does with the waiter
+/// queue when busy; a queued waiter is handed the lock at a release if
+/// `hand_over` (a fair lock always is). Arms `pending` before anything is
+/// sent.
 async fn attempt(
     engine: &Arc<Engine>,
     request: &Request<'_>,
     token: &str,
-    queue: bool,
+    queue: Queueing,
     hand_over: bool,
     pending: &mut Option<PendingRelease>,
 ) -> Result<Outcome> {
@@ -491,7 +522,7 @@ async fn attempt(
     // Sent before: this token may hold the lock or be queued already.
     let sent_before = pending.is_some();
     let armed = pending.get_or_insert_with(|| PendingRelease::arm(engine, keys, token));
-    if queue {
+    if queue != Queueing::No {
         armed.queued();
     }
     let lease_ms = millis(request.lease).to_string();
@@ -505,19 +536,50 @@ async fn attempt(
         Kind::Write => b"w",
         Kind::Semaphore { .. } => b"s",
     };
+    // A mutex's attempt that does not queue leaves out what only queueing
+    // uses: each argument costs the server work.
+    let bare = queue == Queueing::No && !request.kind.is_hash();
     // The arguments every acquire script takes first (see `lib.lua`).
     let mut args: Vec<&[u8]> = vec![
         token.as_bytes(),
         lease_ms.as_bytes(),
         retention.as_bytes(),
-        if queue { b"1" } else { b"0" },
-        heartbeat.as_bytes(),
-        engine.id.as_bytes(),
+        match queue {
+            Queueing::No => b"0",
+            Queueing::Refresh => b"1",
+            // The hash kinds' script refreshes on every attempt.
+            Queueing::Fresh if request.kind.is_hash() => b"1",
+            Queueing::Fresh => b"2",
+        },
+        if bare { b"" } else { heartbeat.as_bytes() },
+        if bare { b"" } else { engine.id.as_bytes() },
         if sent_before { b"1" } else { b"0" },
         engine.config.identity.as_bytes(),
-        mode,
     ];
+    if !bare {
+        args.push(mode);
+    }
     let keys_list = [keys.lock.as_str(), &keys.fence, &keys.queue, &keys.waiters];
+    if bare && request.kind == Kind::Mutex && !sent_before {
+        // Neither queued nor holding before: the fast path alone.
+        let args: [&[u8]; 4] = [
+            token.as_bytes(),
+            lease_ms.as_bytes(),
+            retention.as_bytes(),
+            engine.config.identity.as_bytes(),
+        ];
+        return run_attempt(
+            engine,
+            request,
+            route,
+            pending,
+            sent_before,
+            |s| &s.try_acquire,
+            &keys_list[..2],
+            &args,
+        )
+        .await;
+    }
     // What follows is the script's own.
     let (pick, own): (Pick, _) = match request.kind {
         Kind::Mutex | Kind::Fair => {
@@ -526,7 +588,12 @@ async fn attempt(
             } else {
                 |s| &s.acquire
             };
-            (pick, vec![millis(hand_off_lease(request)).to_string()])
+            let own = if bare {
+                Vec::new()
+            } else {
+                vec![millis(hand_off_lease(request)).to_string()]
+            };
+            (pick, own)
         }
         Kind::Reentrant | Kind::Read | Kind::Write | Kind::Semaphore { .. } => {
             let total = match request.kind {
@@ -550,10 +617,36 @@ async fn attempt(
         }
     };
     args.extend(own.iter().map(String::as_bytes));
+    run_attempt(
+        engine,
+        request,
+        route,
+        pending,
+        sent_before,
+        pick,
+        &keys_list,
+        &args,
+    )
+    .await
+}
+
+/// Sends an attempt's script and reads its answer.
+#[allow(clippy::too_many_arguments)]
+async fn run_attempt(
+    engine: &Arc<Engine>,
+    request: &Request<'_>,
+    route: crate::deploy::Route,
+    pending: &mut Option<PendingRelease>,
+    sent_before: bool,
+    pick: Pick,
+    keys_list: &[&str],
+    args: &[&[u8]],
+) -> Result<Outcome> {
+    let keys = request.keys;
     let sent_at = Instant::now();
     let route = route.with_ack(request.replica_ack);
     let (reply, acked) = match engine
-        .send(route, &keys.lock, "acquire", pick, &keys_list, &args, true)
+        .send(route, &keys.lock, "acquire", pick, keys_list, args, true)
         .await?
     {
         Answer::Reply(reply, acked, _) => (reply, acked),
@@ -580,6 +673,19 @@ async fn attempt(
 /// `scripts/family_acquire.lua`).
 fn read_attempt(request: &Request<'_>, reply: &redis::Value, sent_at: Instant) -> Result<Outcome> {
     let unexpected = || Error::unexpected_reply("acquire", reply);
+    if let redis::Value::BulkString(fence) = reply {
+        // Taken by this attempt, for the lease it asked.
+        let fence = std::str::from_utf8(fence)
+            .ok()
+            .and_then(|fence| fence.parse::<u64>().ok())
+            .ok_or_else(unexpected)?;
+        return Ok(Outcome::Granted {
+            fence,
+            ttl: request.lease,
+            sent_at,
+            hold: None,
+        });
+    }
     let redis::Value::Array(items) = reply else {
         return Err(unexpected());
     };

@@ -220,7 +220,7 @@ if pruned > 0 then
 end
 
 if ARGV[4] == '1' then
-  L.enqueue(KEYS[3], KEYS[4], token, ARGV[7], ARGV[5], '0', mode, ARGV[12], ARGV[6], ARGV[8])
+  L.enqueue(KEYS[3], KEYS[4], token, now_text, ARGV[5], '0', mode, ARGV[12], ARGV[6], ARGV[8])
 end
 -- What blocks it: the earliest lease of another owner to run out.
 local blocker, until_ms = '', nil

@@ -3,7 +3,8 @@
 --
 -- A Mutex or FairMutex is a string: "<token> <acquired µs> <identity>",
 -- where the identity is "<pid> <host> <client name>" (a bare token, as
--- written by hand, counts too). The other primitives keep one hash per
+-- written by hand, counts too), followed by WAITED once a waiter may be
+-- queued behind its holder (and by KEPT after that, see below). The other primitives keep one hash per
 -- lock: `kind`, for a semaphore `permits`, and one field per held lease,
 -- `h:<token>` = "<expiry ms> <mode> <owner> <permits> <fence> <acquired µs>
 -- <identity>"; every lease has its own expiry on the server's clock, and
@@ -25,18 +26,26 @@
 -- Every acquire script takes the same first arguments:
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[3] fence retention ms,
--- ARGV[4] '1' to queue when busy, ARGV[5] heartbeat ms, ARGV[6] the
+-- ARGV[4] '1' to queue when busy (or refresh the waiter's place and
+-- heartbeat), '2' when it is queued with a fresh heartbeat (only the
+-- lock is marked WAITED), '0' not to queue, ARGV[5] heartbeat ms, ARGV[6] the
 -- waiting client's id, ARGV[7] '1' when this token was sent before (it may
 -- hold or be queued), ARGV[8] the holder's identity, ARGV[9] the waiter's
--- mode; what follows is the script's own.
+-- mode; what follows is the script's own. A Mutex's or FairMutex's
+-- attempt that does not queue sends ARGV[5] and ARGV[6] empty and nothing
+-- from ARGV[9] on.
 
 -- The server's clock in µs, as a number and as its exact decimal text:
 -- formatting a float of 16 digits costs the server more than the rest of
 -- a lock's fast path, so the text is built from TIME's own digits.
-local function server_us()
+local function server_text()
   local time = redis.call('TIME')
   local us = time[2]
-  local text = time[1] .. string.rep('0', 6 - #us) .. us
+  return time[1] .. string.rep('0', 6 - #us) .. us
+end
+
+local function server_us()
+  local text = server_text()
   return tonumber(text), text
 end
 
@@ -46,8 +55,15 @@ end
 -- clock does not step back. The counter expires after `retention` ms without
 -- an acquisition. `now_text` is `now_us` as text, when the caller has it.
 local function next_fence(key, now_us, retention, now_text)
-  local old = redis.call('SET', key, now_text or string.format('%.0f', now_us), 'PX', retention,
-    'GET')
+  now_text = now_text or string.format('%.0f', now_us)
+  local old = redis.call('SET', key, now_text, 'PX', retention, 'GET')
+  -- Digits only and no longer than the clock's text: they compare as their
+  -- numbers, and the clock is ahead (the common case, without arithmetic).
+  if not old or ((#old < #now_text or (#old == #now_text and old < now_text))
+      and not string.find(old, '%D')) then
+    return now_us or tonumber(now_text), now_text
+  end
+  now_us = now_us or tonumber(now_text)
   local stored = tonumber(old)
   -- Anything leasehold did not write (NaN, infinities, beyond 2^53 where Lua
   -- numbers stop being exact) counts as a lost counter.
@@ -56,10 +72,11 @@ local function next_fence(key, now_us, retention, now_text)
   end
   stored = math.floor(stored)
   if stored + 1 > now_us then
-    redis.call('SET', key, string.format('%.0f', stored + 1), 'PX', retention)
-    return stored + 1
+    local text = string.format('%.0f', stored + 1)
+    redis.call('SET', key, text, 'PX', retention)
+    return stored + 1, text
   end
-  return now_us
+  return now_us, now_text
 end
 
 -- Publishes `message` on `channel`: the one place a script sends a
@@ -82,9 +99,30 @@ local function kept(record)
   return record .. KEPT
 end
 
+-- Ends a string lock's value (before KEPT) once a waiter may be queued
+-- behind its holder: a release of a value without it reads no queue.
+-- Spurious marks only cost that read.
+local WAITED = '\31w'
+
+-- Marks the string lock `key` whose value is `value` as waited for, unless
+-- it is already, or kept (a kept lock wakes nobody: its waiters take it
+-- when it expires).
+local function mark_waited(key, value)
+  if string.find(value, '\31', 1, true) then
+    return
+  end
+  redis.call('SET', key, value .. WAITED, 'XX', 'KEEPTTL')
+end
+
 -- Whether a string lock's value is held by `token`.
 local function holds(value, token)
-  return value == token or string.sub(value, 1, #token + 1) == token .. ' '
+  if value == token then
+    return true
+  end
+  -- Without making strings: each costs the server work. A bare token may
+  -- be marked (WAITED, KEPT) too.
+  local after = string.byte(value, #token + 1)
+  return (after == 32 or after == 31) and string.find(value, token, 1, true) == 1
 end
 
 -- The queue's functions, made on the first call to `lib()`: a closure costs
@@ -155,12 +193,11 @@ local function lib()
   end
 
   -- Puts `token` at the back of the queue unless it is in it already, and
-  -- refreshes its heartbeat. `known` says it may be queued already.
-  function L.enqueue(queue, waiters, token, known, heartbeat, hand_off, mode, want, client, identity)
-    if known ~= '1' or not redis.call('ZSCORE', queue, token) then
-      local _, now_text = server_us()
-      redis.call('ZADD', queue, 'NX', now_text, token)
-    end
+  -- refreshes its heartbeat. `now_text`, when the caller has it, is the
+  -- server's clock as `server_text` gives it.
+  function L.enqueue(queue, waiters, token, now_text, heartbeat, hand_off, mode, want, client,
+      identity)
+    redis.call('ZADD', queue, 'NX', now_text or server_text(), token)
     redis.call('PEXPIRE', queue, heartbeat)
     redis.call('SET', waiters .. token,
       hand_off .. ' ' .. mode .. ' ' .. want .. ' ' .. client .. ' ' .. identity, 'PX', heartbeat)
@@ -179,7 +216,8 @@ local function lib()
     end
     if head.mode == 'f' then
       local now, now_text = server_us()
-      redis.call('SET', lock, head.token .. ' ' .. now_text .. ' ' .. head.identity,
+      -- Others may wait behind it.
+      redis.call('SET', lock, head.token .. ' ' .. now_text .. ' ' .. head.identity .. WAITED,
         'PX', head.hand_off)
       L.leave_queue(queue, waiters, head.token)
       local fence = next_fence(fence_key, now, retention, now_text)

@@ -104,12 +104,17 @@ if type(holder) == 'table' then
 end
 local released = 0
 if holder and holds(holder, token) then
-  if tonumber(ARGV[5]) > 0 then
+  if ARGV[5] ~= '0' then
     -- Kept, marked so (see KEPT in lib.lua), until the hold is over.
     redis.call('SET', KEYS[1], kept(holder), 'PX', ARGV[5])
     return 2
   end
-  redis.call('DEL', KEYS[1])
+  if not string.find(holder, '\31', #token + 1, true) then
+    -- Neither marked WAITED nor kept: no waiter came while it was held,
+    -- the common case.
+    redis.call('DEL', KEYS[1])
+    return 1
+  end
   released = 1
 elseif ARGV[2] == '1' then
   lib().leave_queue(KEYS[3], KEYS[4], token)
@@ -119,16 +124,16 @@ elseif ARGV[2] == '1' then
 else
   return 0
 end
--- The lock is free now. Readers and writers queue here once the last
--- lease of an rw-lock is gone with its key: the readers at the front are
--- woken together.
+-- The lock is free now, or once its key is deleted: unless a fair waiter
+-- is handed it, which overwrites the key. Readers and writers queue here
+-- once the last lease of an rw-lock is gone with its key: the readers at
+-- the front are woken together.
 local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-if not first then
-  -- Nobody waits: the common case.
-  return released
+local L = first and lib()
+local head = first and L.first_live(KEYS[3], KEYS[4], first)
+if released == 1 and not (head and head.mode == 'f') then
+  redis.call('DEL', KEYS[1])
 end
-local L = lib()
-local head = L.first_live(KEYS[3], KEYS[4], first)
 if not head then
   return released
 end

@@ -60,6 +60,35 @@ pub(crate) async fn evalsha_calls(server: &RedisServer) -> u64 {
         .map_or(0, |n| n.parse().unwrap())
 }
 
+/// How many calls of `command` (as INFO commandstats names it) the server
+/// has seen since its stats were reset.
+pub(crate) async fn command_calls(server: &RedisServer, command: &str) -> u64 {
+    let stats: String = cmd(server, &["INFO", "commandstats"]).await;
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// How many scripts the server has run since its stats were reset: EVALSHA
+/// and FCALL (the acquire and release scripts are functions where the
+/// server has them).
+pub(crate) async fn script_calls(server: &RedisServer) -> u64 {
+    command_calls(server, "evalsha").await + command_calls(server, "fcall").await
+}
+
+/// Whether the server has Redis Functions (Redis 7, Valkey).
+pub(crate) async fn has_functions(server: &RedisServer) -> bool {
+    let mut conn = raw(server).await;
+    leasehold::redis::cmd("FUNCTION")
+        .arg("LIST")
+        .query_async::<leasehold::redis::Value>(&mut conn)
+        .await
+        .is_ok()
+}
+
 pub(crate) async fn raw(server: &RedisServer) -> leasehold::redis::aio::MultiplexedConnection {
     leasehold::redis::Client::open(server.url())
         .unwrap()

@@ -1,0 +1,27 @@
+-- Take a free Mutex without queueing: the first attempt of a try, or of a
+-- wait that is not listening yet. The fast path of acquire.lua, sent with
+-- only what it uses: every key and argument costs the server work.
+-- KEYS[1] lock, KEYS[2] fence counter
+-- ARGV[1] token, ARGV[2] lease ms, ARGV[3] fence retention ms,
+-- ARGV[4] the holder's identity
+-- Returns as acquire.lua does: the fence, as text, when taken; {0, pttl of
+-- the holder, 0, the holder's record} when busy; {-1, kind} when the key
+-- holds another kind of lock.
+local now_text = server_text()
+local value = ARGV[1] .. ' ' .. now_text .. ' ' .. ARGV[4]
+if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
+  local _, fence = next_fence(KEYS[2], nil, ARGV[3], now_text)
+  return fence
+end
+local holder = redis.pcall('GET', KEYS[1])
+if type(holder) ~= 'string' then
+  local kind = lib().kind_of(KEYS[1])
+  -- A hash lock with no live lease is removed, and the lock taken.
+  if family().drop_stale(KEYS[1], kind)
+      and redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
+    local _, fence = next_fence(KEYS[2], nil, ARGV[3], now_text)
+    return fence
+  end
+  return {-1, kind}
+end
+return {0, redis.call('PTTL', KEYS[1]), 0, holder}
