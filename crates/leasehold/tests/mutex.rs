@@ -397,9 +397,11 @@ async fn the_fast_paths_are_functions_where_the_server_has_them() {
     let functions = common::has_functions(&server).await;
     let client = client_with(&server, LONG, false);
     let mutex = client.mutex("job").unwrap();
+    // Another handle: the holder's own second attempt is refused at once.
+    let other = client.mutex("job").unwrap();
     for round in 0..3 {
         let guard = mutex.acquire().await.unwrap();
-        assert!(mutex.try_acquire().await.unwrap().is_none());
+        assert!(other.try_acquire().await.unwrap().is_none());
         guard.release().await.unwrap();
         let guard = mutex.try_acquire().await.unwrap().expect("free");
         guard.release().await.unwrap();

@@ -189,7 +189,16 @@ impl Masters {
                     let (keys, token, shared) = (keys.clone(), token.clone(), Arc::clone(shared));
                     async move {
                         let answer = take_on(&engine, &keys, &token, lease, proposed).await;
-                        if matches!(answer, Ok(Grant::Granted(_))) {
+                        // A grant, or an error after which the master may
+                        // have run the script (its reply lost): either may
+                        // hold the lock there, and a try that fails must
+                        // release it.
+                        let may_hold = match &answer {
+                            Ok(Grant::Granted(_)) => true,
+                            Ok(_) => false,
+                            Err(error) => !error.is_conflict(),
+                        };
+                        if may_hold {
                             let late = {
                                 let mut state = phase(&shared);
                                 if state.phase != Phase::Over {
