@@ -540,7 +540,15 @@ impl Error {
 /// Whether Redis answered `err` with the error code `code`, alone or in a
 /// pipeline.
 fn has_code(err: &redis::RedisError, code: &str) -> bool {
-    err.code() == Some(code) || server_errors(err).iter().any(|e| e.code() == code)
+    // Before Redis 7, an error raised inside a script comes back as ERR
+    // with the inner reply in its text ("… @user_script: 466: -READONLY …").
+    let inner = format!("-{code} ");
+    let wraps = |detail: Option<&str>| detail.is_some_and(|d| d.contains(&inner));
+    err.code() == Some(code)
+        || wraps(err.detail())
+        || server_errors(err)
+            .iter()
+            .any(|e| e.code() == code || wraps(e.details()))
 }
 
 /// The error replies behind `err`: one, or one per failed command of a
@@ -557,7 +565,7 @@ fn server_errors(err: &redis::RedisError) -> Vec<redis::ServerError> {
 /// not know).
 fn not_ready(err: &redis::RedisError) -> Option<&'static str> {
     server_errors(err).iter().find_map(|e| {
-        Some(match e.code() {
+        Some(match script_inner_code(e).unwrap_or(e.code()) {
             "LOADING" => "it is loading its data set into memory; try again shortly",
             "BUSY" => "it is busy running a script or function; try again shortly",
             "TRYAGAIN" => {
@@ -575,6 +583,19 @@ fn not_ready(err: &redis::RedisError) -> Option<&'static str> {
             _ => return None,
         })
     })
+}
+
+/// The code of the reply a script's own command got, where the server
+/// wraps it in ERR (before Redis 7: "Error running script (…):
+/// @user_script:466: -MASTERDOWN …").
+fn script_inner_code(e: &redis::ServerError) -> Option<&str> {
+    if e.code() != "ERR" {
+        return None;
+    }
+    let detail = e.details()?;
+    let (_, rest) = detail.split_once(": -")?;
+    let code = rest.split(' ').next()?;
+    (!code.is_empty() && code.chars().all(|c| c.is_ascii_uppercase())).then_some(code)
 }
 
 /// The scripting command a server does not know, from its "unknown
@@ -936,6 +957,20 @@ mod tests {
             wrapped("-READONLY You can't write against a read only replica.\r\n").is_readonly()
         );
         assert!(!wrapped("-MASTERDOWN Link with MASTER is down\r\n").is_readonly());
+        // Redis 6.2 wraps what a script's command got in ERR.
+        let old = wrapped(
+            "-ERR Error running script (call to f_14dff9be061713574fcc5c3bf2d97572d7931cce): \
+             @user_script:466: @user_script: 466: -READONLY You can't write against a read only \
+             replica. \r\n",
+        );
+        assert!(old.is_readonly(), "{old:?}");
+        assert_eq!(old.kind(), ErrorKind::Config, "{old:?}");
+        let down = wrapped(
+            "-ERR Error running script (call to f_14dff9be061713574fcc5c3bf2d97572d7931cce): \
+             @user_script:466: @user_script: 466: -MASTERDOWN Link with MASTER is down and \
+             replica-serve-stale-data is set to 'no'. \r\n",
+        );
+        assert!(down.is_retryable(), "{down:?}");
         assert!(!Error::not_held("gone").is_readonly());
     }
 

@@ -365,7 +365,13 @@ async fn servers_not_ready_yet_are_transient() {
     assert!(err.is_retryable(), "{err:?}");
     assert!(err.to_string().contains("(MASTERDOWN)"), "{err}");
 
-    let busy = RedisServer::start_with_args(&["--busy-reply-threshold", "50"]);
+    // Redis 7 renamed lua-time-limit to busy-reply-threshold.
+    let threshold = if leasehold_testkit::server_version().unwrap().at_least(7, 0) {
+        "--busy-reply-threshold"
+    } else {
+        "--lua-time-limit"
+    };
+    let busy = RedisServer::start_with_args(&[threshold, "50"]);
     let mut looping = raw(&busy).await;
     let script = tokio::spawn(async move {
         leasehold::redis::cmd("EVAL")

@@ -917,8 +917,21 @@ mod tests {
         reply.1
     }
 
+    /// Whether the test server has sharded pub/sub (Redis 7 on). A test
+    /// that needs it says why it stops where the server has none.
+    fn has_sharded(test: &str) -> bool {
+        let sharded = leasehold_testkit::server_version().map_or(true, |v| v.at_least(7, 0));
+        if !sharded {
+            eprintln!("{test}: skipped: the server has no sharded pub/sub (Redis 7 on)");
+        }
+        sharded
+    }
+
     #[tokio::test]
     async fn sharded_routes_messages_to_the_listeners_of_each_channel() {
+        if !has_sharded("sharded_routes_messages_to_the_listeners_of_each_channel") {
+            return;
+        }
         let server = RedisServer::start();
         let mut conn = raw(&server.url()).await;
         let redis = redis::Client::open(server.url()).expect("a valid URL");
@@ -957,10 +970,12 @@ mod tests {
         let mut a = notifier.subscribe("{a}ch", None).await;
         assert!(a.is_confirmed());
         assert!(!a.is_moved());
-        assert_eq!(
-            publish(&mut conn, Mode::Sharded, "{a}ch", "sharded").await,
-            0
-        );
+        if has_sharded("classic_routes_messages_and_ignores_spublish") {
+            assert_eq!(
+                publish(&mut conn, Mode::Sharded, "{a}ch", "sharded").await,
+                0
+            );
+        }
         assert_eq!(publish(&mut conn, Mode::Classic, "{a}ch", "one").await, 1);
         assert_eq!(next_published(&mut a).await, "one");
     }
@@ -987,6 +1002,9 @@ mod tests {
 
     #[tokio::test]
     async fn sharded_resubscribes_after_client_kill() {
+        if !has_sharded("sharded_resubscribes_after_client_kill") {
+            return;
+        }
         resubscribes_after_client_kill(Mode::Sharded).await;
     }
 
@@ -997,6 +1015,9 @@ mod tests {
 
     #[tokio::test]
     async fn sharded_resubscribes_after_a_server_restart() {
+        if !has_sharded("sharded_resubscribes_after_a_server_restart") {
+            return;
+        }
         let server = RedisServer::start();
         let notifier = notifier(&server.url(), Mode::Sharded, TIMING);
         let mut a = notifier.subscribe("{a}ch", None).await;
@@ -1028,7 +1049,15 @@ mod tests {
         let _: () = query(
             &mut conn,
             &[
-                "ACL", "SETUSER", "limited", "on", ">pw", "~*", "&ok:*", "+@all",
+                "ACL",
+                "SETUSER",
+                "limited",
+                "on",
+                ">pw",
+                "~*",
+                "resetchannels",
+                "&ok:*",
+                "+@all",
             ],
         )
         .await;
@@ -1057,6 +1086,9 @@ mod tests {
 
     #[tokio::test]
     async fn sharded_noperm_channel_is_timer_only() {
+        if !has_sharded("sharded_noperm_channel_is_timer_only") {
+            return;
+        }
         noperm_channel_is_timer_only(Mode::Sharded).await;
     }
 
@@ -1067,6 +1099,9 @@ mod tests {
 
     #[tokio::test]
     async fn sharded_unsubscribes_a_channel_nobody_listens_on() {
+        if !has_sharded("sharded_unsubscribes_a_channel_nobody_listens_on") {
+            return;
+        }
         let server = RedisServer::start();
         let mut conn = raw(&server.url()).await;
         let notifier = notifier(&server.url(), Mode::Sharded, FAST);
@@ -1094,6 +1129,9 @@ mod tests {
 
     #[tokio::test]
     async fn sharded_health_checks_keep_a_good_connection() {
+        if !has_sharded("sharded_health_checks_keep_a_good_connection") {
+            return;
+        }
         let server = RedisServer::start();
         let mut conn = raw(&server.url()).await;
         let notifier = notifier(&server.url(), Mode::Sharded, FAST);
@@ -1126,6 +1164,9 @@ mod tests {
 
     #[tokio::test]
     async fn sharded_hears_a_slot_leave_the_node() {
+        if !has_sharded("sharded_hears_a_slot_leave_the_node") {
+            return;
+        }
         let node = RedisServer::start_cluster_node();
         let mut conn = raw(&node.url()).await;
         let _: () = query(
@@ -1186,6 +1227,9 @@ mod tests {
 
     #[tokio::test]
     async fn sharded_follows_a_slot_migrated_to_another_node() {
+        if !has_sharded("sharded_follows_a_slot_migrated_to_another_node") {
+            return;
+        }
         let first = RedisServer::start_cluster_node();
         let second = RedisServer::start_cluster_node();
         let mut one = raw(&first.url()).await;
@@ -1260,6 +1304,9 @@ mod tests {
     /// connection rather than read every later reply one step out.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sharded_survives_a_sunsubscribe_taken_for_a_reply() {
+        if !has_sharded("sharded_survives_a_sunsubscribe_taken_for_a_reply") {
+            return;
+        }
         let node = RedisServer::start_cluster_node();
         let proxy = FaultProxy::start(node.addr());
         let mut conn = raw(&node.url()).await;
