@@ -8,45 +8,19 @@
 //! with no clock involved.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
+mod common;
+
+use common::{command, leasehold, stderr, stdout};
 use leasehold_testkit::RedisServer;
 use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
 
 /// Exit codes of the `leasehold` binary.
 const CONFLICT: i32 = 65;
 const LOST: i32 = 76;
 const USAGE: i32 = 2;
-
-fn command(url: &str, args: &[&str]) -> Command {
-    let mut command = Command::new(BIN);
-    command
-        .arg("--url")
-        .arg(url)
-        .args(args)
-        .env_remove("LEASEHOLD_URL")
-        .env_remove("REDIS_URL")
-        // Never the harness's terminal: a runner at a terminal hands it over.
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    command
-}
-
-fn leasehold(url: &str, args: &[&str]) -> Output {
-    command(url, args).output().unwrap()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// Waits (bounded) for a condition that no signal announces.
 fn eventually(what: &str, mut check: impl FnMut() -> bool) {
@@ -386,22 +360,29 @@ fn writers_mixed_with_readers_hold_alone_with_rising_fences() {
     assert_eq!(events.iter().filter_map(|e| e.fence).max(), Some(last));
 }
 
+/// `count` commands `p1`… on the semaphore `exports` of two permits, each
+/// holding its permit until `go`.
+fn semaphore_runners(url: &str, dir: &Dir, count: usize) -> Runners {
+    let mut runners = Runners::new();
+    for i in 1..=count {
+        runners.run(
+            url,
+            "exports",
+            &["--semaphore", "2"],
+            &format!("p{i}"),
+            dir,
+            HOLD_UNTIL_GO,
+        );
+    }
+    runners
+}
+
 #[test]
 fn a_semaphore_of_two_never_runs_a_third_command() {
     let server = RedisServer::start();
     let url = server.url();
     let dir = Dir::new();
-    let mut runners = Runners::new();
-    for i in 1..=5 {
-        runners.run(
-            &url,
-            "exports",
-            &["--semaphore", "2"],
-            &format!("p{i}"),
-            &dir,
-            HOLD_UNTIL_GO,
-        );
-    }
+    let mut runners = semaphore_runners(&url, &dir, 5);
     // Two hold their permit until `go`; the other three must wait for one.
     eventually("two commands to run and three to wait", || {
         dir.starts("p") == 2 && waiting(&url, "exports") == 3
@@ -437,17 +418,7 @@ fn inspect_shows_the_line_and_raised_permits_admit_queued_commands() {
     let server = RedisServer::start();
     let url = server.url();
     let dir = Dir::new();
-    let mut runners = Runners::new();
-    for i in 1..=4 {
-        runners.run(
-            &url,
-            "exports",
-            &["--semaphore", "2"],
-            &format!("p{i}"),
-            &dir,
-            HOLD_UNTIL_GO,
-        );
-    }
+    let mut runners = semaphore_runners(&url, &dir, 4);
     eventually("two commands to run and two to wait", || {
         dir.starts("p") == 2 && waiting(&url, "exports") == 2
     });
