@@ -37,12 +37,17 @@ async fn locks_excludes_and_fences_grow() {
     let first = mutex.acquire().await.unwrap();
     assert_eq!(first.servers(), 3);
     assert!(mutex.try_acquire().await.unwrap().is_none());
-    // Every master that granted stores the fence the majority agreed on.
+    // A majority stores the fence before the lock is reported held; the
+    // round that writes it to the others is not waited for.
+    let mut stored = 0;
     for server in masters.servers() {
         let value = held_on(server, "job").await.unwrap();
         assert!(value.starts_with(first.token()));
-        assert!(counter(server, "job").await.unwrap() >= first.fence());
+        if counter(server, "job").await.unwrap_or(0) >= first.fence() {
+            stored += 1;
+        }
     }
+    assert!(stored >= 2, "the fence on {stored} of 3 masters");
     let fence = first.fence();
     assert_eq!(first.release_counted().await.unwrap(), 3);
     for server in masters.servers() {
