@@ -13,10 +13,9 @@
 //! time, most of the time one that holds a grant of a held lock.
 //!
 //! Every process the run starts is its child and dies with it, even when
-//! the harness is killed with SIGKILL: the workers and the redis-server get
-//! `PR_SET_PDEATHSIG` (so do a Redlock's masters), a cluster's nodes and a sentinel group's servers
-//! are killed by the reaper (see
-//! `reaper`), and the fault proxies and the resource are threads of the
+//! the harness is killed with SIGKILL: the workers and the redis-server (or
+//! a Redlock's masters) get `PR_SET_PDEATHSIG`, a cluster's nodes and a
+//! sentinel group's servers are killed by the reaper (see `reaper`), and the fault proxies and the resource are threads of the
 //! harness. On SIGINT, SIGTERM or SIGHUP the run stops its faults, workers
 //! and servers before it returns.
 //!
