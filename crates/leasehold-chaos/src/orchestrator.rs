@@ -434,6 +434,8 @@ struct Run<'a> {
     /// The section each log has open, as far as it was read: its lock and
     /// when it was granted.
     open: HashMap<PathBuf, (String, u64)>,
+    /// The lock whose master the last kill of a Redlock's master struck.
+    pursued: Option<String>,
 }
 
 pub(crate) fn run(config: &RunConfig) -> Result<RunReport> {
@@ -518,6 +520,7 @@ pub(crate) fn run(config: &RunConfig) -> Result<RunReport> {
         counted: 0,
         read_to: HashMap::new(),
         open: HashMap::new(),
+        pursued: None,
     };
     for _ in 0..config.workers {
         let slot = run.spawn()?;
@@ -1208,18 +1211,32 @@ impl Run<'_> {
         Ok((self.rng.below(n as u64) as usize, false))
     }
 
+    /// Whether a running worker holds `lock` now, as the logs tell.
+    fn still_held(&mut self, lock: &str) -> bool {
+        self.count_acquisitions();
+        self.slots
+            .iter()
+            .filter_map(|s| self.open.get(&s.log))
+            .any(|(held, _)| held == lock)
+    }
+
     /// A fault of one of a Redlock's masters, aimed when it strikes. A
-    /// kill (with or without the AOF) waits most of the time for a long
-    /// hold and strikes a master that holds its grant: restarts without
-    /// the AOF follow each other closely (see `Fault::gap_factor`), so
-    /// that a majority of a long hold's masters can forget it while its
-    /// holder holds on.
+    /// kill (with or without the AOF) strikes a master that holds a grant
+    /// of the lock the last kill struck, while that lock is held still;
+    /// else it waits most of the time for a long hold and strikes one of
+    /// its masters. Restarts without the AOF follow each other closely
+    /// (see `Fault::gap_factor`), so that a majority of a long hold's
+    /// masters can forget it while its holder holds on.
     fn strike_masters(&mut self, fault: Fault) -> Result<()> {
         let start = mono_ns();
-        let fresh = match fault {
-            Fault::MasterKill { .. } => self.long_hold()?,
+        let fresh = match (fault, self.pursued.take()) {
+            (Fault::MasterKill { .. }, Some(lock)) if self.still_held(&lock) => Some(lock),
+            (Fault::MasterKill { .. }, _) => self.long_hold()?,
             _ => None,
         };
+        if matches!(fault, Fault::MasterKill { .. }) {
+            self.pursued.clone_from(&fresh);
+        }
         let (master, at_holder) = self.aim_master(fresh)?;
         let fault = fault.at_master(master);
         let what = fault.to_string();
