@@ -2,7 +2,8 @@
 //! from a seeded generator. The first nine strike one Redis server and the
 //! workers' connections to it; the `cluster-` schedules strike a Redis
 //! Cluster's shards; the `sentinel` schedules fail over a master watched
-//! by Redis Sentinel.
+//! by Redis Sentinel; the `redlock-` schedules strike one of the
+//! independent masters of a Redlock at a time.
 
 use std::fmt;
 use std::str::FromStr;
@@ -29,6 +30,11 @@ pub(crate) enum Schedule {
     SentinelFailover,
     SentinelKill,
     Sentinel,
+    RedlockKill,
+    RedlockRestart,
+    RedlockPause,
+    RedlockLatency,
+    RedlockBlackhole,
 }
 
 impl Schedule {
@@ -62,6 +68,17 @@ impl Schedule {
         Schedule::Sentinel,
     ];
 
+    /// The schedules of a Redlock over independent masters: `--schedule
+    /// redlock` runs them in turn. Not in `all` either: they take N
+    /// servers, and their workers take Redlock mutexes only.
+    pub(crate) const REDLOCK: [Schedule; 5] = [
+        Schedule::RedlockKill,
+        Schedule::RedlockRestart,
+        Schedule::RedlockPause,
+        Schedule::RedlockLatency,
+        Schedule::RedlockBlackhole,
+    ];
+
     pub(crate) fn name(self) -> &'static str {
         match self {
             Schedule::Pause => "pause",
@@ -79,32 +96,52 @@ impl Schedule {
             Schedule::SentinelFailover => "sentinel-failover",
             Schedule::SentinelKill => "sentinel-kill",
             Schedule::Sentinel => "sentinel",
+            Schedule::RedlockKill => "redlock-kill",
+            Schedule::RedlockRestart => "redlock-restart",
+            Schedule::RedlockPause => "redlock-pause",
+            Schedule::RedlockLatency => "redlock-latency",
+            Schedule::RedlockBlackhole => "redlock-blackhole",
         }
     }
 
-    /// One schedule by name, every one-server schedule for `all`, or every
-    /// cluster schedule for `cluster` (`sentinel` is one schedule, a mix).
+    /// One schedule by name, every one-server schedule for `all`, every
+    /// cluster schedule for `cluster`, or every Redlock schedule for
+    /// `redlock` (`sentinel` is one schedule, a mix).
     pub(crate) fn parse_list(name: &str) -> Result<Vec<Schedule>> {
         match name {
             "all" => return Ok(Schedule::ALL.to_vec()),
             "cluster" => return Ok(Schedule::CLUSTER.to_vec()),
+            "redlock" => return Ok(Schedule::REDLOCK.to_vec()),
             _ => {}
         }
         match Schedule::ALL
             .iter()
             .chain(&Schedule::CLUSTER)
             .chain(&Schedule::SENTINEL)
+            .chain(&Schedule::REDLOCK)
             .find(|s| s.name() == name)
         {
             Some(s) => Ok(vec![*s]),
             None => bail!(
                 "unknown schedule {name:?}: use one of {}, or all; or one of {}, or cluster; \
-                 or one of {}",
+                 or one of {}; or one of {}, or redlock",
                 Schedule::ALL.map(Schedule::name).join(", "),
                 Schedule::CLUSTER.map(Schedule::name).join(", "),
-                Schedule::SENTINEL.map(Schedule::name).join(", ")
+                Schedule::SENTINEL.map(Schedule::name).join(", "),
+                Schedule::REDLOCK.map(Schedule::name).join(", ")
             ),
         }
+    }
+
+    /// Whether the schedule runs on the independent masters of a Redlock.
+    pub(crate) fn on_redlock(self) -> bool {
+        Schedule::REDLOCK.contains(&self)
+    }
+
+    /// Whether a Redlock schedule's masters keep an AOF (`appendfsync
+    /// always`), so that a killed master comes back with its locks.
+    pub(crate) fn persists_masters(self) -> bool {
+        self == Schedule::RedlockKill
     }
 
     /// Whether the schedule runs on a Redis Cluster.
@@ -124,7 +161,8 @@ impl Schedule {
     }
 
     /// The next fault, its strength scaled to `lease`. A cluster fault is
-    /// drawn for shard 0 (slot 0): the run aims it when it strikes.
+    /// drawn for shard 0 (slot 0), a Redlock fault for master 0: the run
+    /// aims it when it strikes.
     pub(crate) fn draw(self, rng: &mut Rng, lease: Duration) -> Fault {
         let schedule = match self {
             Schedule::Mixed => *rng.pick(&Schedule::ALL[..8]),
@@ -168,6 +206,25 @@ impl Schedule {
             },
             Schedule::SentinelKill | Schedule::Sentinel => Fault::SentinelKill {
                 lag: lease.mul_f64(*rng.pick(&[0.0, 0.5, 1.0])),
+            },
+            Schedule::RedlockKill | Schedule::RedlockRestart => Fault::MasterKill {
+                master: 0,
+                aof: schedule == Schedule::RedlockKill,
+                down: lease.mul_f64(*rng.pick(&[0.0, 0.5])),
+            },
+            Schedule::RedlockPause => Fault::MasterPause {
+                master: 0,
+                stop: lease.mul_f64(*rng.pick(&[0.5, 1.0, 3.0])),
+            },
+            Schedule::RedlockLatency => Fault::MasterLatency {
+                master: 0,
+                replies_only: rng.chance(0.5),
+                latency: lease.mul_f64(*rng.pick(&[0.1, 0.5, 1.5])),
+                lasting: lease * 2,
+            },
+            Schedule::RedlockBlackhole => Fault::MasterBlackhole {
+                master: 0,
+                held: lease.mul_f64(*rng.pick(&[0.5, 1.0, 3.0])),
             },
         }
     }
@@ -225,6 +282,27 @@ pub(crate) enum Fault {
     /// down for their down-after time, and the killed server is started
     /// again as a replica. The `lag` as for a failover.
     SentinelKill { lag: Duration },
+    /// SIGKILL of one of a Redlock's masters, down this long, started
+    /// again: with `aof` it reloads its locks and fence counters from its
+    /// AOF (`appendfsync always`); without, it comes back empty.
+    MasterKill {
+        master: usize,
+        aof: bool,
+        down: Duration,
+    },
+    /// SIGSTOP of one of a Redlock's masters for this long, then SIGCONT.
+    MasterPause { master: usize, stop: Duration },
+    /// Every worker's traffic to one of a Redlock's masters delayed (both
+    /// ways, or the replies only), through that master's fault proxy.
+    MasterLatency {
+        master: usize,
+        replies_only: bool,
+        latency: Duration,
+        lasting: Duration,
+    },
+    /// Every worker's bytes to and from one of a Redlock's masters held
+    /// this long, then delivered.
+    MasterBlackhole { master: usize, held: Duration },
 }
 
 impl Fault {
@@ -233,6 +311,45 @@ impl Fault {
         !matches!(self, Fault::Restart { .. } | Fault::ClientPause(_))
             && !self.strikes_cluster()
             && !self.strikes_sentinels()
+            && !self.strikes_masters()
+    }
+
+    /// Whether it strikes one of a Redlock's masters (every worker's
+    /// traffic to it).
+    pub(crate) fn strikes_masters(self) -> bool {
+        matches!(
+            self,
+            Fault::MasterKill { .. }
+                | Fault::MasterPause { .. }
+                | Fault::MasterLatency { .. }
+                | Fault::MasterBlackhole { .. }
+        )
+    }
+
+    /// This fault, aimed at master `to` (a Redlock fault; any other is
+    /// left as it is).
+    pub(crate) fn at_master(self, to: usize) -> Fault {
+        match self {
+            Fault::MasterKill { aof, down, .. } => Fault::MasterKill {
+                master: to,
+                aof,
+                down,
+            },
+            Fault::MasterPause { stop, .. } => Fault::MasterPause { master: to, stop },
+            Fault::MasterLatency {
+                replies_only,
+                latency,
+                lasting,
+                ..
+            } => Fault::MasterLatency {
+                master: to,
+                replies_only,
+                latency,
+                lasting,
+            },
+            Fault::MasterBlackhole { held, .. } => Fault::MasterBlackhole { master: to, held },
+            other => other,
+        }
     }
 
     /// Whether it fails over a master watched by Redis Sentinel (every
@@ -279,6 +396,11 @@ impl Fault {
     pub(crate) fn gap_factor(self) -> f64 {
         match self {
             Fault::Restart { .. } => 4.0,
+            // Restarts of a Redlock's masters without their AOF follow
+            // each other closely, so that several strike one long hold:
+            // one master forgetting a lock leaves its holder a majority of
+            // the others, a majority forgetting it does not.
+            Fault::MasterKill { aof: false, .. } => 0.3,
             f if f.strikes_cluster() => 2.0,
             // A failover takes seconds of its own (a kill, four; the old
             // master of a failover by command is a replica again ten
@@ -303,6 +425,11 @@ impl Fault {
             Fault::Migrate { .. } => "cluster-migrate",
             Fault::SentinelFailover { .. } => "sentinel-failover",
             Fault::SentinelKill { .. } => "sentinel-kill",
+            Fault::MasterKill { aof: true, .. } => "redlock-kill",
+            Fault::MasterKill { aof: false, .. } => "redlock-restart",
+            Fault::MasterPause { .. } => "redlock-pause",
+            Fault::MasterLatency { .. } => "redlock-latency",
+            Fault::MasterBlackhole { .. } => "redlock-blackhole",
         }
     }
 }
@@ -360,6 +487,34 @@ impl fmt::Display for Fault {
             Fault::SentinelKill { lag } => {
                 write!(f, "kill of the master, the replica {} ms behind", ms(lag))
             }
+            Fault::MasterKill { master, aof, down } => write!(
+                f,
+                "kill of master {master}, down {} ms, back {}",
+                ms(down),
+                if *aof { "from its AOF" } else { "empty" }
+            ),
+            Fault::MasterPause { master, stop } => {
+                write!(f, "SIGSTOP of master {master} for {} ms", ms(stop))
+            }
+            Fault::MasterLatency {
+                master,
+                replies_only,
+                latency,
+                lasting,
+            } => write!(
+                f,
+                "latency {} ms {} to master {master} for {} ms",
+                ms(latency),
+                if *replies_only {
+                    "on replies"
+                } else {
+                    "both ways"
+                },
+                ms(lasting)
+            ),
+            Fault::MasterBlackhole { master, held } => {
+                write!(f, "blackhole of master {master} for {} ms", ms(held))
+            }
         }
     }
 }
@@ -396,6 +551,26 @@ impl Fault {
             }
             Fault::SentinelFailover { lag } => format!("sentinel-failover:{}", ns(lag)),
             Fault::SentinelKill { lag } => format!("sentinel-kill:{}", ns(lag)),
+            Fault::MasterKill { master, aof, down } => format!(
+                "redlock-kill:{master}:{}:{}",
+                if aof { "aof" } else { "empty" },
+                ns(down)
+            ),
+            Fault::MasterPause { master, stop } => format!("redlock-pause:{master}:{}", ns(stop)),
+            Fault::MasterLatency {
+                master,
+                replies_only,
+                latency,
+                lasting,
+            } => format!(
+                "redlock-latency:{master}:{}:{}:{}",
+                if replies_only { "replies" } else { "both" },
+                ns(latency),
+                ns(lasting)
+            ),
+            Fault::MasterBlackhole { master, held } => {
+                format!("redlock-blackhole:{master}:{}", ns(held))
+            }
         }
     }
 
@@ -445,6 +620,25 @@ impl Fault {
             },
             ["sentinel-failover", _] => Fault::SentinelFailover { lag: ns(1)? },
             ["sentinel-kill", _] => Fault::SentinelKill { lag: ns(1)? },
+            ["redlock-kill", _, aof @ ("aof" | "empty"), _] => Fault::MasterKill {
+                master: shard(1)?,
+                aof: *aof == "aof",
+                down: ns(3)?,
+            },
+            ["redlock-pause", _, _] => Fault::MasterPause {
+                master: shard(1)?,
+                stop: ns(2)?,
+            },
+            ["redlock-latency", _, way @ ("replies" | "both"), _, _] => Fault::MasterLatency {
+                master: shard(1)?,
+                replies_only: *way == "replies",
+                latency: ns(3)?,
+                lasting: ns(4)?,
+            },
+            ["redlock-blackhole", _, _] => Fault::MasterBlackhole {
+                master: shard(1)?,
+                held: ns(2)?,
+            },
             _ => bail!("not a fault: {code:?}"),
         })
     }
@@ -532,6 +726,30 @@ mod tests {
                 s => assert_eq!(drawn, [s.name()].into()),
             }
         }
+        for s in Schedule::REDLOCK {
+            for _ in 0..20 {
+                let fault = s.draw(&mut rng, lease);
+                assert_eq!(fault.kind(), s.name());
+                assert!(fault.strikes_masters() && !fault.targets_worker());
+                assert!(!fault.strikes_cluster() && !fault.strikes_sentinels());
+                let aimed = fault.at_master(3);
+                assert_eq!(aimed.kind(), fault.kind());
+                assert!(
+                    aimed.code().starts_with(&format!("{}:3:", s.name()))
+                        || aimed.code().starts_with("redlock-kill:3:")
+                );
+            }
+            assert!(s.on_redlock() && !s.on_cluster() && !s.on_sentinel());
+        }
+        assert_eq!(
+            Schedule::parse_list("redlock").unwrap(),
+            Schedule::REDLOCK.to_vec()
+        );
+        assert!(Schedule::ALL
+            .iter()
+            .chain(&Schedule::CLUSTER)
+            .chain(&Schedule::SENTINEL)
+            .all(|s| !s.on_redlock()));
         assert_eq!(
             Schedule::parse_list("sentinel").unwrap(),
             [Schedule::Sentinel]
@@ -571,6 +789,30 @@ mod tests {
             Fault::SentinelFailover { lag: lease },
             Fault::SentinelKill {
                 lag: Duration::ZERO,
+            },
+            Fault::MasterKill {
+                master: 4,
+                aof: true,
+                down: lease / 2,
+            },
+            Fault::MasterKill {
+                master: 0,
+                aof: false,
+                down: Duration::ZERO,
+            },
+            Fault::MasterPause {
+                master: 2,
+                stop: lease * 3,
+            },
+            Fault::MasterLatency {
+                master: 1,
+                replies_only: true,
+                latency: lease / 10,
+                lasting: lease * 2,
+            },
+            Fault::MasterBlackhole {
+                master: 3,
+                held: lease,
             },
         ];
         for i in 0..203 {

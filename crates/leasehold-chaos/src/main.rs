@@ -37,6 +37,20 @@
 //!     --replicas 1 --restart-grace-ms 0
 //! ```
 //!
+//! The `redlock` schedules run on N independent masters (`--masters`, 5 by
+//! default), each behind a fault proxy that every worker goes through, and
+//! the workers take Redlock mutexes over them (the only primitive a
+//! Redlock offers). One master at a time is struck, most of the time one
+//! that holds a grant of a held lock: killed (SIGKILL) and started again
+//! from its AOF (`redlock-kill`) or empty (`redlock-restart`, where the
+//! restart grace is the protection: `--restart-grace-ms 0` shows what it
+//! buys), stopped (SIGSTOP), slowed or cut off through its proxy.
+//!
+//! ```text
+//! leasehold-chaos --schedule redlock --seed 1 --seconds 120 --lease-ms 2000
+//! leasehold-chaos --schedule redlock-restart --lease-ms 2000 --restart-grace-ms 0
+//! ```
+//!
 //! Two controls show that the checker can fail: `--unfenced` (the resource
 //! accepts stale writes, which the checker must find) and
 //! `--restart-grace-ms 0` with `--schedule restart` (locks lost in a
@@ -91,7 +105,9 @@ struct RunArgs {
     /// cluster-failover, cluster-kill, cluster-migrate, or cluster (each of
     /// those in turn, on a cluster of 3 masters with a replica each);
     /// sentinel-failover, sentinel-kill, or sentinel (either at random, on
-    /// a master with a replica under 3 sentinels).
+    /// a master with a replica under 3 sentinels); redlock-kill,
+    /// redlock-restart, redlock-pause, redlock-latency, redlock-blackhole,
+    /// or redlock (each of those in turn, on --masters independent masters).
     #[arg(long, default_value = "mixed")]
     schedule: String,
     /// Seeds the faults, their targets and the workers' choices.
@@ -111,9 +127,13 @@ struct RunArgs {
     #[arg(long, default_value_t = 1000)]
     lease_ms: u64,
     /// Primitives to run, comma-separated: mutex, fair, reentrant, rwlock,
-    /// semaphore, election, or all.
-    #[arg(long, default_value = "all")]
-    workloads: String,
+    /// semaphore, election, or all (the default; mutex on a Redlock, which
+    /// offers no other).
+    #[arg(long)]
+    workloads: Option<String>,
+    /// The independent masters of a Redlock schedule (at least 3).
+    #[arg(long, value_name = "N", default_value_t = orchestrator::DEFAULT_MASTERS)]
+    masters: usize,
     /// Locks per primitive.
     #[arg(long, default_value_t = 1)]
     locks: usize,
@@ -162,6 +182,8 @@ const MAX_LOCKS: usize = 64;
 const MAX_RESTART_GRACE_MS: u64 = 3_600_000;
 /// More than the cluster's and the sentinel group's replica each.
 const MAX_REPLICAS: u32 = 16;
+/// More masters than a 2-core machine runs well beside the workers.
+const MAX_MASTERS: usize = 15;
 
 #[derive(Debug, Subcommand)]
 enum Sub {
@@ -197,6 +219,9 @@ enum Sub {
         replicas: u32,
         #[arg(long, default_value_t = 200)]
         replica_timeout_ms: u64,
+        /// --url lists a Redlock's masters.
+        #[arg(long)]
+        redlock: bool,
     },
     /// Kills the cluster's servers when the harness dies (started by the
     /// harness itself).
@@ -235,6 +260,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         seed,
         replicas,
         replica_timeout_ms,
+        redlock,
     }) = cli.command
     {
         worker::run(&worker::WorkerArgs {
@@ -249,12 +275,29 @@ fn run(cli: Cli) -> Result<ExitCode> {
             seed,
             replica_ack: (replicas > 0)
                 .then(|| (replicas, Duration::from_millis(replica_timeout_ms))),
+            redlock,
         })?;
         return Ok(ExitCode::SUCCESS);
     }
     let args = cli.run;
     let schedules = Schedule::parse_list(&args.schedule)?;
-    let workloads = Workload::parse_list(&args.workloads)?;
+    let on_redlock = schedules.iter().any(|s| s.on_redlock());
+    let workloads = match (&args.workloads, on_redlock) {
+        (Some(list), _) => Workload::parse_list(list)?,
+        (None, false) => Workload::ALL.to_vec(),
+        (None, true) => vec![Workload::Mutex],
+    };
+    if on_redlock {
+        anyhow::ensure!(
+            workloads == [Workload::Mutex],
+            "a Redlock offers mutexes only: use --workloads mutex with a redlock schedule"
+        );
+        anyhow::ensure!(
+            (leasehold::MIN_MASTERS..=MAX_MASTERS).contains(&args.masters),
+            "--masters must be between {} and {MAX_MASTERS}",
+            leasehold::MIN_MASTERS
+        );
+    }
     anyhow::ensure!(
         (2..=MAX_WORKERS).contains(&args.workers),
         "--workers must be between 2 (a lock needs contenders) and {MAX_WORKERS}"
@@ -319,6 +362,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             node_timeout: Duration::from_millis(args.node_timeout_ms),
             replicas: args.replicas,
             replica_timeout: Duration::from_millis(args.replica_timeout_ms),
+            masters: args.masters,
             keep_logs: args.keep_logs.clone(),
         })
         .collect();
@@ -395,6 +439,19 @@ fn print_report(r: &RunReport) {
         )
     } else {
         String::new()
+    };
+    let cluster = if r.config.schedule.on_redlock() {
+        format!(
+            ", {} masters{}",
+            r.config.masters,
+            if r.config.schedule.persists_masters() {
+                " with AOF (appendfsync always)"
+            } else {
+                " without persistence"
+            }
+        )
+    } else {
+        cluster
     };
     let acked = if r.config.replicas > 0 {
         format!(

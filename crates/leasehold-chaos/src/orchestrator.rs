@@ -7,13 +7,15 @@
 //! lock that is held. A sentinel schedule runs on a master with one
 //! replica under three sentinels, all fresh too; its workers reach the
 //! master through the sentinels (`redis+sentinel://`), and its faults fail
-//! the master over.
+//! the master over. A Redlock schedule runs on N independent masters, each
+//! behind one fault proxy that every worker goes through; its workers take
+//! Redlock mutexes over the proxies, and its faults strike one master at a
+//! time, most of the time one that holds a grant of a held lock.
 //!
 //! Every process the run starts is its child and dies with it, even when
-//! the harness is killed with SIGKILL: the workers and the redis-server get
-//! `PR_SET_PDEATHSIG`, a cluster's nodes and a sentinel group's servers
-//! are killed by the reaper (see
-//! `reaper`), and the fault proxies and the resource are threads of the
+//! the harness is killed with SIGKILL: the workers and the redis-server (or
+//! a Redlock's masters) get `PR_SET_PDEATHSIG`, a cluster's nodes and a
+//! sentinel group's servers are killed by the reaper (see `reaper`), and the fault proxies and the resource are threads of the
 //! harness. On SIGINT, SIGTERM or SIGHUP the run stops its faults, workers
 //! and servers before it returns.
 //!
@@ -36,7 +38,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use leasehold::redis;
+use leasehold::{redis, Lock};
 use leasehold_testkit::{key_slot, FaultProxy, RedisCluster, RedisServer, Sentinels};
 use serde_json::{json, Value};
 
@@ -95,6 +97,8 @@ pub(crate) struct RunConfig {
     pub(crate) replicas: u32,
     /// How long Redis waits for them.
     pub(crate) replica_timeout: Duration,
+    /// The independent masters of a Redlock schedule.
+    pub(crate) masters: usize,
     pub(crate) keep_logs: Option<PathBuf>,
 }
 
@@ -112,6 +116,9 @@ const SENTINELS: usize = 3;
 /// kit's, long enough that a busy 2-core machine does not fail a master
 /// that is only slow (at 1 s, a loaded machine did).
 pub(crate) const DEFAULT_NODE_TIMEOUT: Duration = leasehold_testkit::DEFAULT_NODE_TIMEOUT;
+
+/// A Redlock's masters unless the run says otherwise: the usual five.
+pub(crate) const DEFAULT_MASTERS: usize = 5;
 
 /// How long Redis waits for the replicas to acknowledge a grant, unless
 /// the run says otherwise: a few replication round trips on loopback, and
@@ -182,6 +189,9 @@ impl RunReport {
             "replicas": self.config.replicas,
             "replica_timeout_ms": (self.config.replicas > 0)
                 .then_some(self.config.replica_timeout.as_millis() as u64),
+            "masters": self.config.schedule.on_redlock().then_some(self.config.masters),
+            "masters_persist": self.config.schedule.on_redlock()
+                .then_some(self.config.schedule.persists_masters()),
             "workloads": self.config.workloads.iter().map(|w| w.name()).collect::<Vec<_>>(),
             "fenced_resource": self.config.fenced,
             "faults": self.faults.len(),
@@ -201,7 +211,8 @@ impl RunReport {
 }
 
 /// A worker process and the proxy its Redis traffic goes through (none on
-/// a cluster).
+/// a cluster, behind sentinels or on a Redlock, whose proxies are the
+/// masters').
 struct Slot {
     id: String,
     child: Child,
@@ -240,6 +251,12 @@ enum Redis {
     Server(RedisServer),
     Cluster(Box<RedisCluster>),
     Sentinel(Box<Sentinels>),
+    /// A Redlock's masters, each behind the proxy every worker reaches it
+    /// through.
+    Masters {
+        servers: Vec<RedisServer>,
+        proxies: Vec<FaultProxy>,
+    },
 }
 
 impl Redis {
@@ -257,6 +274,23 @@ impl Redis {
                     .try_start()
                     .map_err(|e| anyhow::anyhow!("{e}"))?,
             ))
+        } else if config.schedule.on_redlock() {
+            let persist: &[&str] = if config.schedule.persists_masters() {
+                &["--appendonly", "yes", "--appendfsync", "always"]
+            } else {
+                &[]
+            };
+            let mut servers = Vec::new();
+            let mut proxies = Vec::new();
+            for _ in 0..config.masters {
+                let server = RedisServer::try_start_dying_with_parent(persist)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                proxies.push(
+                    FaultProxy::try_start(server.addr()).map_err(|e| anyhow::anyhow!("{e}"))?,
+                );
+                servers.push(server);
+            }
+            Redis::Masters { servers, proxies }
         } else if config.schedule.restarts() {
             Redis::Server(
                 RedisServer::try_start_dying_with_parent(&[
@@ -276,13 +310,19 @@ impl Redis {
         Ok(redis)
     }
 
-    /// The URL the harness's own client reaches it by: the server, or
-    /// every node of the cluster as seeds.
+    /// The URL the harness's own client reaches it by: the server, every
+    /// node of the cluster as seeds, or every master (not through its
+    /// proxy: the harness looks past the faults it injects).
     fn url(&self) -> String {
         match self {
             Redis::Server(server) => server.url(),
             Redis::Cluster(cluster) => cluster.urls().join(","),
             Redis::Sentinel(group) => group.url(),
+            Redis::Masters { servers, .. } => servers
+                .iter()
+                .map(RedisServer::url)
+                .collect::<Vec<_>>()
+                .join(","),
         }
     }
 
@@ -293,6 +333,7 @@ impl Redis {
             Redis::Server(server) => vec![server.url()],
             Redis::Cluster(cluster) => cluster.masters().iter().map(|m| m.url()).collect(),
             Redis::Sentinel(group) => vec![group.master().url()],
+            Redis::Masters { servers, .. } => servers.iter().map(RedisServer::url).collect(),
         }
     }
 
@@ -317,12 +358,19 @@ impl Redis {
         }
     }
 
+    fn masters(&mut self) -> Result<(&mut [RedisServer], &[FaultProxy])> {
+        match self {
+            Redis::Masters { servers, proxies } => Ok((servers, proxies)),
+            _ => bail!("a Redlock fault struck something else than a Redlock's masters"),
+        }
+    }
+
     /// The pids of the cluster's running nodes, or of the sentinel group's
-    /// servers and sentinels (none for a server, which dies with the
-    /// harness on its own).
+    /// servers and sentinels (none for a server or a Redlock's masters,
+    /// which die with the harness on their own).
     fn node_pids(&self) -> Vec<u32> {
         match self {
-            Redis::Server(_) => Vec::new(),
+            Redis::Server(_) | Redis::Masters { .. } => Vec::new(),
             Redis::Cluster(cluster) => cluster
                 .nodes()
                 .iter()
@@ -335,6 +383,24 @@ impl Redis {
                 .filter_map(RedisServer::pid)
                 .collect(),
         }
+    }
+}
+
+/// The harness's own view of the locks, to aim its faults: a client of
+/// the deployment, or a Redlock over the masters.
+enum Inspector {
+    Client(leasehold::Client),
+    Redlock(leasehold::Redlock),
+}
+
+impl Inspector {
+    /// Lock `name` as a mutex, whose `inspect` tells its holders (of any
+    /// primitive: a mutex of the same name reads the same key).
+    fn mutex(&self, name: &str) -> leasehold::Result<Box<dyn Lock>> {
+        Ok(match self {
+            Inspector::Client(client) => Box::new(client.mutex(name)?),
+            Inspector::Redlock(redlock) => Box::new(redlock.mutex(name)?),
+        })
     }
 }
 
@@ -359,7 +425,7 @@ struct Run<'a> {
     /// not stop.
     failures: Vec<String>,
     rt: tokio::runtime::Runtime,
-    client: leasehold::Client,
+    client: Inspector,
     last_scan: Instant,
     last_reap: Instant,
     /// Acquisitions counted so far, and how far each log was read.
@@ -368,6 +434,8 @@ struct Run<'a> {
     /// The section each log has open, as far as it was read: its lock and
     /// when it was granted.
     open: HashMap<PathBuf, (String, u64)>,
+    /// The lock whose master the last kill of a Redlock's master struck.
+    pursued: Option<String>,
 }
 
 pub(crate) fn run(config: &RunConfig) -> Result<RunReport> {
@@ -401,7 +469,7 @@ pub(crate) fn run(config: &RunConfig) -> Result<RunReport> {
         }
     }
     let lock_names = match &redis {
-        Redis::Server(_) | Redis::Sentinel(_) => {
+        Redis::Server(_) | Redis::Sentinel(_) | Redis::Masters { .. } => {
             Workload::lock_names(&config.workloads, config.locks, 1, |_| 0)
         }
         Redis::Cluster(cluster) => {
@@ -415,10 +483,21 @@ pub(crate) fn run(config: &RunConfig) -> Result<RunReport> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let client = leasehold::Client::builder(redis.url())
-        .name("leasehold-chaos")
-        .command_timeout(Duration::from_millis(300))
-        .build()?;
+    let client = if config.schedule.on_redlock() {
+        Inspector::Redlock(
+            leasehold::Redlock::builder(redis.scanned())
+                .name("leasehold-chaos")
+                .command_timeout(Duration::from_millis(300))
+                .build()?,
+        )
+    } else {
+        Inspector::Client(
+            leasehold::Client::builder(redis.url())
+                .name("leasehold-chaos")
+                .command_timeout(Duration::from_millis(300))
+                .build()?,
+        )
+    };
     let mut run = Run {
         config,
         exe,
@@ -441,6 +520,7 @@ pub(crate) fn run(config: &RunConfig) -> Result<RunReport> {
         counted: 0,
         read_to: HashMap::new(),
         open: HashMap::new(),
+        pursued: None,
     };
     for _ in 0..config.workers {
         let slot = run.spawn()?;
@@ -496,6 +576,14 @@ impl Run<'_> {
             }
             Redis::Cluster(cluster) => (None, cluster.urls().join(",")),
             Redis::Sentinel(group) => (None, group.url()),
+            Redis::Masters { proxies, .. } => (
+                None,
+                proxies
+                    .iter()
+                    .map(FaultProxy::url)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
         };
         let log = self.logs.join(format!("{id}.log"));
         let stderr = self.logs.join(format!("{id}.stderr"));
@@ -522,6 +610,7 @@ impl Run<'_> {
                 &self.config.replica_timeout.as_millis().to_string(),
             ])
             .args(["--seed", &self.rng.next().to_string()])
+            .args(self.config.schedule.on_redlock().then_some("--redlock"))
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(
@@ -719,13 +808,14 @@ impl Run<'_> {
         (self.rng.pick(&self.lock_names).clone(), false)
     }
 
-    /// Runs `op` on the cluster. The test kit panics when the cluster does
-    /// not settle; that ends the run with its message, as an error. The
-    /// nodes that run afterwards (a restarted one has a new pid) are handed
-    /// to the reaper.
-    fn on_cluster<T>(&mut self, what: &str, op: impl FnOnce(&mut RedisCluster) -> T) -> Result<T> {
-        let cluster = self.redis.cluster()?;
-        let done = panic::catch_unwind(AssertUnwindSafe(|| op(cluster))).map_err(|payload| {
+    /// Runs `op` on what the workers take their locks from. The test kit
+    /// panics when a cluster or a sentinel group does not settle, or a
+    /// server does not start again; that ends the run with its message, as
+    /// an error. The nodes that run afterwards (a restarted one has a new
+    /// pid) are handed to the reaper.
+    fn caught<T>(&mut self, what: &str, op: impl FnOnce(&mut Redis) -> Result<T>) -> Result<T> {
+        let redis = &mut self.redis;
+        let done = panic::catch_unwind(AssertUnwindSafe(|| op(redis))).map_err(|payload| {
             let message = payload
                 .downcast_ref::<String>()
                 .cloned()
@@ -738,7 +828,31 @@ impl Run<'_> {
                 reaper.watch(pid)?;
             }
         }
-        done
+        done?
+    }
+
+    /// Runs `op` on the cluster (see [`caught`](Self::caught)).
+    fn on_cluster<T>(&mut self, what: &str, op: impl FnOnce(&mut RedisCluster) -> T) -> Result<T> {
+        self.caught(what, |redis| Ok(op(redis.cluster()?)))
+    }
+
+    /// Most of the time, waits (a lease at most) for a lock that a worker
+    /// took a moment ago for a long hold, and returns it: a fault that
+    /// takes seconds (a failover) or that needs several strikes within
+    /// one hold (restarts of a Redlock's masters) can only meet a holder
+    /// whose section outlives it.
+    fn long_hold(&mut self) -> Result<Option<String>> {
+        let mut fresh = None;
+        if self.rng.chance(0.8) {
+            let until = Instant::now() + self.config.lease;
+            while fresh.is_none() && Instant::now() < until && !interrupted() {
+                fresh = self.fresh_long_hold(FRESH_HOLD.0, FRESH_HOLD.1);
+                if fresh.is_none() {
+                    self.nap(Duration::from_millis(20))?;
+                }
+            }
+        }
+        Ok(fresh)
     }
 
     /// A cluster fault aimed at the shard (or the slot) of a lock that is
@@ -785,6 +899,9 @@ impl Run<'_> {
         }
         if fault.strikes_sentinels() {
             return self.strike_sentinels(fault);
+        }
+        if fault.strikes_masters() {
+            return self.strike_masters(fault);
         }
         let (slot, at_holder) = if fault.targets_worker() {
             self.target()
@@ -868,8 +985,15 @@ impl Run<'_> {
             | Fault::KillMaster { .. }
             | Fault::Migrate { .. }
             | Fault::SentinelFailover { .. }
-            | Fault::SentinelKill { .. } => {
-                bail!("a fault of a cluster or of sentinels was injected as a fault of one server")
+            | Fault::SentinelKill { .. }
+            | Fault::MasterKill { .. }
+            | Fault::MasterPause { .. }
+            | Fault::MasterLatency { .. }
+            | Fault::MasterBlackhole { .. } => {
+                bail!(
+                    "a fault of a cluster, of sentinels or of a Redlock's masters was injected as \
+                     a fault of one server"
+                )
             }
         }
         self.faults.push(Injected {
@@ -951,18 +1075,8 @@ impl Run<'_> {
             }
         }
         // A kill can only meet a holder whose section outlives the
-        // failover: most of the time, it waits (a lease at most) for a lock
-        // that was taken a moment ago for a long hold.
-        let mut fresh = None;
-        if self.rng.chance(0.8) {
-            let until = Instant::now() + self.config.lease;
-            while fresh.is_none() && Instant::now() < until && !interrupted() {
-                fresh = self.fresh_long_hold(FRESH_HOLD.0, FRESH_HOLD.1);
-                if fresh.is_none() {
-                    self.nap(Duration::from_millis(20))?;
-                }
-            }
-        }
+        // failover.
+        let fresh = self.long_hold()?;
         let (shard, at_holder) = match fresh {
             Some(lock) => {
                 let slot = key_slot(&lock);
@@ -986,24 +1100,9 @@ impl Run<'_> {
         Ok((fault, at_holder))
     }
 
-    /// Runs `op` on the sentinel group, as [`on_cluster`](Self::on_cluster)
-    /// does on a cluster.
+    /// Runs `op` on the sentinel group (see [`caught`](Self::caught)).
     fn on_sentinels<T>(&mut self, what: &str, op: impl FnOnce(&mut Sentinels) -> T) -> Result<T> {
-        let group = self.redis.sentinels()?;
-        let done = panic::catch_unwind(AssertUnwindSafe(|| op(group))).map_err(|payload| {
-            let message = payload
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_default();
-            anyhow::anyhow!("{what}: {message}")
-        });
-        if let Some(reaper) = &mut self.reaper {
-            for pid in self.redis.node_pids() {
-                reaper.watch(pid)?;
-            }
-        }
-        done
+        self.caught(what, |redis| Ok(op(redis.sentinels()?)))
     }
 
     /// A failover of the sentinels' master, by `SENTINEL FAILOVER` or by
@@ -1030,16 +1129,7 @@ impl Run<'_> {
                 napped?;
             }
         }
-        let mut fresh = None;
-        if self.rng.chance(0.8) {
-            let until = Instant::now() + self.config.lease;
-            while fresh.is_none() && Instant::now() < until && !interrupted() {
-                fresh = self.fresh_long_hold(FRESH_HOLD.0, FRESH_HOLD.1);
-                if fresh.is_none() {
-                    self.nap(Duration::from_millis(20))?;
-                }
-            }
-        }
+        let fresh = self.long_hold()?;
         let at_holder = fresh.is_some() || !self.held().is_empty();
         let what = fault.to_string();
         match fault {
@@ -1071,6 +1161,138 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// The masters that hold a grant of one of `locks` now, as each master
+    /// tells (a master that does not answer within the harness's command
+    /// timeout counts as holding none).
+    fn masters_holding(&self, locks: &[String]) -> Vec<usize> {
+        let Inspector::Redlock(redlock) = &self.client else {
+            return Vec::new();
+        };
+        self.rt.block_on(async {
+            let mut holding = BTreeSet::new();
+            for name in locks {
+                let Ok(mutex) = redlock.mutex(name) else {
+                    continue;
+                };
+                let Ok(masters) =
+                    tokio::time::timeout(Duration::from_millis(500), mutex.inspect_masters()).await
+                else {
+                    continue;
+                };
+                for (i, master) in masters.iter().enumerate() {
+                    if master.info.as_ref().is_ok_and(|info| info.held) {
+                        holding.insert(i);
+                    }
+                }
+            }
+            holding.into_iter().collect()
+        })
+    }
+
+    /// The master a Redlock fault strikes: one that holds a grant of
+    /// `lock` (a long hold just taken) when given; else, most of the time,
+    /// one that holds a grant of a lock held now; else any. Whether it
+    /// held a grant.
+    fn aim_master(&mut self, lock: Option<String>) -> Result<(usize, bool)> {
+        let n = self.redis.masters()?.0.len();
+        if let Some(lock) = lock {
+            let holding = self.masters_holding(&[lock]);
+            if !holding.is_empty() {
+                return Ok((*self.rng.pick(&holding), true));
+            }
+        }
+        if self.rng.chance(0.8) {
+            let held: Vec<String> = self.held().into_iter().map(|(name, _)| name).collect();
+            let holding = self.masters_holding(&held);
+            if !holding.is_empty() {
+                return Ok((*self.rng.pick(&holding), true));
+            }
+        }
+        Ok((self.rng.below(n as u64) as usize, false))
+    }
+
+    /// Whether a running worker holds `lock` now, as the logs tell.
+    fn still_held(&mut self, lock: &str) -> bool {
+        self.count_acquisitions();
+        self.slots
+            .iter()
+            .filter_map(|s| self.open.get(&s.log))
+            .any(|(held, _)| held == lock)
+    }
+
+    /// A fault of one of a Redlock's masters, aimed when it strikes. A
+    /// kill (with or without the AOF) strikes a master that holds a grant
+    /// of the lock the last kill struck, while that lock is held still;
+    /// else it waits most of the time for a long hold and strikes one of
+    /// its masters. Restarts without the AOF follow each other closely
+    /// (see `Fault::gap_factor`), so that a majority of a long hold's
+    /// masters can forget it while its holder holds on.
+    fn strike_masters(&mut self, fault: Fault) -> Result<()> {
+        let start = mono_ns();
+        let fresh = match (fault, self.pursued.take()) {
+            (Fault::MasterKill { .. }, Some(lock)) if self.still_held(&lock) => Some(lock),
+            (Fault::MasterKill { .. }, _) => self.long_hold()?,
+            _ => None,
+        };
+        if matches!(fault, Fault::MasterKill { .. }) {
+            self.pursued.clone_from(&fresh);
+        }
+        let (master, at_holder) = self.aim_master(fresh)?;
+        let fault = fault.at_master(master);
+        let what = fault.to_string();
+        match fault {
+            Fault::MasterKill { down, .. } => {
+                // Without the AOF the master keeps nothing (no RDB either):
+                // it comes back empty.
+                self.redis.masters()?.0[master].stop();
+                let napped = self.nap(down);
+                self.caught(&what, |redis| {
+                    redis.masters()?.0[master].restart();
+                    Ok(())
+                })?;
+                napped?;
+            }
+            Fault::MasterPause { stop, .. } => {
+                let pid = self.redis.masters()?.0[master].pid();
+                signal_pid(pid, libc::SIGSTOP);
+                let napped = self.nap(stop);
+                signal_pid(pid, libc::SIGCONT);
+                napped?;
+            }
+            Fault::MasterLatency {
+                replies_only,
+                latency,
+                lasting,
+                ..
+            } => {
+                let proxy = &self.redis.masters()?.1[master];
+                if replies_only {
+                    proxy.set_reply_latency(latency);
+                } else {
+                    proxy.set_latency(latency);
+                }
+                let napped = self.nap(lasting);
+                self.redis.masters()?.1[master].heal();
+                napped?;
+            }
+            Fault::MasterBlackhole { held, .. } => {
+                self.redis.masters()?.1[master].blackhole(true);
+                let napped = self.nap(held);
+                self.redis.masters()?.1[master].heal();
+                napped?;
+            }
+            _ => bail!("{fault} is not a fault of a Redlock's masters"),
+        }
+        self.faults.push(Injected {
+            fault,
+            target: None,
+            at_holder,
+            start,
+            end: mono_ns(),
+        });
+        Ok(())
+    }
+
     /// Heals every fault, lets every worker finish its section and
     /// release, and waits for them; a worker that fails to stop, or stops
     /// with an error, is noted as failed. Returns the moment the workers
@@ -1082,10 +1304,24 @@ impl Run<'_> {
             }
             s.signal(libc::SIGCONT);
         }
-        if let Redis::Server(server) = &mut self.redis {
-            if !server.is_running() && !interrupted() {
-                server.restart();
+        match &mut self.redis {
+            Redis::Server(server) => {
+                if !server.is_running() && !interrupted() {
+                    server.restart();
+                }
             }
+            Redis::Masters { servers, proxies } => {
+                for proxy in proxies.iter() {
+                    proxy.heal();
+                }
+                for server in servers.iter_mut() {
+                    signal_pid(server.pid(), libc::SIGCONT);
+                    if !server.is_running() && !interrupted() {
+                        server.restart();
+                    }
+                }
+            }
+            Redis::Cluster(_) | Redis::Sentinel(_) => {}
         }
         let end = mono_ns();
         for s in &mut self.slots {
@@ -1163,6 +1399,7 @@ impl Run<'_> {
             "node_timeout_ms": c.node_timeout.as_millis() as u64,
             "replicas": c.replicas,
             "replica_timeout_ms": c.replica_timeout.as_millis() as u64,
+            "masters": c.masters,
             "workloads": c.workloads.iter().map(|w| w.name()).collect::<Vec<_>>().join(","),
             "locks": c.locks,
             "fenced": c.fenced,
@@ -1229,6 +1466,16 @@ fn migrate(cluster: &RedisCluster, slot: u16, to: usize, step: Duration) -> Resu
     }
     migration.finish();
     Ok(())
+}
+
+/// Sends `sig` to the process `pid` (a server the run started), if any.
+fn signal_pid(pid: Option<u32>, sig: libc::c_int) {
+    if let Some(pid) = pid.and_then(|p| libc::pid_t::try_from(p).ok()) {
+        // SAFETY: a plain kill(2) of a process this run started.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -1307,6 +1554,11 @@ pub(crate) fn recheck(dir: &Path) -> Result<RunReport> {
             .get("replica_timeout_ms")
             .and_then(Value::as_u64)
             .map_or(DEFAULT_REPLICA_TIMEOUT, Duration::from_millis),
+        // Kept since the Redlock schedules.
+        masters: record
+            .get("masters")
+            .and_then(Value::as_u64)
+            .map_or(Ok(DEFAULT_MASTERS), usize::try_from)?,
         keep_logs: None,
     };
     let mut workers = Vec::new();

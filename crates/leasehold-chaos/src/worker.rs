@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use leasehold::Client;
+use leasehold::{Client, Redlock};
 use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 
@@ -34,6 +34,9 @@ pub(crate) struct WorkerArgs {
     /// Replicas that must acknowledge each grant, and how long Redis
     /// waits for them.
     pub(crate) replica_ack: Option<(u32, Duration)>,
+    /// `url` lists a Redlock's masters, separated by commas: the locks are
+    /// Redlock mutexes over them.
+    pub(crate) redlock: bool,
 }
 
 impl WorkerArgs {
@@ -57,21 +60,34 @@ async fn work(args: &WorkerArgs) -> Result<()> {
         .open(&args.log)
         .with_context(|| format!("cannot open {}", args.log.display()))?;
     let mut log = Log::new(file);
-    let client = Client::builder(args.url.clone())
-        .name(args.id.clone())
-        .lease(args.lease)
-        .command_timeout(args.command_timeout)
-        .restart_grace(args.restart_grace)
-        .build()?;
+    let locker = if args.redlock {
+        Locker::Redlock(
+            Redlock::builder(args.url.split(','))
+                .name(args.id.clone())
+                .lease(args.lease)
+                .command_timeout(args.command_timeout)
+                .restart_grace(args.restart_grace)
+                .build()?,
+        )
+    } else {
+        Locker::Client(
+            Client::builder(args.url.clone())
+                .name(args.id.clone())
+                .lease(args.lease)
+                .command_timeout(args.command_timeout)
+                .restart_grace(args.restart_grace)
+                .build()?,
+        )
+    };
     let mut locks = Vec::new();
     for name in &args.locks {
         let workload =
             Workload::of_lock(name).with_context(|| format!("lock {name:?} names no workload"))?;
-        locks.push((
-            name.clone(),
-            workload,
-            Handle::new(&client, workload, name, args.replica_ack)?,
-        ));
+        let handle = match &locker {
+            Locker::Client(client) => Handle::new(client, workload, name, args.replica_ack)?,
+            Locker::Redlock(redlock) => Handle::redlock(redlock, workload, name)?,
+        };
+        locks.push((name.clone(), workload, handle));
     }
     anyhow::ensure!(!locks.is_empty(), "no lock to take");
     let mut resource = ResourceClient::new(args.resource, &args.id);
@@ -152,8 +168,17 @@ async fn work(args: &WorkerArgs) -> Result<()> {
         release(left, &mut log).await?;
         tokio::time::sleep(Duration::from_micros(rng.below(1000))).await;
     }
-    client.flush().await;
+    match &locker {
+        Locker::Client(client) => client.flush().await,
+        Locker::Redlock(redlock) => redlock.flush().await,
+    }
     Ok(())
+}
+
+/// What a worker takes its locks from.
+enum Locker {
+    Client(Client),
+    Redlock(Redlock),
 }
 
 async fn release(held: Held, log: &mut Log) -> Result<()> {

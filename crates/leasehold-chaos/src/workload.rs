@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use leasehold::{
-    Client, Election, Leadership, LeaseGuard, Lock, ReentrantMutex, RwLock, Semaphore,
+    Client, Election, Leadership, LeaseGuard, Lock, Redlock, ReentrantMutex, RwLock, Semaphore,
 };
 
 use crate::events::Mode;
@@ -248,6 +248,18 @@ impl Handle {
             ),
             (Workload::Election, _) => Handle::Election(client.election(name)?),
         })
+    }
+
+    /// The handle of lock `name` over the masters of `redlock`: a mutex,
+    /// the only primitive a Redlock offers.
+    pub(crate) fn redlock(redlock: &Redlock, workload: Workload, name: &str) -> Result<Handle> {
+        match workload {
+            Workload::Mutex => Ok(Handle::Lock(Box::new(redlock.mutex(name)?))),
+            other => bail!(
+                "a Redlock offers mutexes only, not {}: use --workloads mutex",
+                other.name()
+            ),
+        }
     }
 
     /// The mode an acquisition takes and the permits it asks for: a
