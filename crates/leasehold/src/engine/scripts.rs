@@ -46,6 +46,7 @@ pub(crate) struct Scripts {
     pub(crate) announce: redis::Script,
     pub(crate) redlock_acquire: redis::Script,
     pub(crate) redlock_fence: redis::Script,
+    pub(crate) watch: redis::Script,
     pub(crate) library: Library,
 }
 
@@ -87,6 +88,9 @@ static SHARDED: LazyLock<Scripts> = LazyLock::new(|| Scripts::build(Publish::Sha
 
 const LIB: &str = include_str!("../scripts/lib.lua");
 const FAMILY: &str = include_str!("../scripts/family.lua");
+/// The record and notification of a watched lock's end (see
+/// `LockWatch`), appended to `lib.lua`.
+const WATCHED: &str = include_str!("../scripts/watched.lua");
 /// The one line of `lib.lua` that sends a notification.
 const PUBLISH_LINE: &str = "redis.pcall('PUBLISH', channel, message)";
 
@@ -100,12 +104,13 @@ impl Scripts {
     }
 
     fn build(publish: Publish) -> Scripts {
-        let lib = match publish {
+        let mut lib = match publish {
             Publish::Classic => LIB.to_owned(),
             Publish::Sharded => {
                 LIB.replace(PUBLISH_LINE, "redis.pcall('SPUBLISH', channel, message)")
             }
         };
+        lib.push_str(WATCHED);
         let with_family = |op: &str| redis::Script::new(&format!("{lib}{FAMILY}{op}"));
         let with_lib = |op: &str| redis::Script::new(&format!("{lib}{op}"));
         const ACQUIRE: &str = include_str!("../scripts/acquire.lua");
@@ -149,6 +154,7 @@ impl Scripts {
             announce: with_lib(include_str!("../scripts/announce.lua")),
             redlock_acquire: with_lib(include_str!("../scripts/redlock_acquire.lua")),
             redlock_fence: with_lib(include_str!("../scripts/redlock_fence.lua")),
+            watch: with_family(include_str!("../scripts/watch.lua")),
         }
     }
 }

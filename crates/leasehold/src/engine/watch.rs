@@ -1,0 +1,503 @@
+//! Watching a lock one does not wait for: an event when a lease someone
+//! holds ends (released, force-released, expired), without keyspace
+//! notifications.
+//!
+//! A watcher registers in the lock's watch key (`<lock>:watch`, a hash
+//! with a field per watcher that lives its heartbeat) and marks a
+//! `Mutex`'s or `FairMutex`'s value as a waiter would, so that the release
+//! of a watched lock records its end there and publishes on the lock's
+//! watch channel (`scripts/watched.lua`); a lock nobody watches pays
+//! nothing more on its fast path. Redis cannot publish an expiry, so the
+//! watcher also looks (`scripts/watch.lua`) when a lease it saw can have
+//! run out, at least every [`LOOK_HELD`] while the lock is held and every
+//! [`LOOK_FREE`] while it is free, and when its subscriber connection was
+//! lost (messages may have been missed). Each look is one script: it
+//! refreshes the registration, marks the holder, and reads the live leases
+//! and the ends recorded; a lease seen before and gone now ended as the
+//! record says, or expired when none does.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Value;
+use tokio::time::Instant;
+
+use crate::deploy::Subscription;
+use crate::engine::{scripts, Engine};
+use crate::error::{Error, Result};
+use crate::holder::Holder;
+use crate::keys::{millis, LockKeys};
+
+/// How long a watcher's registration lives without a look: a watcher that
+/// died makes the releases of the lock publish for at most this long.
+pub(crate) const WATCH_HEARTBEAT: Duration = Duration::from_secs(10);
+/// How often a watcher looks while the lock is held (and no lease it saw
+/// can run out sooner): it refreshes its registration, and marks a new
+/// holder that took the lock between two looks.
+pub(crate) const LOOK_HELD: Duration = Duration::from_secs(3);
+/// How often a watcher looks while the lock is free, for the next holder.
+pub(crate) const LOOK_FREE: Duration = Duration::from_secs(1);
+/// A look that failed is tried again after this.
+const RETRY: Duration = Duration::from_millis(250);
+
+/// How a lease that a [`LockWatch`] saw ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LeaseEnd {
+    /// Its holder released it (a release kept until its hold-at-least was
+    /// over counts as released, when the hold ends).
+    Released,
+    /// An admin removed it (`force_release`, or a semaphore's).
+    ForceReleased,
+    /// Its lease ran out: its holder died, or stopped renewing it.
+    Expired,
+    /// It went before its lease could have run out, and no release was
+    /// recorded: the server lost it (a restart without persistence, a
+    /// failover to a replica that had not got it) or something deleted
+    /// its key (a semaphore's `delete`, a `DEL` by hand).
+    Vanished,
+    /// A lease that the watch never saw held began and ended between two
+    /// of its looks (a holder that took the lock just after a look and let
+    /// it go before the next), by a release nobody recorded or an expiry.
+    /// Its fence is the last one handed out.
+    Missed,
+}
+
+/// A lease of a watched lock that ended ([`LockWatch::next`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockEvent {
+    /// How it ended.
+    pub ended: LeaseEnd,
+    /// The fence of the lease that ended (0 when the lock's fence counter
+    /// was lost while it was held, so its fence is unknown).
+    pub fence: u64,
+    /// Who held it, as the watch last saw it; `None` for a lease the watch
+    /// never saw held (one released between two looks).
+    pub holder: Option<Holder>,
+    /// The lease that holds the lock now, taken after the one that ended
+    /// (its [`Holder::fence`] is larger), if the look that saw the end
+    /// found one: for a fair lock, the waiter it was handed to. For a
+    /// semaphore or a read lock, the newest such lease.
+    pub taken_by: Option<Holder>,
+}
+
+/// A lease the watch saw held.
+struct Seen {
+    holder: Holder,
+    /// It cannot have run out before this (the look's send time plus its
+    /// time left).
+    earliest_end: Option<Instant>,
+    /// It ends by this, unless renewed (the look's reply time plus its
+    /// time left).
+    latest_end: Option<Instant>,
+    /// Released, and kept until its hold-at-least is over.
+    kept: bool,
+}
+
+/// Watches one lock for the end of the leases others hold on it, without
+/// being a waiter: see [`Mutex::watch`](crate::Mutex::watch).
+///
+/// Dropping it unregisters the watcher in the background (with no runtime
+/// left, its registration runs out after its heartbeat of 10 s) and
+/// unsubscribes.
+pub struct LockWatch {
+    engine: Arc<Engine>,
+    keys: LockKeys,
+    watch_key: String,
+    channel: String,
+    id: String,
+    subscription: Option<Subscription>,
+    /// A look may have registered this watcher.
+    registered: bool,
+    /// The first look is done: what it saw is the starting point.
+    started: bool,
+    seen: HashMap<u64, Seen>,
+    /// The fence counter at the last look.
+    counter: Option<u64>,
+    /// Ends already reported, among those the server still records.
+    reported: HashSet<u64>,
+    events: VecDeque<LockEvent>,
+    /// A message came, or the connection was lost: look now.
+    due: bool,
+    next_look: Instant,
+    holders: Vec<Holder>,
+}
+
+impl std::fmt::Debug for LockWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockWatch")
+            .field("name", &self.keys.name)
+            .field("leases_seen", &self.seen.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockWatch {
+    pub(crate) fn new(engine: Arc<Engine>, keys: LockKeys) -> Result<LockWatch> {
+        Ok(LockWatch {
+            watch_key: format!("{}:watch", keys.lock),
+            channel: format!("{}watch", keys.channels),
+            id: crate::engine::new_token()?,
+            engine,
+            keys,
+            subscription: None,
+            registered: false,
+            started: false,
+            seen: HashMap::new(),
+            counter: None,
+            reported: HashSet::new(),
+            events: VecDeque::new(),
+            due: true,
+            next_look: Instant::now(),
+            holders: Vec::new(),
+        })
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    /// Waits for the end of the next lease this watch sees end, and says
+    /// how it ended.
+    ///
+    /// The watch starts at its first look: a lease held then is watched,
+    /// a lease that ended before is not reported. While the lock is free,
+    /// the watch looks every second for the next holder, and reports the
+    /// end of its lease; a lease taken and let go between two looks is
+    /// reported as [`LeaseEnd::Missed`] (or as released, where the release
+    /// was recorded: the hash kinds', and a waited-for mutex's). A
+    /// release is heard at once (a message on the lock's watch channel);
+    /// an expiry within a few milliseconds of the lease's end, as the
+    /// watch looks then (Redis cannot publish it without keyspace
+    /// notifications).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+    /// [`ErrorKind::Server`](crate::ErrorKind::Server) when a look failed:
+    /// the watch could not see the lock then. It stays usable: the next
+    /// call looks again, and reports what ended meanwhile (a lease gone
+    /// without a record, before it could run out, as
+    /// [`LeaseEnd::Vanished`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: an event is returned or kept for the next call.
+    pub async fn next(&mut self) -> Result<LockEvent> {
+        loop {
+            if let Some(event) = self.events.pop_front() {
+                return Ok(event);
+            }
+            self.listen().await;
+            if self.due || Instant::now() >= self.next_look {
+                self.look().await?;
+                continue;
+            }
+            let until = self.next_look;
+            match self.subscription.as_mut() {
+                Some(listening) => {
+                    tokio::select! {
+                        heard = listening.inbox.recv() => {
+                            if heard.is_none() {
+                                self.subscription = None;
+                            }
+                            // A release, or "look again" after a lost
+                            // connection: either way, look.
+                            self.due = true;
+                        }
+                        () = tokio::time::sleep_until(until) => {}
+                    }
+                }
+                None => tokio::time::sleep_until(until).await,
+            }
+        }
+    }
+
+    /// Looks at the lock now, and returns who holds it (none when it is
+    /// free). The ends this look finds are kept for
+    /// [`next`](Self::next).
+    ///
+    /// # Errors
+    ///
+    /// As [`next`](Self::next).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn holders(&mut self) -> Result<Vec<Holder>> {
+        self.listen().await;
+        self.look().await?;
+        Ok(self.holders.clone())
+    }
+
+    /// Subscribes to the lock's watch channel, or again when the channel
+    /// moved (a cluster's slot migration or failover). Without a
+    /// subscription the watch still looks on its timers.
+    async fn listen(&mut self) {
+        let notifier = match self.engine.notifier(&self.keys).await {
+            Ok(notifier) => notifier,
+            Err(_) => return,
+        };
+        if let Some(listening) = &self.subscription {
+            if listening.is_of(&notifier) && !listening.is_moved() {
+                return;
+            }
+        }
+        // Subscribed before the look that follows, so no release after
+        // that look goes unheard.
+        self.subscription = Some(
+            notifier
+                .subscribe(&self.channel, Some(Instant::now() + RETRY))
+                .await,
+        );
+        self.due = true;
+    }
+
+    async fn look(&mut self) -> Result<()> {
+        let heartbeat = millis(WATCH_HEARTBEAT).to_string();
+        let sent = Instant::now();
+        self.registered = true;
+        let reply = self
+            .engine
+            .eval(
+                &self.keys,
+                "watch",
+                |s| &s.watch,
+                &[
+                    &self.keys.lock,
+                    &self.keys.fence,
+                    &self.keys.queue,
+                    &self.watch_key,
+                ],
+                &[self.id.as_bytes(), heartbeat.as_bytes()],
+            )
+            .await;
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(error) => {
+                self.due = false;
+                self.next_look = Instant::now() + RETRY;
+                return Err(error);
+            }
+        };
+        let received = Instant::now();
+        let look = Look::read(&reply)?;
+        self.apply(look, sent, received);
+        self.due = false;
+        Ok(())
+    }
+
+    fn apply(&mut self, look: Look, sent: Instant, received: Instant) {
+        let mut current: HashMap<u64, Seen> = HashMap::new();
+        for (fence, left, holder) in look.leases {
+            let kept = holder.kept;
+            current.insert(
+                fence,
+                Seen {
+                    holder,
+                    earliest_end: left.map(|left| sent + left),
+                    latest_end: left.map(|left| received + left),
+                    kept,
+                },
+            );
+        }
+        let ends: HashMap<u64, char> = look.ends.iter().copied().collect();
+        let mut events = Vec::new();
+        if self.started {
+            for (fence, seen) in self.seen.drain() {
+                if current.contains_key(&fence) {
+                    continue;
+                }
+                let ended = match ends.get(&fence) {
+                    Some('f') => LeaseEnd::ForceReleased,
+                    Some(_) => LeaseEnd::Released,
+                    None if seen.kept => LeaseEnd::Released,
+                    None if seen
+                        .earliest_end
+                        .is_some_and(|end| received + tolerance(end, sent) < end) =>
+                    {
+                        LeaseEnd::Vanished
+                    }
+                    None => LeaseEnd::Expired,
+                };
+                self.reported.insert(fence);
+                events.push((fence, ended, Some(seen.holder)));
+            }
+            // Ends recorded for leases this watch never saw held.
+            let since = self.counter.unwrap_or(0);
+            for &(fence, how) in &look.ends {
+                if fence > since && !self.reported.contains(&fence) && !current.contains_key(&fence)
+                {
+                    self.reported.insert(fence);
+                    let ended = if how == 'f' {
+                        LeaseEnd::ForceReleased
+                    } else {
+                        LeaseEnd::Released
+                    };
+                    events.push((fence, ended, None));
+                }
+            }
+            // The last fence handed out went to a lease that is gone, with
+            // no record: it began and ended between two looks.
+            if let (Some(counter), Some(before)) = (look.counter, self.counter) {
+                if counter > before
+                    && !current.contains_key(&counter)
+                    && !events.iter().any(|(fence, _, _)| *fence == counter)
+                    && !self.reported.contains(&counter)
+                {
+                    events.push((counter, LeaseEnd::Missed, None));
+                }
+            }
+        } else {
+            self.started = true;
+            // A lock never taken has no counter yet: any fence is newer.
+            self.counter = Some(look.counter.unwrap_or(0));
+            self.reported
+                .extend(look.ends.iter().map(|(fence, _)| *fence));
+        }
+        // Only ends the server still records can come back.
+        self.reported.retain(|fence| ends.contains_key(fence));
+        events.sort_by_key(|(fence, _, _)| *fence);
+        for (fence, ended, holder) in events {
+            let taken_by = current
+                .iter()
+                .filter(|(f, _)| **f > fence)
+                .max_by_key(|(f, _)| **f)
+                .map(|(_, seen)| seen.holder.clone());
+            self.events.push_back(LockEvent {
+                ended,
+                fence,
+                holder,
+                taken_by,
+            });
+        }
+        self.counter = look.counter.or(self.counter);
+        let now = Instant::now();
+        let mut next = now
+            + if current.is_empty() {
+                LOOK_FREE
+            } else {
+                LOOK_HELD
+            };
+        for seen in current.values() {
+            if let Some(end) = seen.latest_end {
+                // One millisecond past, so the key has surely expired.
+                next = next.min(end + Duration::from_millis(1));
+            }
+        }
+        self.next_look = next;
+        let mut holders: Vec<Holder> = current.values().map(|s| s.holder.clone()).collect();
+        holders.sort_by_key(|h| h.fence);
+        self.holders = holders;
+        self.seen = current;
+    }
+}
+
+/// How early a lease may seem to go without having vanished: the clocks
+/// of the client and the server run at slightly different rates.
+fn tolerance(end: Instant, sent: Instant) -> Duration {
+    Duration::from_millis(5) + end.saturating_duration_since(sent) / 100
+}
+
+impl Drop for LockWatch {
+    fn drop(&mut self) {
+        if !self.registered {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let engine = Arc::clone(&self.engine);
+        let keys = self.keys.clone();
+        let watch_key = std::mem::take(&mut self.watch_key);
+        let id = std::mem::take(&mut self.id);
+        handle.spawn(async move {
+            for pause in [50, 200, 0] {
+                let done = engine
+                    .eval(
+                        &keys,
+                        "unwatch",
+                        |s| &s.watch,
+                        &[&keys.lock, &keys.fence, &keys.queue, &watch_key],
+                        &[id.as_bytes(), b"0"],
+                    )
+                    .await
+                    .is_ok();
+                if done || pause == 0 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+            }
+        });
+    }
+}
+
+/// What one look read.
+struct Look {
+    counter: Option<u64>,
+    /// The live leases: fence, time left (none: no expiry), holder.
+    leases: Vec<(u64, Option<Duration>, Holder)>,
+    /// The ends recorded: fence, how ('r', 'k', 'f').
+    ends: Vec<(u64, char)>,
+}
+
+impl Look {
+    fn read(reply: &Value) -> Result<Look> {
+        let unexpected = || Error::unexpected_reply("watch", reply);
+        let Value::Array(items) = reply else {
+            return Err(unexpected());
+        };
+        let kind = items
+            .first()
+            .and_then(scripts::as_text)
+            .ok_or_else(unexpected)?;
+        let counter = items
+            .get(1)
+            .and_then(scripts::as_int)
+            .ok_or_else(unexpected)?;
+        let count = items
+            .get(2)
+            .and_then(scripts::as_int)
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(unexpected)?;
+        let mut leases = Vec::new();
+        let mut ends = Vec::new();
+        for (i, item) in items.iter().skip(3).enumerate() {
+            let text = scripts::as_text(item).ok_or_else(unexpected)?;
+            if i < count {
+                let mut words = text.splitn(3, ' ');
+                let fence = words.next().and_then(|w| w.parse::<i64>().ok());
+                let left = words.next().and_then(|w| w.parse::<i64>().ok());
+                let record = words.next().unwrap_or_default();
+                let (Some(fence), Some(left)) = (fence, left) else {
+                    return Err(unexpected());
+                };
+                let left = crate::engine::pttl(left);
+                let holder = if kind == "mutex" {
+                    let mut holder = Holder::from_mutex_record(record, left);
+                    holder.fence = u64::try_from(fence).ok();
+                    holder
+                } else {
+                    Holder::from_hash_record(record, true).ok_or_else(unexpected)?
+                };
+                leases.push((u64::try_from(fence).unwrap_or(0), left, holder));
+            } else {
+                let mut words = text.split(' ');
+                let fence = words.next().and_then(|w| w.parse::<u64>().ok());
+                let how = words.next().and_then(|w| w.chars().next());
+                let (Some(fence), Some(how)) = (fence, how) else {
+                    return Err(unexpected());
+                };
+                ends.push((fence, how));
+            }
+        }
+        Ok(Look {
+            counter: u64::try_from(counter).ok(),
+            leases,
+            ends,
+        })
+    }
+}

@@ -1,0 +1,24 @@
+
+-- Watchers of a lock (see watch.lua) are recorded in `<lock>:watch`, a
+-- hash that lives only while one of them looks within its heartbeat.
+-- A lease of a watched lock that a release or a force-release ends is
+-- recorded there, `e:<fence>` = "<how> <server µs>" ('r' released, 'k'
+-- released and kept until its hold-at-least, 'f' force-released), and
+-- published on `<channel prefix>watch`. A lock nobody watches pays one
+-- EXISTS, and only on the paths that read a queue already: a Mutex's or
+-- FairMutex's release reaches them only when its value is marked (a
+-- watcher marks it as a waiter does). `fence` is the ended lease's, or nil
+-- for a string lock's, whose fence is the counter's.
+local function watched_end(lock, fence_key, channels, how, fence)
+  local key = lock .. ':watch'
+  if redis.call('EXISTS', key) == 0 then
+    return
+  end
+  if fence then
+    fence = string.format('%.0f', fence)
+  else
+    fence = redis.call('GET', fence_key) or '0'
+  end
+  redis.call('HSET', key, 'e:' .. fence, how .. ' ' .. server_text())
+  publish(channels .. 'watch', how .. ' ' .. fence)
+end
