@@ -201,7 +201,7 @@ async fn a_force_release_is_told_apart(servers: Servers) {
         .force_release()
         .await
         .unwrap());
-    let mut ended = vec![next(&mut watch).await, next(&mut watch).await];
+    let mut ended = [next(&mut watch).await, next(&mut watch).await];
     ended.sort_by_key(|e| e.fence);
     assert_eq!(ended[0].fence, one.fence());
     assert_eq!(ended[1].fence, two.fence());
@@ -296,13 +296,15 @@ async fn subscribers(server: &RedisServer, channel: &str) -> (u64, u64) {
         Some(leasehold::redis::Value::Int(n)) => u64::try_from(*n).unwrap(),
         _ => 0,
     };
-    let sharded = if server.command(&["PUBSUB", "SHARDNUMSUB", channel]).is_ok() {
-        let reply: Vec<leasehold::redis::Value> =
-            cmd(server, &["PUBSUB", "SHARDNUMSUB", channel]).await;
-        count(&reply)
-    } else {
-        0
-    };
+    // Redis before 7 has no sharded pub/sub.
+    let mut conn = common::raw(server).await;
+    let sharded: leasehold::redis::RedisResult<Vec<leasehold::redis::Value>> =
+        leasehold::redis::cmd("PUBSUB")
+            .arg("SHARDNUMSUB")
+            .arg(channel)
+            .query_async(&mut conn)
+            .await;
+    let sharded = sharded.map_or(0, |reply| count(&reply));
     (count(&classic), sharded)
 }
 
