@@ -439,8 +439,20 @@ pub(crate) struct WatchArgs {
     /// Print one snapshot and exit
     #[arg(long)]
     pub(crate) once: bool,
-    /// From the global --json, which needs --once: one JSON object per
-    /// lock, one a line
+    /// Wait until each lock is free: print a line as each lease ends
+    /// (released, force-released, expired: heard from the release itself,
+    /// or looked for when the lease runs out) and exit 0 once every lock
+    /// has been seen free; a lock free at the start is done at once
+    #[arg(long, conflicts_with = "once")]
+    pub(crate) until_free: bool,
+    /// With --until-free: give up after this long and exit 75 (e.g. 30s,
+    /// 5m; at most 24h) [default: forever]
+    #[arg(long, value_name = "DUR", value_parser = duration::up_to_a_day,
+          requires = "until_free")]
+    pub(crate) wait: Option<Dur>,
+    /// From the global --json, which needs --once or --until-free: one JSON
+    /// object per lock (--until-free: per ended lease, and per lock when it
+    /// is free), one a line
     #[arg(skip)]
     pub(crate) json: bool,
 }

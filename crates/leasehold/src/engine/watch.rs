@@ -52,10 +52,12 @@ pub enum LeaseEnd {
     ForceReleased,
     /// Its lease ran out: its holder died, or stopped renewing it.
     Expired,
-    /// It went before its lease could have run out, and no release was
-    /// recorded: the server lost it (a restart without persistence, a
-    /// failover to a replica that had not got it) or something deleted
-    /// its key (a semaphore's `delete`, a `DEL` by hand).
+    /// It went before its lease could have run out, as the watch last saw
+    /// it, and no release was recorded: the server lost it (a restart
+    /// without persistence, a failover to a replica that had not got it),
+    /// something deleted its key (a semaphore's `delete`, a `DEL` by
+    /// hand), or its holder shortened its lease (an extend to less than
+    /// it had) and it expired before the watch looked again.
     Vanished,
     /// A lease that the watch never saw held began and ended between two
     /// of its looks (a holder that took the lock just after a look and let
@@ -231,6 +233,26 @@ impl LockWatch {
         self.listen().await;
         self.look().await?;
         Ok(self.holders.clone())
+    }
+
+    /// Ends the watch now: unregisters the watcher (and, the last one
+    /// gone, unmarks the holder) before it returns, where dropping the
+    /// watch does it in the background.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+    /// [`ErrorKind::Server`](crate::ErrorKind::Server): the registration
+    /// then runs out by itself within its heartbeat (10 s).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the registration to run out.
+    pub async fn close(mut self) -> Result<()> {
+        if !std::mem::take(&mut self.registered) {
+            return Ok(());
+        }
+        unregister(&self.engine, &self.keys, &self.watch_key, &self.id).await
     }
 
     /// Subscribes to the lock's watch channel, or again when the channel
@@ -416,16 +438,7 @@ impl Drop for LockWatch {
         let id = std::mem::take(&mut self.id);
         handle.spawn(async move {
             for pause in [50, 200, 0] {
-                let done = engine
-                    .eval(
-                        &keys,
-                        "unwatch",
-                        |s| &s.watch,
-                        &[&keys.lock, &keys.fence, &keys.queue, &watch_key],
-                        &[id.as_bytes(), b"0"],
-                    )
-                    .await
-                    .is_ok();
+                let done = unregister(&engine, &keys, &watch_key, &id).await.is_ok();
                 if done || pause == 0 {
                     return;
                 }
@@ -433,6 +446,20 @@ impl Drop for LockWatch {
             }
         });
     }
+}
+
+/// Takes the watcher `id` out of the lock's watch key.
+async fn unregister(engine: &Engine, keys: &LockKeys, watch_key: &str, id: &str) -> Result<()> {
+    engine
+        .eval(
+            keys,
+            "unwatch",
+            |s| &s.watch,
+            &[&keys.lock, &keys.fence, &keys.queue, watch_key],
+            &[id.as_bytes(), b"0"],
+        )
+        .await
+        .map(|_| ())
 }
 
 /// What one look read.
