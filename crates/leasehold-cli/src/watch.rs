@@ -182,7 +182,7 @@ fn describe(info: &leasehold::LockInfo) -> String {
 
 /// What a lock's watch task tells the printer.
 enum Heard {
-    Ended(String, leasehold::LockEvent),
+    Ended(String, Box<leasehold::LockEvent>),
     Free(String),
 }
 
@@ -315,7 +315,7 @@ async fn watch_one(
                 break;
             }
             Ok(Some(event)) => {
-                let _ = tx.send(Ok(Heard::Ended(name.clone(), event)));
+                let _ = tx.send(Ok(Heard::Ended(name.clone(), Box::new(event))));
             }
             Err(error) if reached && error.is_connection() => {
                 tokio::time::sleep(Duration::from_millis(250)).await;
