@@ -17,6 +17,7 @@ const PATIENCE: Duration = Duration::from_secs(20);
 common::on_both_topologies!(
     a_release_reaches_a_watcher_of_every_kind,
     a_fair_hand_off_names_the_next_holder: multi_thread,
+    readers_that_share_a_fence_end_one_by_one,
     an_expiry_is_reported_after_the_lease,
     a_force_release_is_told_apart,
     a_lease_between_two_looks_is_not_lost_silently,
@@ -109,6 +110,27 @@ async fn a_release_reaches_a_watcher_of_every_kind(servers: Servers) {
     assert_eq!((event.ended, event.fence), (LeaseEnd::Released, fence));
     assert_eq!(watch.holders().await.unwrap().len(), 1);
     one.release().await.unwrap();
+}
+
+/// Readers that hold together share one fence; each one's end is its own
+/// event all the same.
+async fn readers_that_share_a_fence_end_one_by_one(servers: Servers) {
+    let first = servers.client().rw_lock("rw").unwrap();
+    let second = servers.client().rw_lock("rw").unwrap();
+    let mut watch = servers.client().rw_lock("rw").unwrap().watch().unwrap();
+    let one = first.read().acquire().await.unwrap();
+    let two = second.read().acquire().await.unwrap();
+    assert_eq!(one.fence(), two.fence());
+    assert_eq!(watch.holders().await.unwrap().len(), 2);
+    let fence = one.fence();
+    one.release().await.unwrap();
+    let event = next(&mut watch).await;
+    assert_eq!((event.ended, event.fence), (LeaseEnd::Released, fence));
+    assert_eq!(watch.holders().await.unwrap().len(), 1);
+    two.release().await.unwrap();
+    let event = next(&mut watch).await;
+    assert_eq!((event.ended, event.fence), (LeaseEnd::Released, fence));
+    assert!(watch.holders().await.unwrap().is_empty());
 }
 
 /// A fair lock handed to its waiter: the event names the lease that took

@@ -115,11 +115,13 @@ pub struct LockWatch {
     registered: bool,
     /// The first look is done: what it saw is the starting point.
     started: bool,
-    seen: HashMap<u64, Seen>,
+    /// By lease: its fence and its start in µs (readers that hold
+    /// together share a fence).
+    seen: HashMap<LeaseId, Seen>,
     /// The fence counter at the last look.
     counter: Option<u64>,
     /// Ends already reported, among those the server still records.
-    reported: HashSet<u64>,
+    reported: HashSet<LeaseId>,
     events: VecDeque<LockEvent>,
     /// A message came, or the connection was lost: look now.
     due: bool,
@@ -313,11 +315,11 @@ impl LockWatch {
     }
 
     fn apply(&mut self, look: Look, sent: Instant, received: Instant) {
-        let mut current: HashMap<u64, Seen> = HashMap::new();
-        for (fence, left, holder) in look.leases {
+        let mut current: HashMap<LeaseId, Seen> = HashMap::new();
+        for (id, left, holder) in look.leases {
             let kept = holder.kept;
             current.insert(
-                fence,
+                id,
                 Seen {
                     holder,
                     earliest_end: left.map(|left| sent + left),
@@ -326,14 +328,14 @@ impl LockWatch {
                 },
             );
         }
-        let ends: HashMap<u64, char> = look.ends.iter().copied().collect();
+        let ends: HashMap<LeaseId, char> = look.ends.iter().copied().collect();
         let mut events = Vec::new();
         if self.started {
-            for (fence, seen) in self.seen.drain() {
-                if current.contains_key(&fence) {
+            for (id, seen) in self.seen.drain() {
+                if current.contains_key(&id) {
                     continue;
                 }
-                let ended = match ends.get(&fence) {
+                let ended = match ends.get(&id) {
                     Some('f') => LeaseEnd::ForceReleased,
                     Some(_) => LeaseEnd::Released,
                     None if seen.kept => LeaseEnd::Released,
@@ -345,15 +347,15 @@ impl LockWatch {
                     }
                     None => LeaseEnd::Expired,
                 };
-                self.reported.insert(fence);
-                events.push((fence, ended, Some(seen.holder)));
+                self.reported.insert(id);
+                events.push((id.0, ended, Some(seen.holder)));
             }
             // Ends recorded for leases this watch never saw held.
             let since = self.counter.unwrap_or(0);
-            for &(fence, how) in &look.ends {
-                if fence > since && !self.reported.contains(&fence) && !current.contains_key(&fence)
-                {
-                    self.reported.insert(fence);
+            for &(id, how) in &look.ends {
+                let fence = id.0;
+                if fence > since && !self.reported.contains(&id) && !current.contains_key(&id) {
+                    self.reported.insert(id);
                     let ended = if how == 'f' {
                         LeaseEnd::ForceReleased
                     } else {
@@ -366,9 +368,9 @@ impl LockWatch {
             // no record: it began and ended between two looks.
             if let (Some(counter), Some(before)) = (look.counter, self.counter) {
                 if counter > before
-                    && !current.contains_key(&counter)
+                    && !current.keys().any(|(fence, _)| *fence == counter)
                     && !events.iter().any(|(fence, _, _)| *fence == counter)
-                    && !self.reported.contains(&counter)
+                    && !self.reported.iter().any(|(fence, _)| *fence == counter)
                 {
                     events.push((counter, LeaseEnd::Missed, None));
                 }
@@ -377,17 +379,16 @@ impl LockWatch {
             self.started = true;
             // A lock never taken has no counter yet: any fence is newer.
             self.counter = Some(look.counter.unwrap_or(0));
-            self.reported
-                .extend(look.ends.iter().map(|(fence, _)| *fence));
+            self.reported.extend(look.ends.iter().map(|(id, _)| *id));
         }
         // Only ends the server still records can come back.
-        self.reported.retain(|fence| ends.contains_key(fence));
+        self.reported.retain(|id| ends.contains_key(id));
         events.sort_by_key(|(fence, _, _)| *fence);
         for (fence, ended, holder) in events {
             let taken_by = current
                 .iter()
-                .filter(|(f, _)| **f > fence)
-                .max_by_key(|(f, _)| **f)
+                .filter(|((f, _), _)| *f > fence)
+                .max_by_key(|(id, _)| **id)
                 .map(|(_, seen)| seen.holder.clone());
             self.events.push_back(LockEvent {
                 ended,
@@ -462,13 +463,17 @@ async fn unregister(engine: &Engine, keys: &LockKeys, watch_key: &str, id: &str)
         .map(|_| ())
 }
 
+/// A lease: its fence (0 when unknown) and its start in µs on the
+/// server's clock.
+type LeaseId = (u64, u64);
+
 /// What one look read.
 struct Look {
     counter: Option<u64>,
-    /// The live leases: fence, time left (none: no expiry), holder.
-    leases: Vec<(u64, Option<Duration>, Holder)>,
-    /// The ends recorded: fence, how ('r', 'k', 'f').
-    ends: Vec<(u64, char)>,
+    /// The live leases: which, time left (none: no expiry), holder.
+    leases: Vec<(LeaseId, Option<Duration>, Holder)>,
+    /// The ends recorded: which lease, how ('r', 'k', 'f').
+    ends: Vec<(LeaseId, char)>,
 }
 
 impl Look {
@@ -495,11 +500,12 @@ impl Look {
         for (i, item) in items.iter().skip(3).enumerate() {
             let text = scripts::as_text(item).ok_or_else(unexpected)?;
             if i < count {
-                let mut words = text.splitn(3, ' ');
+                let mut words = text.splitn(4, ' ');
                 let fence = words.next().and_then(|w| w.parse::<i64>().ok());
+                let acquired = words.next().and_then(|w| w.parse::<u64>().ok());
                 let left = words.next().and_then(|w| w.parse::<i64>().ok());
                 let record = words.next().unwrap_or_default();
-                let (Some(fence), Some(left)) = (fence, left) else {
+                let (Some(fence), Some(acquired), Some(left)) = (fence, acquired, left) else {
                     return Err(unexpected());
                 };
                 let left = crate::engine::pttl(left);
@@ -510,15 +516,19 @@ impl Look {
                 } else {
                     Holder::from_hash_record(record, true).ok_or_else(unexpected)?
                 };
-                leases.push((u64::try_from(fence).unwrap_or(0), left, holder));
+                let id = (u64::try_from(fence).unwrap_or(0), acquired);
+                leases.push((id, left, holder));
             } else {
                 let mut words = text.split(' ');
-                let fence = words.next().and_then(|w| w.parse::<u64>().ok());
+                let id = words.next().and_then(|w| {
+                    let (fence, acquired) = w.split_once('/')?;
+                    Some((fence.parse::<u64>().ok()?, acquired.parse::<u64>().ok()?))
+                });
                 let how = words.next().and_then(|w| w.chars().next());
-                let (Some(fence), Some(how)) = (fence, how) else {
+                let (Some(id), Some(how)) = (id, how) else {
                     return Err(unexpected());
                 };
-                ends.push((fence, how));
+                ends.push((id, how));
             }
         }
         Ok(Look {

@@ -5,10 +5,11 @@
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] watch key
 -- ARGV[1] the watcher's id, ARGV[2] its heartbeat ms, or '0' to unregister
 -- Returns, for a look, {kind, the fence counter or -1, number of leases,
--- then per live lease "<fence or -1> <ms left or -1> <holder record>"
--- (a string lock's record without its token, a hash lease's entry with
--- the ms left first, as inspect.lua gives them), then per recorded end
--- "<fence> <how> <server µs>"}; for an unregister, 1.
+-- then per live lease "<fence or -1> <acquired µs> <ms left or -1>
+-- <holder record>" (a string lock's record without its token, a hash
+-- lease's entry with the ms left first, as inspect.lua gives them), then
+-- per recorded end "<fence>/<acquired µs> <how> <server µs>"}; for an
+-- unregister, 1.
 local key = KEYS[4]
 local now_us = server_us()
 local now = math.floor(now_us / 1000)
@@ -64,8 +65,8 @@ if kind == 'mutex' then
   local value = redis.call('GET', KEYS[1])
   mark_waited(KEYS[1], value)
   reply[3] = 1
-  reply[4] = (counter or '-1') .. ' ' .. redis.call('PTTL', KEYS[1]) .. ' '
-    .. (string.match(value, '^%S+ (.*)$') or '')
+  reply[4] = (counter or '-1') .. ' ' .. (started(value) or '0') .. ' '
+    .. redis.call('PTTL', KEYS[1]) .. ' ' .. (string.match(value, '^%S+ (.*)$') or '')
 elseif kind == 'reentrant' or kind == 'rwlock' or kind == 'semaphore' then
   local F = family()
   local fields = redis.call('HGETALL', KEYS[1])
@@ -75,7 +76,8 @@ elseif kind == 'reentrant' or kind == 'rwlock' or kind == 'semaphore' then
       if e and e.expiry > now then
         e.expiry = e.expiry - now
         reply[3] = reply[3] + 1
-        reply[#reply + 1] = string.format('%.0f %.0f ', e.fence, e.expiry) .. F.entry_value(e)
+        reply[#reply + 1] = string.format('%.0f %s %.0f ', e.fence, e.acquired, e.expiry)
+          .. F.entry_value(e)
       end
     end
   end

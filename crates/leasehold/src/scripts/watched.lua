@@ -2,14 +2,17 @@
 -- Watchers of a lock (see watch.lua) are recorded in `<lock>:watch`, a
 -- hash that lives only while one of them looks within its heartbeat.
 -- A lease of a watched lock that a release or a force-release ends is
--- recorded there, `e:<fence>` = "<how> <server µs>" ('r' released, 'k'
--- released and kept until its hold-at-least, 'f' force-released), and
--- published on `<channel prefix>watch`. A lock nobody watches pays one
--- EXISTS, and only on the paths that read a queue already: a Mutex's or
--- FairMutex's release reaches them only when its value is marked (a
--- watcher marks it as a waiter does). `fence` is the ended lease's, or nil
--- for a string lock's, whose fence is the counter's.
-local function watched_end(lock, fence_key, channels, how, fence)
+-- recorded there, `e:<fence>/<acquired µs>` (a lease's fence and start:
+-- readers that hold together share a fence) = "<how> <server µs>" ('r'
+-- released, 'k' released and kept until its hold-at-least, 'f'
+-- force-released), and published on `<channel prefix>watch`. A lock
+-- nobody watches pays one EXISTS, and only on the paths that read a queue
+-- already: a Mutex's or FairMutex's release reaches them only when its
+-- value is marked (a watcher marks it as a waiter does). `fence` is the
+-- ended lease's, or nil for a string lock's, whose fence is the
+-- counter's; `acquired` its start as text (a string lock's is in its
+-- value).
+local function watched_end(lock, fence_key, channels, how, fence, acquired)
   local key = lock .. ':watch'
   if redis.call('EXISTS', key) == 0 then
     return
@@ -19,6 +22,11 @@ local function watched_end(lock, fence_key, channels, how, fence)
   else
     fence = redis.call('GET', fence_key) or '0'
   end
-  redis.call('HSET', key, 'e:' .. fence, how .. ' ' .. server_text())
+  redis.call('HSET', key, 'e:' .. fence .. '/' .. (acquired or '0'), how .. ' ' .. server_text())
   publish(channels .. 'watch', how .. ' ' .. fence)
+end
+
+-- The start (µs, as text) of a string lock's lease, from its value.
+local function started(value)
+  return string.match(value, '^%S+ (%d+)')
 end
