@@ -120,7 +120,10 @@ pub struct LockWatch {
     seen: HashMap<LeaseId, Seen>,
     /// The fence counter at the last look.
     counter: Option<u64>,
-    /// Ends already reported, among those the server still records.
+    /// The server's time (µs) of the last look: the next reads the ends
+    /// recorded since.
+    last_look: Option<String>,
+    /// Ends the last look reported (the next may read them again).
     reported: HashSet<LeaseId>,
     events: VecDeque<LockEvent>,
     /// A message came, or the connection was lost: look now.
@@ -151,6 +154,7 @@ impl LockWatch {
             started: false,
             seen: HashMap::new(),
             counter: None,
+            last_look: None,
             reported: HashSet::new(),
             events: VecDeque::new(),
             due: true,
@@ -281,7 +285,12 @@ impl LockWatch {
     }
 
     async fn look(&mut self) -> Result<()> {
+        // Whatever was published before this look is covered by it.
+        if let Some(listening) = self.subscription.as_mut() {
+            while listening.inbox.try_recv().is_ok() {}
+        }
         let heartbeat = millis(WATCH_HEARTBEAT).to_string();
+        let since = self.last_look.clone().unwrap_or_default();
         let sent = Instant::now();
         self.registered = true;
         let reply = self
@@ -296,7 +305,7 @@ impl LockWatch {
                     &self.keys.queue,
                     &self.watch_key,
                 ],
-                &[self.id.as_bytes(), heartbeat.as_bytes()],
+                &[self.id.as_bytes(), heartbeat.as_bytes(), since.as_bytes()],
             )
             .await;
         let reply = match reply {
@@ -308,7 +317,8 @@ impl LockWatch {
             }
         };
         let received = Instant::now();
-        let look = Look::read(&reply)?;
+        let mut look = Look::read(&reply)?;
+        self.last_look = look.at.take();
         self.apply(look, sent, received);
         self.due = false;
         Ok(())
@@ -328,8 +338,19 @@ impl LockWatch {
                 },
             );
         }
-        let ends: HashMap<LeaseId, char> = look.ends.iter().copied().collect();
+        // A lease released, kept, then force-released: released.
+        let mut ends: HashMap<LeaseId, char> = HashMap::new();
+        for &(id, how) in &look.ends {
+            let entry = ends.entry(id).or_insert(how);
+            if how != 'f' {
+                *entry = how;
+            }
+        }
         let mut events = Vec::new();
+        // An end is read by the first look after it, and perhaps by the
+        // next (an end in the µs of a look): those reported by the last
+        // look are not reported again.
+        let earlier = std::mem::take(&mut self.reported);
         if self.started {
             for (id, seen) in self.seen.drain() {
                 if current.contains_key(&id) {
@@ -350,11 +371,14 @@ impl LockWatch {
                 self.reported.insert(id);
                 events.push((id.0, ended, Some(seen.holder)));
             }
-            // Ends recorded for leases this watch never saw held.
-            let since = self.counter.unwrap_or(0);
-            for &(id, how) in &look.ends {
+            // Ends recorded for leases this watch never saw held (taken
+            // after its last look).
+            for (&id, &how) in &ends {
                 let fence = id.0;
-                if fence > since && !self.reported.contains(&id) && !current.contains_key(&id) {
+                if !earlier.contains(&id)
+                    && !self.reported.contains(&id)
+                    && !current.contains_key(&id)
+                {
                     self.reported.insert(id);
                     let ended = if how == 'f' {
                         LeaseEnd::ForceReleased
@@ -370,7 +394,7 @@ impl LockWatch {
                 if counter > before
                     && !current.keys().any(|(fence, _)| *fence == counter)
                     && !events.iter().any(|(fence, _, _)| *fence == counter)
-                    && !self.reported.iter().any(|(fence, _)| *fence == counter)
+                    && !earlier.iter().any(|(fence, _)| *fence == counter)
                 {
                     events.push((counter, LeaseEnd::Missed, None));
                 }
@@ -379,10 +403,7 @@ impl LockWatch {
             self.started = true;
             // A lock never taken has no counter yet: any fence is newer.
             self.counter = Some(look.counter.unwrap_or(0));
-            self.reported.extend(look.ends.iter().map(|(id, _)| *id));
         }
-        // Only ends the server still records can come back.
-        self.reported.retain(|id| ends.contains_key(id));
         events.sort_by_key(|(fence, _, _)| *fence);
         for (fence, ended, holder) in events {
             let taken_by = current
@@ -470,6 +491,8 @@ type LeaseId = (u64, u64);
 /// What one look read.
 struct Look {
     counter: Option<u64>,
+    /// The server's time of the look, µs as text.
+    at: Option<String>,
     /// The live leases: which, time left (none: no expiry), holder.
     leases: Vec<(LeaseId, Option<Duration>, Holder)>,
     /// The ends recorded: which lease, how ('r', 'k', 'f').
@@ -490,14 +513,15 @@ impl Look {
             .get(1)
             .and_then(scripts::as_int)
             .ok_or_else(unexpected)?;
+        let at = items.get(2).and_then(scripts::as_text);
         let count = items
-            .get(2)
+            .get(3)
             .and_then(scripts::as_int)
             .and_then(|n| usize::try_from(n).ok())
             .ok_or_else(unexpected)?;
         let mut leases = Vec::new();
         let mut ends = Vec::new();
-        for (i, item) in items.iter().skip(3).enumerate() {
+        for (i, item) in items.iter().skip(4).enumerate() {
             let text = scripts::as_text(item).ok_or_else(unexpected)?;
             if i < count {
                 let mut words = text.splitn(4, ' ');
@@ -533,6 +557,7 @@ impl Look {
         }
         Ok(Look {
             counter: u64::try_from(counter).ok(),
+            at,
             leases,
             ends,
         })
