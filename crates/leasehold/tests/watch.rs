@@ -353,6 +353,11 @@ async fn only_a_watched_release_publishes(servers: Servers) {
             .await
     })
     .await;
+    assert!(
+        !servers
+            .cmd::<bool>(&["EXISTS", "leasehold:{m}:watch:ends"])
+            .await
+    );
     mutex.acquire().await.unwrap().release().await.unwrap();
     assert_eq!(publishes(&servers).await, before + 1);
 }

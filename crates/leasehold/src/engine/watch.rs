@@ -101,6 +101,21 @@ struct Seen {
 /// Watches one lock for the end of the leases others hold on it, without
 /// being a waiter: see [`Mutex::watch`](crate::Mutex::watch).
 ///
+/// Every kind of lock has one: `Mutex`, `FairMutex`, `ReentrantMutex`,
+/// `RwLock` (readers and the writer alike) and `Semaphore` (each permit
+/// lease), on one server, a Redis Cluster (sharded pub/sub on the lock's
+/// shard) or Sentinel. A `RedlockMutex` has none: its lease lives on
+/// several masters and ends when a majority's does, so a watch would have
+/// to look at and listen to every master and count; it is not built. The
+/// blocking faces have none either; a blocking program can drive this one
+/// on a runtime of its own.
+///
+/// On a `Mutex` or `FairMutex` a release is recorded and published only
+/// once a look has marked its holder: a lock taken and let go again
+/// between two looks (within a second while it is free) is reported as
+/// [`LeaseEnd::Missed`] by the next look. The hash kinds record every
+/// release while watched.
+///
 /// Dropping it unregisters the watcher in the background (with no runtime
 /// left, its registration runs out after its heartbeat of 10 s) and
 /// unsubscribes.
