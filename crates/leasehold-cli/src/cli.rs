@@ -15,8 +15,9 @@ pub(crate) struct Cli {
     #[command(flatten)]
     pub(crate) connection: Connection,
     /// Print JSON on stdout: the result as one object (`watch --once`: one
-    /// per lock, a line each; `run`: one about the lock, after the command's
-    /// own output), or on failure {"error", "message", "exit"}
+    /// per lock, a line each; `watch --until-free`: one per ended lease and
+    /// per free lock, a line each; `run`: one about the lock, after the
+    /// command's own output), or on failure {"error", "message", "exit"}
     #[arg(long, global = true)]
     pub(crate) json: bool,
     #[command(subcommand)]
@@ -182,7 +183,8 @@ pub(crate) enum Command {
     Inspect(InspectArgs),
     /// Remove a stuck lock whoever holds it, and wake its waiters (admin)
     ForceRelease(NameArgs),
-    /// Show locks live: held or free, last fence, lease left, waiters
+    /// Show locks live: held or free, last fence, lease left, waiters; or
+    /// wait until others let go of them (--until-free)
     Watch(WatchArgs),
     /// Print a shell completion script: `leasehold completions bash > /etc/bash_completion.d/leasehold`
     Completions(CompletionsArgs),
