@@ -412,3 +412,53 @@ async fn a_watch_across_a_restart_reports_the_loss_and_the_next_release() {
     let event = next(&mut watch).await;
     assert_eq!((event.ended, event.fence), (LeaseEnd::Released, fence));
 }
+
+/// A failover of the lock's shard moves its watch channel to the new
+/// master: the watch listens there, and hears the next release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_follows_a_cluster_failover() {
+    let mut cluster = leasehold_testkit::RedisCluster::start(3, 1);
+    let url = cluster.urls().join(",");
+    let holder = leasehold::Client::open(&url).unwrap();
+    let watcher = leasehold::Client::builder(url)
+        .command_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let guard = holder.mutex("m").unwrap().acquire().await.unwrap();
+    let mut watch = watcher.mutex("m").unwrap().watch().unwrap();
+    assert_eq!(watch.holders().await.unwrap().len(), 1);
+    let shard = cluster.shard_of_slot(leasehold_testkit::key_slot("leasehold:{m}"));
+    cluster.failover(shard);
+    // The watch may have to look again (or fail to, once) on its own.
+    let seen = tokio::time::timeout(PATIENCE, async {
+        loop {
+            if let Ok(holders) = watch.holders().await {
+                break holders;
+            }
+        }
+    })
+    .await
+    .expect("the watch never reached the new master");
+    assert_eq!(seen.len(), 1, "the lease survived the failover");
+    // It listens on the new master.
+    let channel = "leasehold:{m}:ch:watch";
+    for _ in 0..500 {
+        let (_, sharded) = subscribers(cluster.master_for_key(channel), channel).await;
+        if sharded == 1 {
+            break;
+        }
+        let _ = watch.holders().await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        subscribers(cluster.master_for_key(channel), channel)
+            .await
+            .1,
+        1,
+        "the watch does not listen on the new master"
+    );
+    let fence = guard.fence();
+    guard.release().await.unwrap();
+    let event = next(&mut watch).await;
+    assert_eq!((event.ended, event.fence), (LeaseEnd::Released, fence));
+}
