@@ -14,7 +14,7 @@ if kind == 'none' or kind == 'mutex' then
   local value = kind == 'mutex' and redis.call('GET', KEYS[1])
   local removed = redis.call('DEL', KEYS[1])
   if value then
-    watched_end(KEYS[1], KEYS[2], ARGV[2], 'f', nil, started(value))
+    watched_end(KEYS[1], KEYS[2], ARGV[2], 'f', nil, value)
   end
   -- The lock is left free: the first waiter is woken to try, never handed
   -- the lock blind (it may have died within its heartbeat).

@@ -110,7 +110,7 @@ if holder and holds(holder, token) then
     -- Kept, marked so (see KEPT in lib.lua), until the hold is over.
     redis.call('SET', KEYS[1], kept(holder), 'PX', ARGV[5])
     if string.find(holder, '\31', #token + 1, true) then
-      watched_end(KEYS[1], KEYS[2], ARGV[4], 'k', nil, started(holder))
+      watched_end(KEYS[1], KEYS[2], ARGV[4], 'k', nil, holder)
     end
     return 2
   end
@@ -121,7 +121,7 @@ if holder and holds(holder, token) then
     return 1
   end
   released = 1
-  watched_end(KEYS[1], KEYS[2], ARGV[4], 'r', nil, started(holder))
+  watched_end(KEYS[1], KEYS[2], ARGV[4], 'r', nil, holder)
 elseif ARGV[2] == '1' then
   lib().leave_queue(KEYS[3], KEYS[4], token)
   if holder then

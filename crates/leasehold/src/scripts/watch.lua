@@ -58,7 +58,7 @@ if kind == 'mutex' then
   local value = redis.call('GET', KEYS[1])
   mark_waited(KEYS[1], value)
   reply[4] = 1
-  reply[5] = (counter or '-1') .. ' ' .. (started(value) or '0') .. ' '
+  reply[5] = (counter or '-1') .. ' ' .. (string.match(value, '^%S+ (%d+)') or '0') .. ' '
     .. redis.call('PTTL', KEYS[1]) .. ' ' .. (string.match(value, '^%S+ (.*)$') or '')
 elseif kind == 'reentrant' or kind == 'rwlock' or kind == 'semaphore' then
   local F = family()

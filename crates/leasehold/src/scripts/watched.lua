@@ -10,12 +10,14 @@
 -- prefix>watch`. A lock nobody watches pays one EXISTS, and only on the
 -- paths that read a queue already: a Mutex's or FairMutex's release
 -- reaches them only when its value is marked (a watcher marks it as a
--- waiter does). `fence` is the ended lease's, or nil for a string lock's,
--- whose fence is the counter's; `acquired` its start as text (a string
--- lock's is in its value).
+-- waiter does). `fence` is the ended lease's and `record` its start (µs,
+-- as text); for a string lock `fence` is nil (its fence is the counter's)
+-- and `record` is the lock's value, which has its start. One function, so
+-- that a script run (where functions are not loaded once, as EVALSHA's)
+-- makes one closure more, not several.
 local WATCH_ENDS_US = 20000000
 
-local function watched_end(lock, fence_key, channels, how, fence, acquired)
+local function watched_end(lock, fence_key, channels, how, fence, record)
   local key = lock .. ':watch'
   if redis.call('EXISTS', key) == 0 then
     return
@@ -24,14 +26,10 @@ local function watched_end(lock, fence_key, channels, how, fence, acquired)
     fence = string.format('%.0f', fence)
   else
     fence = redis.call('GET', fence_key) or '0'
+    record = string.match(record, '^%S+ (%d+)')
   end
   local ends = key .. ':ends'
-  redis.call('ZADD', ends, server_text(), fence .. '/' .. (acquired or '0') .. ' ' .. how)
+  redis.call('ZADD', ends, server_text(), fence .. '/' .. (record or '0') .. ' ' .. how)
   redis.call('PEXPIRE', ends, WATCH_ENDS_US / 1000)
   publish(channels .. 'watch', how .. ' ' .. fence)
-end
-
--- The start (µs, as text) of a string lock's lease, from its value.
-local function started(value)
-  return string.match(value, '^%S+ (%d+)')
 end
