@@ -104,3 +104,24 @@ fn until_free_gives_up_after_its_wait_with_75() {
     let out = leasehold(&url, &["watch", "--wait", "1s", "job"]);
     assert_eq!(out.status.code(), Some(2), "--wait needs --until-free");
 }
+
+#[test]
+fn until_free_ended_by_ctrl_c_exits_130_and_unregisters() {
+    let server = RedisServer::start();
+    let url = server.url();
+    acquire(&url, "job", "1m");
+    let watch = spawn(&url, &["watch", "--until-free", "job"]);
+    watched(&server, "job");
+    let pid = libc::pid_t::try_from(watch.id()).unwrap();
+    // SAFETY: kill(2) on the child this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let out = watch.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert_eq!(
+        server
+            .command(&["EXISTS", "leasehold:{job}:watch"])
+            .unwrap()
+            .trim(),
+        "0"
+    );
+}
