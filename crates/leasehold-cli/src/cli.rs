@@ -15,8 +15,9 @@ pub(crate) struct Cli {
     #[command(flatten)]
     pub(crate) connection: Connection,
     /// Print JSON on stdout: the result as one object (`watch --once`: one
-    /// per lock, a line each; `run`: one about the lock, after the command's
-    /// own output), or on failure {"error", "message", "exit"}
+    /// per lock, a line each; `watch --until-free`: one per ended lease and
+    /// per free lock, a line each; `run`: one about the lock, after the
+    /// command's own output), or on failure {"error", "message", "exit"}
     #[arg(long, global = true)]
     pub(crate) json: bool,
     #[command(subcommand)]
@@ -182,7 +183,8 @@ pub(crate) enum Command {
     Inspect(InspectArgs),
     /// Remove a stuck lock whoever holds it, and wake its waiters (admin)
     ForceRelease(NameArgs),
-    /// Show locks live: held or free, last fence, lease left, waiters
+    /// Show locks live: held or free, last fence, lease left, waiters; or
+    /// wait until others let go of them (--until-free)
     Watch(WatchArgs),
     /// Print a shell completion script: `leasehold completions bash > /etc/bash_completion.d/leasehold`
     Completions(CompletionsArgs),
@@ -439,8 +441,20 @@ pub(crate) struct WatchArgs {
     /// Print one snapshot and exit
     #[arg(long)]
     pub(crate) once: bool,
-    /// From the global --json, which needs --once: one JSON object per
-    /// lock, one a line
+    /// Wait until each lock is free: print a line as each lease ends
+    /// (released, force-released, expired: heard from the release itself,
+    /// or looked for when the lease runs out) and exit 0 once every lock
+    /// has been seen free; a lock free at the start is done at once
+    #[arg(long, conflicts_with = "once")]
+    pub(crate) until_free: bool,
+    /// With --until-free: give up after this long and exit 75 (e.g. 30s,
+    /// 5m; at most 24h) [default: forever]
+    #[arg(long, value_name = "DUR", value_parser = duration::up_to_a_day,
+          requires = "until_free")]
+    pub(crate) wait: Option<Dur>,
+    /// From the global --json, which needs --once or --until-free: one JSON
+    /// object per lock (--until-free: per ended lease, and per lock when it
+    /// is free), one a line
     #[arg(skip)]
     pub(crate) json: bool,
 }

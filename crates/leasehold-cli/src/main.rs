@@ -139,10 +139,12 @@ fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
             }
             return Ok(ExitCode::SUCCESS);
         }
-        Command::Watch(args) if json && !args.once => {
+        Command::Watch(args) if json && !args.once && !args.until_free => {
             return Err(Fail {
                 code: exit::USAGE,
-                message: "watch --json needs --once: it prints one snapshot as JSON".to_owned(),
+                message: "watch --json needs --once (one snapshot as JSON) or --until-free (one \
+                          JSON line per ended lease)"
+                    .to_owned(),
             }
             .into());
         }

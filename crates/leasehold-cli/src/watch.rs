@@ -5,6 +5,10 @@
 //! `CONFIG SET` on the user's Redis. The view is refreshed every 250 ms
 //! instead: one read-only script per lock per refresh.
 //!
+//! `--until-free` is no poll: it watches each lock with a
+//! [`leasehold::LockWatch`], which hears a release at once and looks when
+//! a lease can have run out.
+//!
 //! Each lock is shown with the server that keeps it: on a Redis Cluster,
 //! the master of its hash slot; through Sentinel, the master the sentinels
 //! name (a failover shows as a change of server).
@@ -12,7 +16,10 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use serde_json::json;
+
 use crate::cli::{Connection, WatchArgs};
+use crate::exit::{self, Fail};
 use crate::plural;
 use crate::screen::{self, LiveView};
 use crate::scripting::{info_json, seconds, server_label};
@@ -26,6 +33,9 @@ const REFRESH: Duration = Duration::from_millis(250);
 type Seen = (bool, Option<u64>, u64, String);
 
 pub(crate) async fn watch(conn: &Connection, args: WatchArgs) -> anyhow::Result<ExitCode> {
+    if args.until_free {
+        return until_free(conn, args).await;
+    }
     // On a Redlock, each lock as a majority of its masters sees it.
     let locks: Vec<Box<dyn leasehold::Lock>> =
         match conn.redlock(leasehold::DEFAULT_LEASE, false, None)? {
@@ -168,4 +178,204 @@ fn describe(info: &leasehold::LockInfo) -> String {
         "{state}, {fence}, {}",
         plural::count(info.waiting_clients, "waiter", "waiters")
     )
+}
+
+/// What a lock's watch task tells the printer.
+enum Heard {
+    Ended(String, Box<leasehold::LockEvent>),
+    Free(String),
+}
+
+/// `watch --until-free`: each lock is watched by a task of its own, which
+/// reports every lease it sees end and is done once it sees the lock free.
+async fn until_free(conn: &Connection, args: WatchArgs) -> anyhow::Result<ExitCode> {
+    if conn.redlock_given() {
+        return Err(Fail {
+            code: exit::USAGE,
+            message: "watch --until-free watches one deployment, not Redlock masters: \
+                      give --url instead of --redlock"
+                .to_owned(),
+        }
+        .into());
+    }
+    let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
+    let started = Instant::now();
+    let deadline = args
+        .wait
+        .as_ref()
+        .map(|wait| tokio::time::Instant::now() + wait.get());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut tasks = Vec::new();
+    let names: std::collections::BTreeSet<&String> = args.names.iter().collect();
+    for name in &names {
+        let watch = client.mutex(name)?.watch()?;
+        tasks.push(tokio::spawn(watch_one(watch, tx.clone(), stop_rx.clone())));
+    }
+    drop(tx);
+    let mut stop = Stop::listen()?;
+    let mut freed = std::collections::HashSet::new();
+    let outcome: anyhow::Result<ExitCode> = loop {
+        let heard = tokio::select! {
+            signal = stop.recv() => break Ok(ExitCode::from(signal_code(signal))),
+            () = sleep_until(deadline) => {
+                let busy: Vec<String> = args
+                    .names
+                    .iter()
+                    .filter(|name| !freed.contains(*name))
+                    .map(|name| format!("{name:?}"))
+                    .collect();
+                break Err(Fail {
+                    code: exit::BUSY,
+                    message: format!(
+                        "not every lock was free within {}: {}",
+                        seconds(args.wait.as_ref().map_or(Duration::ZERO, |w| w.get())),
+                        busy.join(", ")
+                    ),
+                }
+                .into());
+            }
+            heard = rx.recv() => heard,
+        };
+        match heard {
+            Some(Ok(Heard::Ended(name, event))) => {
+                if args.json {
+                    println!("{}", event_json(&name, &event));
+                } else {
+                    println!(
+                        "{:>6.1}s  {name:?}: {}",
+                        started.elapsed().as_secs_f64(),
+                        describe_event(&event)
+                    );
+                }
+            }
+            Some(Ok(Heard::Free(name))) => {
+                if args.json {
+                    println!("{}", json!({"name": name, "free": true}));
+                } else {
+                    println!("{:>6.1}s  {name:?}: free", started.elapsed().as_secs_f64());
+                }
+                freed.insert(name);
+                if freed.len() == names.len() {
+                    break Ok(ExitCode::SUCCESS);
+                }
+            }
+            Some(Err(error)) => break Err(error.into()),
+            None => break Ok(ExitCode::SUCCESS),
+        }
+    };
+    // Each task unregisters its watcher before it ends.
+    let _ = stop_tx.send(true);
+    for task in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+    }
+    outcome
+}
+
+fn signal_code(signal: libc::c_int) -> u8 {
+    u8::try_from(128 + signal).unwrap_or(exit::FAILURE)
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Watches one lock until it is seen free (or told to stop), then ends
+/// the watch. A look that fails (Redis restarting, a failover) is tried
+/// again, as waits ride out outages; one that never reached Redis ends it.
+async fn watch_one(
+    mut watch: leasehold::LockWatch,
+    tx: tokio::sync::mpsc::UnboundedSender<leasehold::Result<Heard>>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let name = watch.name().to_owned();
+    let mut reached = false;
+    loop {
+        let step = async {
+            // At the start, and after each end: is it free now, or taken
+            // by the next holder?
+            if watch.holders().await?.is_empty() {
+                return Ok(None);
+            }
+            watch.next().await.map(Some)
+        };
+        let result = tokio::select! {
+            _ = stop.changed() => break,
+            result = step => result,
+        };
+        if result.is_ok() {
+            reached = true;
+        }
+        match result {
+            Ok(None) => {
+                let _ = tx.send(Ok(Heard::Free(name.clone())));
+                break;
+            }
+            Ok(Some(event)) => {
+                let _ = tx.send(Ok(Heard::Ended(name.clone(), Box::new(event))));
+            }
+            Err(error) if reached && error.is_connection() => {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(error) => {
+                let _ = tx.send(Err(error));
+                break;
+            }
+        }
+    }
+    let _ = watch.close().await;
+}
+
+fn describe_event(event: &leasehold::LockEvent) -> String {
+    let how = match event.ended {
+        leasehold::LeaseEnd::Released => "released",
+        leasehold::LeaseEnd::ForceReleased => "force-released",
+        leasehold::LeaseEnd::Expired => "expired",
+        leasehold::LeaseEnd::Vanished => "gone before its lease ran out (lost by the server)",
+        leasehold::LeaseEnd::Missed => "taken and ended between two looks",
+        _ => "ended",
+    };
+    let mut line = format!("lease with fence {} {how}", event.fence);
+    if let Some(holder) = &event.holder {
+        line.push_str(&format!(" (held by {})", holder.describe()));
+    }
+    if let Some(next) = &event.taken_by {
+        let fence = next
+            .fence
+            .map_or_else(String::new, |f| format!(", fence {f}"));
+        line.push_str(&format!("; now held by {}{fence}", next.describe()));
+    }
+    line
+}
+
+fn end_name(ended: leasehold::LeaseEnd) -> &'static str {
+    match ended {
+        leasehold::LeaseEnd::Released => "released",
+        leasehold::LeaseEnd::ForceReleased => "force_released",
+        leasehold::LeaseEnd::Expired => "expired",
+        leasehold::LeaseEnd::Vanished => "vanished",
+        leasehold::LeaseEnd::Missed => "missed",
+        _ => "ended",
+    }
+}
+
+fn event_json(name: &str, event: &leasehold::LockEvent) -> serde_json::Value {
+    let who = |holder: &leasehold::Holder| {
+        json!({
+            "pid": holder.pid,
+            "host": holder.host,
+            "client_name": holder.client_name,
+            "fence": holder.fence,
+        })
+    };
+    json!({
+        "name": name,
+        "ended": end_name(event.ended),
+        "fence": event.fence,
+        "holder": event.holder.as_ref().map(who),
+        "taken_by": event.taken_by.as_ref().map(who),
+    })
 }

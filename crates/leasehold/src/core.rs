@@ -359,11 +359,15 @@ impl LockCore {
     pub(crate) async fn waiters(&self) -> Result<Vec<Waiter>> {
         crate::engine::admin::waiters(&self.engine, &self.keys).await
     }
+
+    pub(crate) fn watch(&self) -> Result<crate::engine::watch::LockWatch> {
+        crate::engine::watch::LockWatch::new(Arc::clone(&self.engine), self.keys.clone())
+    }
 }
 
 /// The settings methods every face has, written once: `name`, `with_lease`,
 /// `with_watchdog`, `with_hold_at_least`, `with_max_hold` and
-/// `with_replica_ack`, on a type
+/// `with_replica_ack`, and `watch`, on a type
 /// whose `core` field is a [`LockCore`].
 macro_rules! lock_settings {
     ($face:ident) => {
@@ -481,6 +485,33 @@ macro_rules! lock_settings {
             ) -> $crate::Result<Self> {
                 self.core.settings.set_replica_ack(replicas, timeout)?;
                 Ok(self)
+            }
+
+            /// Watches the lock without waiting for it: the
+            /// [`LockWatch`](crate::LockWatch) reports the end of each lease
+            /// it sees held, by anyone, with how it ended (released,
+            /// force-released, expired, or gone from the server), its
+            /// fence, and who took the lock next if someone did at once.
+            /// It works on a lock of any kind, whatever kind this handle
+            /// is: it only reads the lock's leases.
+            ///
+            /// A release of a watched lock is heard at once, through the
+            /// lock's watch channel (sharded pub/sub on a Redis Cluster);
+            /// an expiry a few milliseconds after the lease ends, as the
+            /// watch looks then (one script). Keyspace notifications are
+            /// not needed. A lock nobody watches costs its holders nothing
+            /// more; while watched, each release of it publishes one
+            /// message, and each watch looks at least every 3 s (every
+            /// second while the lock is free). Nothing is sent before the
+            /// first [`next`](crate::LockWatch::next) or
+            /// [`holders`](crate::LockWatch::holders).
+            ///
+            /// # Errors
+            ///
+            /// [`ErrorKind::System`](crate::ErrorKind::System) when the
+            /// operating system gives no randomness for the watch's id.
+            pub fn watch(&self) -> $crate::Result<crate::LockWatch> {
+                self.core.watch()
             }
         }
 

@@ -104,6 +104,24 @@
 //! the mutex's holder, each reader or writer, each permit lease), and a wait
 //! that runs out names the holder and the lease it has left.
 //!
+//! To learn when leases others hold end, without waiting for the lock,
+//! watch it: `watch()` on every primitive gives a [`LockWatch`], whose
+//! [`next`](LockWatch::next) reports each lease's end ([`LockEvent`]:
+//! released, force-released, expired, or lost by the server; its fence
+//! and holder; the next holder if one took it at once). A release is heard
+//! at once, an expiry a few milliseconds after the lease ends, without
+//! keyspace notifications; a lock nobody watches costs nothing more.
+//!
+//! ```no_run
+//! # async fn demo(client: leasehold::Client) -> leasehold::Result<()> {
+//! let mut watch = client.mutex("reports:nightly")?.watch()?;
+//! loop {
+//!     let ended = watch.next().await?;
+//!     println!("lease {} ended: {:?}", ended.fence, ended.ended);
+//! }
+//! # }
+//! ```
+//!
 //! # The safety model
 //!
 //! A lock over a network is a **lease**: it ends when its time runs out,
@@ -413,6 +431,7 @@ pub use client::{
 };
 pub use election::{Election, Leader, Leadership, MAX_LEADER_VALUE_LEN};
 pub use engine::lease::LossReason;
+pub use engine::watch::{LeaseEnd, LockEvent, LockWatch};
 pub use error::{Error, ErrorKind, Result};
 pub use fair_mutex::FairMutex;
 pub use guard::{DetachedLease, LeaseGuard, MutexGuard};

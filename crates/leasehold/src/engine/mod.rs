@@ -14,6 +14,7 @@ pub(crate) mod release;
 pub(crate) mod scripts;
 pub(crate) mod state;
 pub(crate) mod wait;
+pub(crate) mod watch;
 pub(crate) mod watchdog;
 
 use std::collections::HashMap;

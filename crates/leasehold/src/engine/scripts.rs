@@ -46,6 +46,7 @@ pub(crate) struct Scripts {
     pub(crate) announce: redis::Script,
     pub(crate) redlock_acquire: redis::Script,
     pub(crate) redlock_fence: redis::Script,
+    pub(crate) watch: redis::Script,
     pub(crate) library: Library,
 }
 
@@ -87,6 +88,10 @@ static SHARDED: LazyLock<Scripts> = LazyLock::new(|| Scripts::build(Publish::Sha
 
 const LIB: &str = include_str!("../scripts/lib.lua");
 const FAMILY: &str = include_str!("../scripts/family.lua");
+/// The record and notification of a watched lock's end (see
+/// `LockWatch`), after `lib.lua` in the scripts that end a lease and in
+/// the watch's own.
+const WATCHED: &str = include_str!("../scripts/watched.lua");
 /// The one line of `lib.lua` that sends a notification.
 const PUBLISH_LINE: &str = "redis.pcall('PUBLISH', channel, message)";
 
@@ -107,6 +112,9 @@ impl Scripts {
             }
         };
         let with_family = |op: &str| redis::Script::new(&format!("{lib}{FAMILY}{op}"));
+        // Only the scripts that end a lease, and the watch's own, carry the
+        // record of a watched lock's end: the others make no closure for it.
+        let with_watched = |op: &str| redis::Script::new(&format!("{lib}{WATCHED}{FAMILY}{op}"));
         let with_lib = |op: &str| redis::Script::new(&format!("{lib}{op}"));
         const ACQUIRE: &str = include_str!("../scripts/acquire.lua");
         const TRY_ACQUIRE: &str = include_str!("../scripts/try_acquire.lua");
@@ -117,11 +125,11 @@ impl Scripts {
         let try_acquire = with_family(TRY_ACQUIRE);
         let fair_acquire = with_family(FAIR_ACQUIRE);
         let family_acquire = with_family(FAMILY_ACQUIRE);
-        let release = with_family(RELEASE);
+        let release = with_watched(RELEASE);
         // A release runs under maxmemory too, as its EVAL does (a DEL is
         // not refused then): it frees memory.
         let library = Library::build(
-            &lib,
+            &format!("{lib}{WATCHED}"),
             &[
                 ("acquire", &acquire, ACQUIRE, ""),
                 ("try_acquire", &try_acquire, TRY_ACQUIRE, ""),
@@ -137,7 +145,7 @@ impl Scripts {
             family_acquire,
             release,
             library,
-            force_release: with_family(include_str!("../scripts/force_release.lua")),
+            force_release: with_watched(include_str!("../scripts/force_release.lua")),
             semaphore_permits: with_family(include_str!("../scripts/semaphore_permits.lua")),
             renew: with_family(include_str!("../scripts/renew.lua")),
             inspect: with_family(include_str!("../scripts/inspect.lua")),
@@ -149,6 +157,7 @@ impl Scripts {
             announce: with_lib(include_str!("../scripts/announce.lua")),
             redlock_acquire: with_lib(include_str!("../scripts/redlock_acquire.lua")),
             redlock_fence: with_lib(include_str!("../scripts/redlock_fence.lua")),
+            watch: with_watched(include_str!("../scripts/watch.lua")),
         }
     }
 }

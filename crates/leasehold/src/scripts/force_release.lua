@@ -11,7 +11,11 @@ local L = lib()
 local F = family()
 local kind = L.kind_of(KEYS[1])
 if kind == 'none' or kind == 'mutex' then
+  local value = kind == 'mutex' and redis.call('GET', KEYS[1])
   local removed = redis.call('DEL', KEYS[1])
+  if value then
+    watched_end(KEYS[1], KEYS[2], ARGV[2], 'f', nil, value)
+  end
   -- The lock is left free: the first waiter is woken to try, never handed
   -- the lock blind (it may have died within its heartbeat).
   local head = L.first_live(KEYS[3], KEYS[4])
@@ -29,6 +33,7 @@ local now = math.floor(server_us() / 1000)
 local live = F.live_holders(KEYS[1], now)
 for _, e in ipairs(live) do
   redis.call('HDEL', KEYS[1], 'h:' .. e.token)
+  watched_end(KEYS[1], KEYS[2], ARGV[2], 'f', e.fence, e.acquired)
 end
 F.settle(KEYS[1], {}, now, ARGV[1])
 F.wake_hash(kind, KEYS[1], KEYS[3], KEYS[4], ARGV[2], {})

@@ -80,9 +80,11 @@ if type(holder) == 'table' then
         end
         redis.call('HSET', KEYS[1], 'h:' .. hold, F.entry_value(e))
         F.settle(KEYS[1], live, now, ARGV[3])
+        watched_end(KEYS[1], KEYS[2], ARGV[4], 'k', e.fence, e.acquired)
         return 2
       end
       redis.call('HDEL', KEYS[1], 'h:' .. hold, 'l:' .. token, 'k:' .. hold)
+      watched_end(KEYS[1], KEYS[2], ARGV[4], 'r', e.fence, e.acquired)
       table.remove(live, i)
       released = 1
       break
@@ -107,6 +109,9 @@ if holder and holds(holder, token) then
   if ARGV[5] ~= '0' then
     -- Kept, marked so (see KEPT in lib.lua), until the hold is over.
     redis.call('SET', KEYS[1], kept(holder), 'PX', ARGV[5])
+    if string.find(holder, '\31', #token + 1, true) then
+      watched_end(KEYS[1], KEYS[2], ARGV[4], 'k', nil, holder)
+    end
     return 2
   end
   if not string.find(holder, '\31', #token + 1, true) then
@@ -116,6 +121,7 @@ if holder and holds(holder, token) then
     return 1
   end
   released = 1
+  watched_end(KEYS[1], KEYS[2], ARGV[4], 'r', nil, holder)
 elseif ARGV[2] == '1' then
   lib().leave_queue(KEYS[3], KEYS[4], token)
   if holder then

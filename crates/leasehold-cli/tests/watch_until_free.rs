@@ -1,0 +1,127 @@
+//! `leasehold watch --until-free`: a shell waits until locks others hold
+//! are free, and learns how each lease ended, against a real redis-server.
+
+use std::io::{BufRead, BufReader};
+use std::time::Duration;
+
+mod common;
+
+use common::{leasehold, spawn, stderr, stdout};
+use leasehold_testkit::RedisServer;
+use serde_json::Value;
+
+fn acquire(url: &str, name: &str, lease: &str) -> (String, u64) {
+    let out = leasehold(url, &["acquire", name, "--lease", lease, "--no-wait"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let mut parts = text.split_whitespace();
+    let token = parts.next().unwrap().to_owned();
+    let fence = parts.next().unwrap().parse().unwrap();
+    (token, fence)
+}
+
+/// Waits (bounded) until some watcher is registered on `name`.
+fn watched(server: &RedisServer, name: &str) {
+    let key = format!("leasehold:{{{name}}}:watch");
+    for _ in 0..1500 {
+        if server.command(&["EXISTS", &key]).unwrap().trim() == "1" {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("nobody came to watch {name}");
+}
+
+#[test]
+fn until_free_reports_the_release_and_exits_once_every_lock_is_free() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (token, fence) = acquire(&url, "job", "1m");
+    let mut watch = spawn(&url, &["--json", "watch", "--until-free", "job", "idle"]);
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    // A free lock is done at once.
+    let first: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(first["name"], "idle");
+    assert_eq!(first["free"], true);
+    watched(&server, "job");
+    let out = leasehold(&url, &["release", "job", &token]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let ended: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(ended["name"], "job");
+    assert_eq!(ended["ended"], "released");
+    assert_eq!(ended["fence"], fence);
+    assert!(ended["holder"]["pid"].is_u64(), "{ended}");
+    let free: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(
+        (free["name"].as_str(), free["free"].as_bool()),
+        (Some("job"), Some(true))
+    );
+    assert!(watch.wait().unwrap().success());
+    // The watcher left nothing behind.
+    assert_eq!(
+        server
+            .command(&["EXISTS", "leasehold:{job}:watch"])
+            .unwrap()
+            .trim(),
+        "0"
+    );
+}
+
+#[test]
+fn until_free_reports_an_expiry() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (_, fence) = acquire(&url, "job", "3s");
+    let watch = spawn(&url, &["watch", "--until-free", "job"]);
+    watched(&server, "job");
+    // The watch's first look registers it and reads the lock at once: if
+    // the lock is still there now, that look saw the lease.
+    let seen = server
+        .command(&["EXISTS", "leasehold:{job}"])
+        .unwrap()
+        .trim()
+        == "1";
+    let out = watch.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    if seen {
+        assert!(
+            text.contains(&format!("lease with fence {fence} expired")),
+            "{text}"
+        );
+    }
+    assert!(text.trim_end().ends_with("\"job\": free"), "{text}");
+}
+
+#[test]
+fn until_free_gives_up_after_its_wait_with_75() {
+    let server = RedisServer::start();
+    let url = server.url();
+    acquire(&url, "job", "1m");
+    let out = leasehold(&url, &["watch", "--until-free", "--wait", "300ms", "job"]);
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    assert!(stderr(&out).contains("\"job\""), "{}", stderr(&out));
+    let out = leasehold(&url, &["watch", "--wait", "1s", "job"]);
+    assert_eq!(out.status.code(), Some(2), "--wait needs --until-free");
+}
+
+#[test]
+fn until_free_ended_by_ctrl_c_exits_130_and_unregisters() {
+    let server = RedisServer::start();
+    let url = server.url();
+    acquire(&url, "job", "1m");
+    let watch = spawn(&url, &["watch", "--until-free", "job"]);
+    watched(&server, "job");
+    let pid = libc::pid_t::try_from(watch.id()).unwrap();
+    // SAFETY: kill(2) on the child this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let out = watch.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert_eq!(
+        server
+            .command(&["EXISTS", "leasehold:{job}:watch"])
+            .unwrap()
+            .trim(),
+        "0"
+    );
+}
