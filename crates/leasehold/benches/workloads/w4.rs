@@ -30,6 +30,7 @@ struct Run {
     cycles: usize,
     elapsed: Duration,
     acquire: Latencies,
+    release: Latencies,
 }
 
 impl Run {
@@ -48,7 +49,9 @@ async fn leasehold_cycles(urls: &[String], cycles: usize, warmup: usize) -> Resu
         mutex.acquire().await?.release().await?;
     }
     let mut acquire = Vec::with_capacity(cycles);
+    let mut release = Vec::with_capacity(cycles);
     let mut last_fence = 0;
+    let gap = probe_gap();
     let started = Instant::now();
     for _ in 0..cycles {
         let t = Instant::now();
@@ -62,7 +65,12 @@ async fn leasehold_cycles(urls: &[String], cycles: usize, warmup: usize) -> Resu
             .into());
         }
         last_fence = guard.fence();
+        let t = Instant::now();
         guard.release().await?;
+        release.push(t.elapsed());
+        if let Some(gap) = gap {
+            tokio::time::sleep(gap).await;
+        }
     }
     let elapsed = started.elapsed();
     redlock.flush().await;
@@ -71,6 +79,7 @@ async fn leasehold_cycles(urls: &[String], cycles: usize, warmup: usize) -> Resu
         cycles,
         elapsed,
         acquire: Latencies::new(acquire)?,
+        release: Latencies::new(release)?,
     })
 }
 
@@ -81,19 +90,34 @@ async fn rslock_cycles(urls: &[String], cycles: usize, warmup: usize) -> Result<
         manager.unlock(&lock).await;
     }
     let mut acquire = Vec::with_capacity(cycles);
+    let mut release = Vec::with_capacity(cycles);
+    let gap = probe_gap();
     let started = Instant::now();
     for _ in 0..cycles {
         let t = Instant::now();
         let lock = manager.lock("w4:rslock", LEASE).await?;
         acquire.push(t.elapsed());
+        let t = Instant::now();
         manager.unlock(&lock).await;
+        release.push(t.elapsed());
+        if let Some(gap) = gap {
+            tokio::time::sleep(gap).await;
+        }
     }
     Ok(Run {
         library: "rslock 0.10",
         cycles,
         elapsed: started.elapsed(),
         acquire: Latencies::new(acquire)?,
+        release: Latencies::new(release)?,
     })
+}
+
+fn probe_gap() -> Option<Duration> {
+    std::env::var("W4_GAP_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map(Duration::from_millis)
 }
 
 /// EVALSHA calls the masters have seen so far, summed.
@@ -217,15 +241,16 @@ pub(crate) fn w4(quick: bool) -> Result<()> {
         LEASE.as_secs()
     );
     println!(
-        "{:<20} {:>12} {:>22}",
-        "library", "cycles/s", "acquire p50 / p99 µs"
+        "{:<20} {:>12} {:>22} {:>22}",
+        "library", "cycles/s", "acquire p50 / p99 µs", "release p50 / p99 µs"
     );
     for run in &plain {
         println!(
-            "{:<20} {:>12} {:>22}",
+            "{:<20} {:>12} {:>22} {:>22}",
             run.library,
             round1(run.cycles_per_second()),
-            run.acquire.p50_p99()
+            run.acquire.p50_p99(),
+            run.release.p50_p99()
         );
     }
     let ratio = plain[0].cycles_per_second() / plain[1].cycles_per_second();
@@ -239,16 +264,17 @@ pub(crate) fn w4(quick: bool) -> Result<()> {
         SLOWED_BY.as_millis()
     );
     println!(
-        "{:<20} {:>18} {:>18} {:>10}",
-        "library", "acquire p50 µs", "unslowed p50 µs", "slowed/un"
+        "{:<20} {:>18} {:>18} {:>10} {:>16}",
+        "library", "acquire p50 µs", "unslowed p50 µs", "slowed/un", "release p50 µs"
     );
     for (run, base) in slowed.iter().zip(&plain) {
         println!(
-            "{:<20} {:>18} {:>18} {:>10.2}",
+            "{:<20} {:>18} {:>18} {:>10.2} {:>16}",
             run.library,
             run.acquire.p50_us(),
             base.acquire.p50_us(),
-            run.acquire.p50_us() / base.acquire.p50_us()
+            run.acquire.p50_us() / base.acquire.p50_us(),
+            run.release.p50_us()
         );
     }
     println!(
@@ -262,6 +288,8 @@ pub(crate) fn w4(quick: bool) -> Result<()> {
                 "cycles_per_s": round1(run.cycles_per_second()),
                 "acquire_p50_us": run.acquire.p50_us(),
                 "acquire_p99_us": run.acquire.p99_us(),
+                "release_p50_us": run.release.p50_us(),
+                "release_p99_us": run.release.p99_us(),
             })).collect::<Vec<_>>(),
             "ratio_cycles_per_s": (ratio * 100.0).round() / 100.0,
             "slowed_ms": SLOWED_BY.as_millis() as u64,
@@ -270,6 +298,7 @@ pub(crate) fn w4(quick: bool) -> Result<()> {
                 "cycles": run.cycles,
                 "acquire_p50_us": run.acquire.p50_us(),
                 "unslowed_acquire_p50_us": base.acquire.p50_us(),
+                "release_p50_us": run.release.p50_us(),
                 "acquire_max_us": micros(run.acquire.max()),
             })).collect::<Vec<_>>(),
         })
