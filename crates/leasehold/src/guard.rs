@@ -223,7 +223,13 @@ impl LeaseGuard {
     ///
     /// If the future is dropped, the release finishes in the background.
     pub async fn release(self) -> Result<()> {
-        self.release_counted().await.map(drop)
+        let span = self.span(Op::Release);
+        match self.held {
+            Inner::One(held) => observe::traced(span, held.release()).await,
+            // The outcome is known once a majority confirmed: the other
+            // masters' answers are not waited for.
+            Inner::Quorum(held) => observe::traced(span, held.release(false)).await.map(drop),
+        }
     }
 
     /// As [`release`](Self::release), and on how many servers the lease
@@ -243,7 +249,7 @@ impl LeaseGuard {
         let span = self.span(Op::Release);
         match self.held {
             Inner::One(held) => observe::traced(span, held.release()).await.map(|()| 1),
-            Inner::Quorum(held) => observe::traced(span, held.release()).await,
+            Inner::Quorum(held) => observe::traced(span, held.release(true)).await,
         }
     }
 

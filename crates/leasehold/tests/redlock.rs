@@ -484,3 +484,43 @@ async fn an_own_second_acquire_is_refused_at_once() {
     let again = mutex.try_acquire().await.unwrap().unwrap();
     again.release().await.unwrap();
 }
+
+/// A release that a master fails with a connection reset is tried again
+/// in the background while the lease may be live there: the caller hears
+/// on how many masters it was held at once, and after a flush the master
+/// is free, long before its lease would have run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_reset_on_one_master_is_tried_again() {
+    let masters = Masters::start(3);
+    let proxy = FaultProxy::start(masters.servers()[2].addr());
+    let urls = vec![
+        masters.urls()[0].clone(),
+        masters.urls()[1].clone(),
+        proxy.url(),
+    ];
+    let redlock = Redlock::builder(urls)
+        .lease(Duration::from_secs(60))
+        .watchdog(false)
+        .build()
+        .unwrap();
+    let mutex = redlock.mutex("job").unwrap();
+    let guard = loop {
+        let guard = mutex.acquire().await.unwrap();
+        // All three, so that the third has something to release.
+        if guard.release_counted().await.is_ok_and(|n| n == 3) {
+            break mutex.acquire().await.unwrap();
+        }
+    };
+    common::eventually("the third master to hold the lock", || async {
+        held_on(&masters.servers()[2], "job")
+            .await
+            .is_some_and(|value| value.starts_with(guard.token()))
+    })
+    .await;
+    proxy.reset();
+    assert_eq!(guard.release_counted().await.unwrap(), 2);
+    redlock.flush().await;
+    for server in masters.servers() {
+        assert_eq!(held_on(server, "job").await, None);
+    }
+}

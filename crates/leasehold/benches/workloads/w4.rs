@@ -6,7 +6,7 @@
 //! it), where the acquire p50 of each is printed next to its unslowed p50:
 //! leasehold returns at a majority, rslock waits for every master. Last, W2
 //! on Redlock: eight workers contend for one lock over the five masters
-//! (leasehold alone; calls are the masters' EVALSHA calls).
+//! (leasehold alone; calls are the masters' EVALSHA and FCALL calls).
 //!
 //! `cargo bench -p leasehold --bench workloads -- --only-w4 [--quick]` runs
 //! W4 alone.
@@ -120,17 +120,19 @@ fn probe_gap() -> Option<Duration> {
         .map(Duration::from_millis)
 }
 
-/// EVALSHA calls the masters have seen so far, summed.
+/// Script calls (EVALSHA and FCALL) the masters have seen so far, summed.
 fn evalsha_calls(masters: &Masters) -> Result<u64> {
     let mut total = 0;
     for server in masters.servers() {
         let stats = server.command(&["INFO", "commandstats"])?;
-        total += stats
-            .lines()
-            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-            .and_then(|rest| rest.split(',').next())
-            .and_then(|n| n.parse::<u64>().ok())
-            .unwrap_or(0);
+        for command in ["cmdstat_evalsha:calls=", "cmdstat_fcall:calls="] {
+            total += stats
+                .lines()
+                .find_map(|l| l.strip_prefix(command))
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
     }
     Ok(total)
 }

@@ -674,27 +674,52 @@ impl Masters {
 
     /// Releases `token` on every master; how many held it. Waits for every
     /// answer until `until`, and no longer than `patience` once a majority
-    /// is decided.
-    async fn release_all(
-        &self,
-        keys: &LockKeys,
-        token: &str,
-        hold_until: Option<Instant>,
-        until: Instant,
-        patience: Duration,
-    ) -> (Tally, Option<Error>) {
+    /// is decided; with `quick`, not at all once a majority confirmed.
+    ///
+    /// A master that fails with a transient error (a connection reset, no
+    /// answer in time) is tried again in the background a few times, while
+    /// the lease may still be live there (`live_until`, when known): the
+    /// caller's answer does not wait for that, and a flush does.
+    async fn release_all(&self, release: Releasing<'_>) -> (Tally, Option<Error>) {
+        let Releasing {
+            keys,
+            token,
+            hold_until,
+            until,
+            patience,
+            live_until,
+            quick,
+        } = release;
         let (keys, token) = (keys.clone(), token.to_owned());
         let mut rx = self.fan_out(
             |_| true,
             move |_, engine| {
                 let (keys, token) = (keys.clone(), token.clone());
-                async move { release(&engine, &keys, &token, false, hold_until).await }
+                async move {
+                    let answer =
+                        crate::engine::release::release(&engine, &keys, &token, false, hold_until)
+                            .await;
+                    if let Err(error) = &answer {
+                        if error.is_transient()
+                            && live_until.is_none_or(|live| Instant::now() < live)
+                        {
+                            release_in_background(
+                                Arc::clone(&engine),
+                                keys,
+                                token,
+                                false,
+                                hold_until,
+                            );
+                        }
+                    }
+                    answer
+                }
             },
         );
         let sent = Instant::now();
         let mut tally = Tally::new(self.len());
         let mut last = None;
-        while tally.pending() > 0 {
+        while tally.pending() > 0 && !(quick && tally.won()) {
             let by = if tally.decided() {
                 until.min(sent + patience)
             } else {
@@ -719,9 +744,16 @@ impl Masters {
     /// Releases `token` on every master, for a lease taken elsewhere; how
     /// many held it.
     pub(crate) async fn release_token(&self, keys: &LockKeys, token: &str) -> Result<usize> {
-        let until = Instant::now() + self.command_timeout();
         let (tally, last) = self
-            .release_all(keys, token, None, until, self.command_timeout())
+            .release_all(Releasing {
+                keys,
+                token,
+                hold_until: None,
+                until: Instant::now() + self.command_timeout(),
+                patience: self.command_timeout(),
+                live_until: None,
+                quick: false,
+            })
             .await;
         if tally.won() {
             return Ok(tally.yes);
@@ -762,6 +794,17 @@ impl Masters {
             Err(self.no_quorum(keys, tally, last))
         }
     }
+}
+
+/// What [`Masters::release_all`] releases, and how long it waits.
+struct Releasing<'a> {
+    keys: &'a LockKeys,
+    token: &'a str,
+    hold_until: Option<Instant>,
+    until: Instant,
+    patience: Duration,
+    live_until: Option<Instant>,
+    quick: bool,
 }
 
 type Pending<T> = std::pin::Pin<Box<dyn Future<Output = (usize, Result<T>)> + Send>>;
@@ -1171,17 +1214,36 @@ impl QuorumHeld {
         Err(error)
     }
 
-    /// Releases on every master in parallel; on how many it was held.
-    pub(crate) async fn release(self) -> Result<usize> {
+    /// Releases on every master in parallel; on how many it was held. With
+    /// `count_all`, every master's answer is waited for (up to a per-node
+    /// deadline past the decision); without, the call returns once a
+    /// majority confirmed, and the others' releases run on in the
+    /// background.
+    pub(crate) async fn release(self, count_all: bool) -> Result<usize> {
         self.finish(false);
         let hold = Arc::clone(&self.hold);
         let _turn = hold.turn.lock().await;
         let masters = &hold.masters;
         let timeout = masters.command_timeout();
-        let until = Instant::now() + timeout;
-        let patience = masters.node_timeout(hold.timing().lease);
+        let lease = hold.timing().lease;
         let (tally, last) = masters
-            .release_all(&hold.keys, &hold.token, hold.hold_until, until, patience)
+            .release_all(Releasing {
+                keys: &hold.keys,
+                token: &hold.token,
+                hold_until: hold.hold_until,
+                until: Instant::now() + timeout,
+                patience: masters.node_timeout(lease),
+                // The master's key lives at most a lease past the last
+                // round that set it, give or take the drift.
+                live_until: Some(
+                    hold.deadline()
+                        + masters.config.clocks.drift(lease).saturating_mul(2)
+                        + hold.hold_until.map_or(Duration::ZERO, |until| {
+                            until.saturating_duration_since(Instant::now())
+                        }),
+                ),
+                quick: !count_all,
+            })
             .await;
         if let Some(reason) = hold.loss() {
             return Err(hold.lost_error(reason));
