@@ -629,31 +629,16 @@ impl Masters {
         error
     }
 
-    /// Runs `op` on every master and counts: answers until all came or
-    /// `until`, and stops early once the count is decided if `early`.
-    async fn count<F, Fut>(&self, until: Instant, early: bool, op: F) -> (Tally, Option<Error>)
+    /// Runs `op` on every master and counts the answers until the count is
+    /// decided, or `until`.
+    async fn count<F, Fut>(&self, until: Instant, op: F) -> (Tally, Option<Error>)
     where
         F: Fn(usize, Arc<Engine>) -> Fut,
         Fut: Future<Output = Result<bool>> + Send + 'static,
     {
-        let mut rx = self.fan_out(|_| true, op);
-        let mut tally = Tally::new(self.len());
-        let mut last = None;
-        while tally.pending() > 0 && !(early && tally.decided()) {
-            match rx.recv_until(until).await {
-                Ok(Some((_, Ok(true)))) => tally.yes += 1,
-                Ok(Some((_, Ok(false)))) => tally.no += 1,
-                Ok(Some((_, Err(error)))) => {
-                    tally.failed += 1;
-                    last = Some(error);
-                }
-                Ok(None) | Err(_) => {
-                    tally.failed += tally.pending();
-                    break;
-                }
-            }
-        }
-        (tally, last)
+        self.fan_out(|_| true, op)
+            .tally(self.len(), until, Stop::Decided)
+            .await
     }
 
     /// Renews `token` to `lease` on every master.
@@ -665,7 +650,7 @@ impl Masters {
         until: Instant,
     ) -> (Tally, Option<Error>) {
         let (keys, token) = (keys.clone(), token.to_owned());
-        self.count(until, true, move |_, engine| {
+        self.count(until, move |_, engine| {
             let (keys, token) = (keys.clone(), token.clone());
             async move { renew_one(&engine, &keys, &token, lease, None).await }
         })
@@ -691,7 +676,7 @@ impl Masters {
             quick,
         } = release;
         let (keys, token) = (keys.clone(), token.to_owned());
-        let mut rx = self.fan_out(
+        let rx = self.fan_out(
             |_| true,
             move |_, engine| {
                 let (keys, token) = (keys.clone(), token.clone());
@@ -716,29 +701,12 @@ impl Masters {
                 }
             },
         );
-        let sent = Instant::now();
-        let mut tally = Tally::new(self.len());
-        let mut last = None;
-        while tally.pending() > 0 && !(quick && tally.won()) {
-            let by = if tally.decided() {
-                until.min(sent + patience)
-            } else {
-                until
-            };
-            match rx.recv_until(by).await {
-                Ok(Some((_, Ok(true)))) => tally.yes += 1,
-                Ok(Some((_, Ok(false)))) => tally.no += 1,
-                Ok(Some((_, Err(error)))) => {
-                    tally.failed += 1;
-                    last = Some(error);
-                }
-                Ok(None) | Err(_) => {
-                    tally.failed += tally.pending();
-                    break;
-                }
-            }
-        }
-        (tally, last)
+        let stop = if quick {
+            Stop::Won(patience)
+        } else {
+            Stop::After(patience)
+        };
+        rx.tally(self.len(), until, stop).await
     }
 
     /// Releases `token` on every master, for a lease taken elsewhere; how
@@ -821,6 +789,52 @@ struct Fanned<T: Send + 'static> {
     inflight: Arc<Background>,
 }
 
+/// When a count of yes/no answers stops listening before every master
+/// answered (it never listens past its `until`).
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    /// Once the count is decided either way.
+    Decided,
+    /// Once a majority said yes; otherwise as `After`.
+    Won(Duration),
+    /// Once decided, no longer than this after the count began.
+    After(Duration),
+}
+
+impl Fanned<bool> {
+    /// Counts the answers of `n` masters (yes, no, failed) until `until`,
+    /// or earlier as `stop` says; the masters that did not answer by then
+    /// count as failed. With the last error seen.
+    async fn tally(mut self, n: usize, until: Instant, stop: Stop) -> (Tally, Option<Error>) {
+        let began = Instant::now();
+        let mut tally = Tally::new(n);
+        let mut last = None;
+        while tally.pending() > 0 {
+            let by = match stop {
+                Stop::Decided if tally.decided() => break,
+                Stop::Won(_) if tally.won() => break,
+                Stop::Won(patience) | Stop::After(patience) if tally.decided() => {
+                    until.min(began.checked_add(patience).unwrap_or(until))
+                }
+                _ => until,
+            };
+            match self.recv_until(by).await {
+                Ok(Some((_, Ok(true)))) => tally.yes += 1,
+                Ok(Some((_, Ok(false)))) => tally.no += 1,
+                Ok(Some((_, Err(error)))) => {
+                    tally.failed += 1;
+                    last = Some(error);
+                }
+                Ok(None) | Err(_) => {
+                    tally.failed += tally.pending();
+                    break;
+                }
+            }
+        }
+        (tally, last)
+    }
+}
+
 impl<T: Send + 'static> Fanned<T> {
     /// The next answer, `Ok(None)` when all came, `Err` past `until`.
     async fn recv_until(
@@ -845,6 +859,65 @@ impl<T: Send + 'static> Drop for Fanned<T> {
             let _tracked = tracked;
             while futures.next().await.is_some() {}
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Answers of three masters: each after `ms` milliseconds.
+    fn answers(replies: [(u64, Result<bool>); 3]) -> Fanned<bool> {
+        let futures = FuturesUnordered::new();
+        for (i, (ms, reply)) in replies.into_iter().enumerate() {
+            futures.push(Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                (i, reply)
+            }) as Pending<bool>);
+        }
+        Fanned {
+            futures,
+            inflight: Arc::default(),
+        }
+    }
+
+    fn gone() -> Error {
+        Error::new(ErrorKind::Connection, "reset").transient()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_count_stops_as_told() {
+        let far = Instant::now() + Duration::from_secs(60);
+        let slow_third = || answers([(1, Ok(true)), (2, Ok(true)), (10_000, Ok(true))]);
+        // Decided, or won: the third is not waited for.
+        for stop in [Stop::Decided, Stop::Won(Duration::from_secs(30))] {
+            let (tally, last) = slow_third().tally(3, far, stop).await;
+            assert_eq!((tally.yes, tally.no, tally.failed), (2, 0, 0));
+            assert!(last.is_none());
+        }
+        // With patience, until it runs out: the third counts as failed.
+        let (tally, _) = slow_third()
+            .tally(3, far, Stop::After(Duration::from_millis(100)))
+            .await;
+        assert_eq!((tally.yes, tally.failed), (2, 1));
+        // With patience enough, every answer.
+        let (tally, _) = slow_third()
+            .tally(3, far, Stop::After(Duration::from_secs(30)))
+            .await;
+        assert_eq!(tally.yes, 3);
+        // Not won: a quick count waits as a patient one does, and says
+        // what failed.
+        let (tally, last) = answers([(1, Ok(false)), (2, Err(gone())), (3, Ok(true))])
+            .tally(3, far, Stop::Won(Duration::from_secs(1)))
+            .await;
+        assert_eq!((tally.yes, tally.no, tally.failed), (1, 1, 1));
+        assert!(last.is_some_and(|e| e.is_transient()));
+        // Never past `until`.
+        let soon = Instant::now() + Duration::from_millis(5);
+        let (tally, _) = answers([(1, Ok(true)), (50, Ok(true)), (50, Ok(true))])
+            .tally(3, soon, Stop::After(Duration::from_secs(30)))
+            .await;
+        assert_eq!((tally.yes, tally.failed), (1, 2));
     }
 }
 
