@@ -2,11 +2,10 @@
 //!
 //! Every script is sent with EVALSHA; a server that lost it (`SCRIPT FLUSH`,
 //! restart, failover) answers NOSCRIPT, and the script is loaded and sent again.
-//! The scripts of the fast paths (acquire and release, and Redlock's two
-//! rounds) are also one Redis Functions library: where the server has
-//! functions (Redis 7, Valkey), they are called with FCALL, which spares
-//! the server the work of making the shared functions on every call (see
-//! [`Library`]).
+//! The scripts of the fast paths (acquire and release) are also one Redis
+//! Functions library: where the server has functions (Redis 7, Valkey),
+//! they are called with FCALL, which spares the server the work of making
+//! the shared functions on every call (see [`Library`]).
 
 use std::sync::LazyLock;
 
@@ -119,10 +118,6 @@ impl Scripts {
         let fair_acquire = with_family(FAIR_ACQUIRE);
         let family_acquire = with_family(FAMILY_ACQUIRE);
         let release = with_family(RELEASE);
-        const REDLOCK_ACQUIRE: &str = include_str!("../scripts/redlock_acquire.lua");
-        const REDLOCK_FENCE: &str = include_str!("../scripts/redlock_fence.lua");
-        let redlock_acquire = with_lib(REDLOCK_ACQUIRE);
-        let redlock_fence = with_lib(REDLOCK_FENCE);
         // A release runs under maxmemory too, as its EVAL does (a DEL is
         // not refused then): it frees memory.
         let library = Library::build(
@@ -133,8 +128,6 @@ impl Scripts {
                 ("fair_acquire", &fair_acquire, FAIR_ACQUIRE, ""),
                 ("family_acquire", &family_acquire, FAMILY_ACQUIRE, ""),
                 ("release", &release, RELEASE, "'allow-oom'"),
-                ("redlock_acquire", &redlock_acquire, REDLOCK_ACQUIRE, ""),
-                ("redlock_fence", &redlock_fence, REDLOCK_FENCE, ""),
             ],
         );
         Scripts {
@@ -154,8 +147,8 @@ impl Scripts {
             election_win: with_lib(include_str!("../scripts/election_win.lua")),
             election_leader: with_lib(include_str!("../scripts/election_leader.lua")),
             announce: with_lib(include_str!("../scripts/announce.lua")),
-            redlock_acquire,
-            redlock_fence,
+            redlock_acquire: with_lib(include_str!("../scripts/redlock_acquire.lua")),
+            redlock_fence: with_lib(include_str!("../scripts/redlock_fence.lua")),
         }
     }
 }
