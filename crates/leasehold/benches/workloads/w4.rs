@@ -8,8 +8,14 @@
 //! on Redlock: eight workers contend for one lock over the five masters
 //! (leasehold alone; calls are the masters' EVALSHA and FCALL calls).
 //!
+//! Acquire and release latencies are printed for both libraries. A
+//! leasehold release returns once a majority confirmed, rslock's unlock
+//! once every master answered.
+//!
 //! `cargo bench -p leasehold --bench workloads -- --only-w4 [--quick]` runs
-//! W4 alone.
+//! W4 alone. With `W4_GAP_MS=n` every cycle is followed by an idle pause of
+//! n ms (for both libraries): it shows what an idle gap between cycles
+//! alone does to the next acquire's latency on this machine.
 
 use std::time::{Duration, Instant};
 
