@@ -156,6 +156,29 @@ fn task_owner(handle: &str) -> String {
 /// Ids of handles within this process: a handle and its clones share one.
 static HANDLES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// A new handle's id in this process.
+pub(crate) fn new_handle() -> Arc<str> {
+    format!(
+        "h{}",
+        HANDLES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+    .into()
+}
+
+/// The error of a non-reentrant lock's own second acquisition, by the
+/// holder that has it already (fence `fence`): it would wait for itself.
+pub(crate) fn already_held(name: &str, fence: u64) -> Error {
+    Error::new(
+        crate::error::ErrorKind::Conflict,
+        format!(
+            "lock {name:?} is already held by this caller (fence {fence}), the same task (or \
+             thread) through this handle or a clone of it: the lock is not reentrant, so this \
+             acquisition would wait for itself; release the guard first, or use a \
+             ReentrantMutex to nest acquisitions"
+        ),
+    )
+}
+
 /// What every face shares: the engine, the lock's keys and settings, and
 /// the calls into the engine.
 #[derive(Clone)]
@@ -189,11 +212,7 @@ impl LockCore {
             kind,
             owners,
             permits: 1,
-            handle: format!(
-                "h{}",
-                HANDLES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            )
-            .into(),
+            handle: new_handle(),
             fixed_holder: None,
         }
     }
@@ -238,16 +257,7 @@ impl LockCore {
             .mine
             .held_by(lock, holder, |kind| kind == self.kind)
         {
-            Some(fence) => Err(Error::new(
-                crate::error::ErrorKind::Conflict,
-                format!(
-                    "lock {:?} is already held by this caller (fence {fence}), the same task \
-                     (or thread) through this handle or a clone of it: the lock is not \
-                     reentrant, so this acquisition would wait for itself; release the guard \
-                     first, or use a ReentrantMutex to nest acquisitions",
-                    self.keys.name
-                ),
-            )),
+            Some(fence) => Err(already_held(&self.keys.name, fence)),
             None => Ok(()),
         }
     }

@@ -200,7 +200,9 @@ impl LeaseGuard {
     ///
     /// A release that cannot reach Redis is tried again for a few command
     /// timeouts (never past the lease), so its outcome is known whenever
-    /// Redis answers in that time. A try sent again after an earlier one
+    /// Redis answers in that time. A [`Redlock`](crate::Redlock)'s returns
+    /// once a majority of the masters confirmed; the others' releases (and
+    /// their retries after a transient failure) run on in the background. A try sent again after an earlier one
     /// went out and got no answer may find the lease gone because that
     /// earlier try released it: that is never reported as a loss.
     ///
@@ -223,7 +225,13 @@ impl LeaseGuard {
     ///
     /// If the future is dropped, the release finishes in the background.
     pub async fn release(self) -> Result<()> {
-        self.release_counted().await.map(drop)
+        let span = self.span(Op::Release);
+        match self.held {
+            Inner::One(held) => observe::traced(span, held.release()).await,
+            // The outcome is known once a majority confirmed: the other
+            // masters' answers are not waited for.
+            Inner::Quorum(held) => observe::traced(span, held.release(false)).await.map(drop),
+        }
     }
 
     /// As [`release`](Self::release), and on how many servers the lease
@@ -243,7 +251,7 @@ impl LeaseGuard {
         let span = self.span(Op::Release);
         match self.held {
             Inner::One(held) => observe::traced(span, held.release()).await.map(|()| 1),
-            Inner::Quorum(held) => observe::traced(span, held.release()).await,
+            Inner::Quorum(held) => observe::traced(span, held.release(true)).await,
         }
     }
 

@@ -165,6 +165,7 @@ impl Redlock {
             masters: Arc::clone(&self.masters),
             keys: LockKeys::new(&self.prefix, name)?,
             settings: Settings::new(self.lease, self.watchdog),
+            handle: crate::core::new_handle(),
         })
     }
 
@@ -182,17 +183,17 @@ impl Redlock {
         crate::engine::quorum::majority(self.masters.len())
     }
 
-    /// Waits until the releases this Redlock runs in the background (from
-    /// dropped guards and attempts) are done, at most a few command
-    /// timeouts.
+    /// Waits until what this Redlock runs in the background is done, at
+    /// most a few command timeouts: releases from dropped guards and
+    /// attempts, and requests that outlived their round, such as a grant
+    /// that came after the acquisition returned (fenced and kept while its
+    /// hold is live, released otherwise).
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: it only waits.
     pub async fn flush(&self) {
-        for node in &self.masters.nodes {
-            node.flush().await;
-        }
+        self.masters.flush().await;
     }
 }
 
@@ -366,6 +367,8 @@ impl RedlockBuilder {
                     validity_floor: self.validity_floor,
                     retry_delay: self.retry_delay,
                 },
+                inflight: Arc::default(),
+                mine: std::sync::Mutex::default(),
             }),
             prefix: self.prefix,
             lease: self.lease,
@@ -396,6 +399,8 @@ pub struct RedlockMutex {
     masters: Arc<Masters>,
     keys: LockKeys,
     settings: Settings,
+    /// This handle's id in this process, shared by its clones.
+    handle: Arc<str>,
 }
 
 impl fmt::Debug for RedlockMutex {
@@ -472,10 +477,30 @@ impl RedlockMutex {
         Ok(self)
     }
 
-    fn ask(&self) -> Ask<'_> {
+    /// Who acquires through this handle now: the current tokio task (or,
+    /// outside a task, the thread), as for a [`Mutex`](crate::Mutex).
+    fn holder(&self) -> String {
+        crate::core::Owners::None.holder(&self.handle).into_owned()
+    }
+
+    /// Whether the caller (the current tokio task, or the calling thread
+    /// outside a task) holds this lock in this process now, as
+    /// [`Mutex::is_held_by_current_owner`](crate::Mutex::is_held_by_current_owner):
+    /// a guard it took through this handle (or a clone of it) is alive, not
+    /// released or detached, and its lease is not known lost. Its own
+    /// [`acquire`](Self::acquire) or [`try_acquire`](Self::try_acquire)
+    /// fails at once with [`ErrorKind::Conflict`](crate::ErrorKind::Conflict)
+    /// instead of waiting for itself. Answered without a round trip.
+    #[must_use]
+    pub fn is_held_by_current_owner(&self) -> bool {
+        self.masters.held_by(&self.keys, &self.holder()).is_some()
+    }
+
+    fn ask<'a>(&'a self, holder: &'a str) -> Ask<'a> {
         let s = &self.settings;
         Ask {
             keys: &self.keys,
+            holder,
             lease: s.max_hold.map_or(s.lease, |max| s.lease.min(max)),
             renew: s.watchdog,
             hold_at_least: s.hold_at_least,
@@ -493,7 +518,10 @@ impl RedlockMutex {
     /// refuse or fail, and after tries for up to the command timeout when
     /// they only miss the per-node deadline (a connection still being made,
     /// a slow or paused master); [`ErrorKind::Conflict`](crate::ErrorKind::Conflict)
-    /// when a master keeps another kind of lock under the name.
+    /// when a master keeps another kind of lock under the name, or at once
+    /// when the caller holds this lock already (see
+    /// [`is_held_by_current_owner`](Self::is_held_by_current_owner)):
+    /// waiting would be a wait for itself.
     ///
     /// # Cancel safety
     ///
@@ -501,7 +529,9 @@ impl RedlockMutex {
     /// master that granted, and a grant that arrives later is released by
     /// the request that got it.
     pub async fn try_acquire(&self) -> Result<Option<LeaseGuard>> {
-        let ask = self.ask();
+        let holder = self.holder();
+        let ask = self.ask(&holder);
+        self.masters.refuse_own_second_attempt(&ask)?;
         let attempt = self.masters.try_acquire(&ask);
         let fence = |held: &Option<crate::engine::redlock::QuorumHeld>| {
             held.as_ref().map(crate::engine::redlock::QuorumHeld::fence)
@@ -544,7 +574,9 @@ impl RedlockMutex {
     }
 
     async fn acquire_within(&self, wait: Option<Duration>) -> Result<LeaseGuard> {
-        let ask = self.ask();
+        let holder = self.holder();
+        let ask = self.ask(&holder);
+        self.masters.refuse_own_second_attempt(&ask)?;
         let attempt = self.masters.acquire(&ask, wait);
         let fence = |held: &crate::engine::redlock::QuorumHeld| Some(held.fence());
         let held = observe::acquisition(Kind::Mutex, &self.keys.name, true, attempt, fence).await?;

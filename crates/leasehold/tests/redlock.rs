@@ -36,18 +36,33 @@ async fn locks_excludes_and_fences_grow() {
     let mutex = redlock.mutex("job").unwrap();
     let first = mutex.acquire().await.unwrap();
     assert_eq!(first.servers(), 3);
-    assert!(mutex.try_acquire().await.unwrap().is_none());
     // A majority stores the fence before the lock is reported held; the
     // round that writes it to the others is not waited for.
     let mut stored = 0;
     for server in masters.servers() {
-        let value = held_on(server, "job").await.unwrap();
-        assert!(value.starts_with(first.token()));
         if counter(server, "job").await.unwrap_or(0) >= first.fence() {
             stored += 1;
         }
     }
     assert!(stored >= 2, "the fence on {stored} of 3 masters");
+    // A master slower than the per-node deadline (a first connection on a
+    // loaded machine) grants late, and gets the fence then.
+    common::eventually("every master to hold the lock, fenced", || async {
+        for server in masters.servers() {
+            let holds = held_on(server, "job")
+                .await
+                .is_some_and(|value| value.starts_with(first.token()));
+            if !holds || counter(server, "job").await.unwrap_or(0) < first.fence() {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    // Another handle is another holder (this one's own second try is
+    // refused outright: see an_own_second_acquire_is_refused_at_once).
+    let other = redlock.mutex("job").unwrap();
+    assert!(other.try_acquire().await.unwrap().is_none());
     let fence = first.fence();
     assert_eq!(first.release_counted().await.unwrap(), 3);
     for server in masters.servers() {
@@ -335,5 +350,189 @@ async fn a_grant_with_too_little_validity_left_is_not_reported() {
     }
     for proxy in &proxies {
         proxy.heal();
+    }
+}
+
+/// Three masters, the third behind a proxy that delays its replies by
+/// `late` (its requests arrive at once), and the fence counters of the
+/// first two far ahead of every clock: the fence comes from them, and the
+/// third master's round-one grant, which stores a smaller value there,
+/// arrives after the acquisition returned.
+fn late_third(late: std::time::Duration) -> (Masters, FaultProxy, Redlock) {
+    let masters = Masters::start(3);
+    let slow = FaultProxy::start(masters.servers()[2].addr());
+    slow.set_reply_latency(late);
+    let urls = vec![
+        masters.urls()[0].clone(),
+        masters.urls()[1].clone(),
+        slow.url(),
+    ];
+    let redlock = redlock(&urls);
+    (masters, slow, redlock)
+}
+
+const FAR_AHEAD: &str = "5000000000000000";
+
+async fn plant_far_ahead(masters: &Masters) {
+    for server in &masters.servers()[..2] {
+        let _: () = cmd(server, &["SET", "leasehold:{job}:fence", FAR_AHEAD]).await;
+    }
+}
+
+/// A grant that arrives after the majority decided, while the hold is
+/// live, gets the fence written to its master too (docs/SAFETY.md, step 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_grant_gets_the_fence() {
+    let (masters, slow, redlock) = late_third(Duration::from_millis(500));
+    plant_far_ahead(&masters).await;
+    let mutex = redlock.mutex("job").unwrap();
+    let guard = tokio::time::timeout(NO_HANG, mutex.acquire())
+        .await
+        .unwrap()
+        .unwrap();
+    let fence = guard.fence();
+    assert!(fence > 5_000_000_000_000_000);
+    common::eventually("the late master's counter to reach the fence", || async {
+        counter(&masters.servers()[2], "job").await.unwrap_or(0) >= fence
+    })
+    .await;
+    let value = held_on(&masters.servers()[2], "job").await.unwrap();
+    assert!(value.starts_with(guard.token()));
+    slow.heal();
+    assert_eq!(guard.release_counted().await.unwrap(), 3);
+}
+
+/// `flush` waits for requests that outlived the acquisition: once it
+/// returns, the late grant has the fence and is kept for the detached
+/// lease (what `leasehold acquire --redlock` relies on before it exits).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flush_sees_a_late_grant_fenced() {
+    let (masters, slow, redlock) = late_third(Duration::from_millis(300));
+    plant_far_ahead(&masters).await;
+    let mutex = redlock.mutex("job").unwrap();
+    let guard = tokio::time::timeout(NO_HANG, mutex.acquire())
+        .await
+        .unwrap()
+        .unwrap();
+    let (fence, token) = (guard.fence(), guard.token().to_owned());
+    redlock.flush().await;
+    let lease = guard.detach();
+    assert!(counter(&masters.servers()[2], "job").await.unwrap() >= fence);
+    let value = held_on(&masters.servers()[2], "job").await.unwrap();
+    assert!(value.starts_with(&token));
+    assert_eq!(lease.token, token);
+    slow.heal();
+    assert_eq!(mutex.release_token(&token).await.unwrap(), 3);
+}
+
+/// A grant that arrives after the hold was released releases itself, and
+/// `flush` waits for that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_after_the_release_is_released_before_flush_returns() {
+    let (masters, slow, redlock) = late_third(Duration::from_millis(300));
+    let mutex = redlock.mutex("job").unwrap();
+    let guard = tokio::time::timeout(NO_HANG, mutex.acquire())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(guard.release_counted().await.unwrap() >= 2);
+    redlock.flush().await;
+    for server in masters.servers() {
+        assert_eq!(held_on(server, "job").await, None);
+    }
+    slow.heal();
+}
+
+/// A holder's own second acquisition, through the same handle or a clone
+/// in the same task, is refused at once as a `Mutex`'s is; another task,
+/// or another handle, is another holder and waits as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_own_second_acquire_is_refused_at_once() {
+    let masters = Masters::start(3);
+    let redlock = redlock(&masters.urls());
+    let mutex = redlock.mutex("job").unwrap();
+    assert!(!mutex.is_held_by_current_owner());
+    let guard = mutex.acquire().await.unwrap();
+    assert!(mutex.is_held_by_current_owner());
+    let clone = mutex.clone();
+    for error in [
+        tokio::time::timeout(NO_HANG, mutex.acquire())
+            .await
+            .unwrap()
+            .unwrap_err(),
+        tokio::time::timeout(NO_HANG, clone.acquire_timeout(Duration::from_secs(30)))
+            .await
+            .unwrap()
+            .unwrap_err(),
+        tokio::time::timeout(NO_HANG, mutex.try_acquire())
+            .await
+            .unwrap()
+            .unwrap_err(),
+    ] {
+        assert_eq!(error.kind(), ErrorKind::Conflict, "{error}");
+        assert!(
+            error.to_string().contains("already held by this caller"),
+            "{error}"
+        );
+        assert!(error.to_string().contains(&guard.fence().to_string()));
+    }
+    // Another task is another holder: it finds the lock busy.
+    let other = mutex.clone();
+    let busy = tokio::spawn(async move { other.try_acquire().await.map(|g| g.is_none()) })
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(busy);
+    // Another handle too.
+    assert!(redlock
+        .mutex("job")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    guard.release().await.unwrap();
+    assert!(!mutex.is_held_by_current_owner());
+    let again = mutex.try_acquire().await.unwrap().unwrap();
+    again.release().await.unwrap();
+}
+
+/// A release that a master fails with a connection reset is tried again
+/// in the background while the lease may be live there: the caller hears
+/// on how many masters it was held at once, and after a flush the master
+/// is free, long before its lease would have run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_reset_on_one_master_is_tried_again() {
+    let masters = Masters::start(3);
+    let proxy = FaultProxy::start(masters.servers()[2].addr());
+    let urls = vec![
+        masters.urls()[0].clone(),
+        masters.urls()[1].clone(),
+        proxy.url(),
+    ];
+    let redlock = Redlock::builder(urls)
+        .lease(Duration::from_secs(60))
+        .watchdog(false)
+        .build()
+        .unwrap();
+    let mutex = redlock.mutex("job").unwrap();
+    let guard = loop {
+        let guard = mutex.acquire().await.unwrap();
+        // All three, so that the third has something to release.
+        if guard.release_counted().await.is_ok_and(|n| n == 3) {
+            break mutex.acquire().await.unwrap();
+        }
+    };
+    common::eventually("the third master to hold the lock", || async {
+        held_on(&masters.servers()[2], "job")
+            .await
+            .is_some_and(|value| value.starts_with(guard.token()))
+    })
+    .await;
+    proxy.reset();
+    assert_eq!(guard.release_counted().await.unwrap(), 2);
+    redlock.flush().await;
+    for server in masters.servers() {
+        assert_eq!(held_on(server, "job").await, None);
     }
 }

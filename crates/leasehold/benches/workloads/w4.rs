@@ -6,10 +6,16 @@
 //! it), where the acquire p50 of each is printed next to its unslowed p50:
 //! leasehold returns at a majority, rslock waits for every master. Last, W2
 //! on Redlock: eight workers contend for one lock over the five masters
-//! (leasehold alone; calls are the masters' EVALSHA calls).
+//! (leasehold alone; calls are the masters' EVALSHA and FCALL calls).
+//!
+//! Acquire and release latencies are printed for both libraries. A
+//! leasehold release returns once a majority confirmed, rslock's unlock
+//! once every master answered.
 //!
 //! `cargo bench -p leasehold --bench workloads -- --only-w4 [--quick]` runs
-//! W4 alone.
+//! W4 alone. With `W4_GAP_MS=n` every cycle is followed by an idle pause of
+//! n ms (for both libraries): it shows what an idle gap between cycles
+//! alone does to the next acquire's latency on this machine.
 
 use std::time::{Duration, Instant};
 
@@ -30,6 +36,7 @@ struct Run {
     cycles: usize,
     elapsed: Duration,
     acquire: Latencies,
+    release: Latencies,
 }
 
 impl Run {
@@ -48,7 +55,9 @@ async fn leasehold_cycles(urls: &[String], cycles: usize, warmup: usize) -> Resu
         mutex.acquire().await?.release().await?;
     }
     let mut acquire = Vec::with_capacity(cycles);
+    let mut release = Vec::with_capacity(cycles);
     let mut last_fence = 0;
+    let gap = probe_gap();
     let started = Instant::now();
     for _ in 0..cycles {
         let t = Instant::now();
@@ -62,7 +71,12 @@ async fn leasehold_cycles(urls: &[String], cycles: usize, warmup: usize) -> Resu
             .into());
         }
         last_fence = guard.fence();
+        let t = Instant::now();
         guard.release().await?;
+        release.push(t.elapsed());
+        if let Some(gap) = gap {
+            tokio::time::sleep(gap).await;
+        }
     }
     let elapsed = started.elapsed();
     redlock.flush().await;
@@ -71,6 +85,7 @@ async fn leasehold_cycles(urls: &[String], cycles: usize, warmup: usize) -> Resu
         cycles,
         elapsed,
         acquire: Latencies::new(acquire)?,
+        release: Latencies::new(release)?,
     })
 }
 
@@ -81,32 +96,49 @@ async fn rslock_cycles(urls: &[String], cycles: usize, warmup: usize) -> Result<
         manager.unlock(&lock).await;
     }
     let mut acquire = Vec::with_capacity(cycles);
+    let mut release = Vec::with_capacity(cycles);
+    let gap = probe_gap();
     let started = Instant::now();
     for _ in 0..cycles {
         let t = Instant::now();
         let lock = manager.lock("w4:rslock", LEASE).await?;
         acquire.push(t.elapsed());
+        let t = Instant::now();
         manager.unlock(&lock).await;
+        release.push(t.elapsed());
+        if let Some(gap) = gap {
+            tokio::time::sleep(gap).await;
+        }
     }
     Ok(Run {
         library: "rslock 0.10",
         cycles,
         elapsed: started.elapsed(),
         acquire: Latencies::new(acquire)?,
+        release: Latencies::new(release)?,
     })
 }
 
-/// EVALSHA calls the masters have seen so far, summed.
+fn probe_gap() -> Option<Duration> {
+    std::env::var("W4_GAP_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map(Duration::from_millis)
+}
+
+/// Script calls (EVALSHA and FCALL) the masters have seen so far, summed.
 fn evalsha_calls(masters: &Masters) -> Result<u64> {
     let mut total = 0;
     for server in masters.servers() {
         let stats = server.command(&["INFO", "commandstats"])?;
-        total += stats
-            .lines()
-            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-            .and_then(|rest| rest.split(',').next())
-            .and_then(|n| n.parse::<u64>().ok())
-            .unwrap_or(0);
+        for command in ["cmdstat_evalsha:calls=", "cmdstat_fcall:calls="] {
+            total += stats
+                .lines()
+                .find_map(|l| l.strip_prefix(command))
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
     }
     Ok(total)
 }
@@ -217,15 +249,16 @@ pub(crate) fn w4(quick: bool) -> Result<()> {
         LEASE.as_secs()
     );
     println!(
-        "{:<20} {:>12} {:>22}",
-        "library", "cycles/s", "acquire p50 / p99 µs"
+        "{:<20} {:>12} {:>22} {:>22}",
+        "library", "cycles/s", "acquire p50 / p99 µs", "release p50 / p99 µs"
     );
     for run in &plain {
         println!(
-            "{:<20} {:>12} {:>22}",
+            "{:<20} {:>12} {:>22} {:>22}",
             run.library,
             round1(run.cycles_per_second()),
-            run.acquire.p50_p99()
+            run.acquire.p50_p99(),
+            run.release.p50_p99()
         );
     }
     let ratio = plain[0].cycles_per_second() / plain[1].cycles_per_second();
@@ -239,16 +272,17 @@ pub(crate) fn w4(quick: bool) -> Result<()> {
         SLOWED_BY.as_millis()
     );
     println!(
-        "{:<20} {:>18} {:>18} {:>10}",
-        "library", "acquire p50 µs", "unslowed p50 µs", "slowed/un"
+        "{:<20} {:>18} {:>18} {:>10} {:>16}",
+        "library", "acquire p50 µs", "unslowed p50 µs", "slowed/un", "release p50 µs"
     );
     for (run, base) in slowed.iter().zip(&plain) {
         println!(
-            "{:<20} {:>18} {:>18} {:>10.2}",
+            "{:<20} {:>18} {:>18} {:>10.2} {:>16}",
             run.library,
             run.acquire.p50_us(),
             base.acquire.p50_us(),
-            run.acquire.p50_us() / base.acquire.p50_us()
+            run.acquire.p50_us() / base.acquire.p50_us(),
+            run.release.p50_us()
         );
     }
     println!(
@@ -262,6 +296,8 @@ pub(crate) fn w4(quick: bool) -> Result<()> {
                 "cycles_per_s": round1(run.cycles_per_second()),
                 "acquire_p50_us": run.acquire.p50_us(),
                 "acquire_p99_us": run.acquire.p99_us(),
+                "release_p50_us": run.release.p50_us(),
+                "release_p99_us": run.release.p99_us(),
             })).collect::<Vec<_>>(),
             "ratio_cycles_per_s": (ratio * 100.0).round() / 100.0,
             "slowed_ms": SLOWED_BY.as_millis() as u64,
@@ -270,6 +306,7 @@ pub(crate) fn w4(quick: bool) -> Result<()> {
                 "cycles": run.cycles,
                 "acquire_p50_us": run.acquire.p50_us(),
                 "unslowed_acquire_p50_us": base.acquire.p50_us(),
+                "release_p50_us": run.release.p50_us(),
                 "acquire_max_us": micros(run.acquire.max()),
             })).collect::<Vec<_>>(),
         })

@@ -13,17 +13,20 @@
 //! 1. the mutex acquire script on every master: each that grants returns
 //!    `max(its counter + 1, its clock in µs)`, already stored there;
 //! 2. the largest of those, the fence, is written to every master that
-//!    granted, on the condition that the token still holds the lock there
-//!    (`scripts/redlock_fence.lua`).
+//!    granted with a smaller one, on the condition that the token still
+//!    holds the lock there (`scripts/redlock_fence.lua`). A grant that
+//!    arrives once the fence is decided (a master slower than the per-node
+//!    deadline) writes it to its master itself, from its request's task.
 //!
 //! The lock is reported held only once a majority confirmed round two with
 //! validity (lease − elapsed − drift) above the floor left. Any later
 //! majority shares a master with that one, whose counter is at least the
 //! fence, so the next fence is larger (see docs/SAFETY.md).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex as StdMutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex as StdMutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -33,7 +36,7 @@ use tokio::time::Instant;
 use crate::engine::lease::LossReason;
 use crate::engine::ops::renew_one;
 use crate::engine::quorum::{self, Clocks, Tally};
-use crate::engine::release::{release, release_in_background};
+use crate::engine::release::{release, release_in_background, Background, Tracked};
 use crate::engine::{new_token, scripts, Answer, Engine};
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{millis, validate_lease, LockKeys, MIN_LEASE};
@@ -66,12 +69,24 @@ pub(crate) struct QuorumConfig {
 pub(crate) struct Masters {
     pub(crate) nodes: Vec<Arc<Engine>>,
     pub(crate) config: QuorumConfig,
+    /// Requests that outlived the round that sent them (a late grant, its
+    /// fence or its release, a release a master answered late): what
+    /// [`flush`](Masters::flush) waits for.
+    pub(crate) inflight: Arc<Background>,
+    /// The holds this process has, by lock key, each with its holder: what
+    /// tells a holder's own second acquisition.
+    pub(crate) mine: StdMutex<HoldMap>,
 }
+
+/// The holds of one process, by lock key, each with its holder.
+pub(crate) type HoldMap = HashMap<String, Vec<(String, Weak<Hold>)>>;
 
 /// What one acquisition asks for.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ask<'a> {
     pub(crate) keys: &'a LockKeys,
+    /// Who acquires, in this process (see [`Request::holder`](crate::engine::Request)).
+    pub(crate) holder: &'a str,
     pub(crate) lease: Duration,
     pub(crate) renew: bool,
     pub(crate) hold_at_least: Option<Duration>,
@@ -88,13 +103,29 @@ enum Phase {
     Over,
 }
 
-/// The phase, and every master whose grant was recorded while trying: a
-/// request records its grant, or sees the try over and releases, under the
-/// one lock, so no grant slips between the two.
+/// The phase, and every master whose grant was recorded while trying or
+/// holding: a request records its grant, or sees the try over and
+/// releases, under the one lock, so no grant slips between the two.
 #[derive(Debug)]
 struct PhaseState {
     phase: Phase,
-    granted: Vec<usize>,
+    /// Each master that may hold the lock for this token, with the fence it
+    /// stored in round one (`None`: an error after which it may have run
+    /// the script, its reply lost).
+    granted: Vec<(usize, Option<u64>)>,
+    /// The fence, once the try decided it: a grant recorded from then on
+    /// writes it to its master itself (round two for a late grant).
+    fence: Option<u64>,
+}
+
+/// What a round-one request does with a grant it got.
+enum LateGrant {
+    /// Counted by the try, or stored the fence already.
+    Counted,
+    /// The fence is decided and this master's counter is behind it.
+    Fence(u64),
+    /// The try is over, or the hold ended: nobody counts it.
+    Release,
 }
 
 type SharedPhase = Arc<StdMutex<PhaseState>>;
@@ -141,6 +172,56 @@ impl Masters {
         self.config.validity_floor.unwrap_or(lease / 10)
     }
 
+    fn mine(&self) -> MutexGuard<'_, HoldMap> {
+        self.mine.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The fence of a hold of `keys` that `holder` has here, neither
+    /// released nor known lost.
+    pub(crate) fn held_by(&self, keys: &LockKeys, holder: &str) -> Option<u64> {
+        let mut mine = self.mine();
+        let entries = mine.get_mut(&keys.lock)?;
+        entries.retain(|(_, hold)| hold.upgrade().is_some_and(|h| !h.is_finished()));
+        let found = entries.iter().find_map(|(who, hold)| {
+            let hold = hold.upgrade()?;
+            (who == holder && hold.loss().is_none()).then_some(hold.fence)
+        });
+        if entries.is_empty() {
+            mine.remove(&keys.lock);
+        }
+        found
+    }
+
+    /// Refuses the own second acquisition of a holder: it would wait for
+    /// itself.
+    pub(crate) fn refuse_own_second_attempt(&self, ask: &Ask<'_>) -> Result<()> {
+        match self.held_by(ask.keys, ask.holder) {
+            Some(fence) => Err(crate::core::already_held(&ask.keys.name, fence)),
+            None => Ok(()),
+        }
+    }
+
+    fn remember(&self, holder: &str, hold: &Arc<Hold>) {
+        let mut mine = self.mine();
+        let entries = mine.entry(hold.keys.lock.clone()).or_default();
+        entries.retain(|(_, held)| held.upgrade().is_some_and(|h| !h.is_finished()));
+        entries.push((holder.to_owned(), Arc::downgrade(hold)));
+    }
+
+    fn forget(&self, hold: &Arc<Hold>) {
+        let mut mine = self.mine();
+        let Some(entries) = mine.get_mut(&hold.keys.lock) else {
+            return;
+        };
+        entries.retain(|(_, held)| {
+            !std::ptr::eq(held.as_ptr(), Arc::as_ptr(hold))
+                && held.upgrade().is_some_and(|h| !h.is_finished())
+        });
+        if entries.is_empty() {
+            mine.remove(&hold.keys.lock);
+        }
+    }
+
     pub(crate) fn command_timeout(&self) -> Duration {
         self.nodes
             .first()
@@ -164,7 +245,21 @@ impl Masters {
             let request = op(i, Arc::clone(node));
             futures.push(Box::pin(async move { (i, request.await) }) as Pending<T>);
         }
-        Fanned { futures }
+        Fanned {
+            futures,
+            inflight: Arc::clone(&self.inflight),
+        }
+    }
+
+    /// Waits until the requests that outlived their rounds are done, then
+    /// until every master's background releases are, each at most a few
+    /// command timeouts.
+    pub(crate) async fn flush(&self) {
+        let limit = self.command_timeout().saturating_mul(4);
+        let _ = tokio::time::timeout(limit, self.inflight.idle()).await;
+        for node in &self.nodes {
+            node.flush().await;
+        }
     }
 
     /// One try: round one on every master, round two on those that granted.
@@ -174,6 +269,7 @@ impl Masters {
         let shared: SharedPhase = Arc::new(StdMutex::new(PhaseState {
             phase: Phase::Trying,
             granted: Vec::new(),
+            fence: None,
         }));
         let node_timeout = self.node_timeout(ask.lease);
         let start = Instant::now();
@@ -199,22 +295,40 @@ impl Masters {
                             Err(error) => !error.is_conflict(),
                         };
                         if may_hold {
+                            let stored = match &answer {
+                                Ok(Grant::Granted(fence)) => Some(*fence),
+                                _ => None,
+                            };
                             let late = {
                                 let mut state = phase(&shared);
-                                if state.phase != Phase::Over {
-                                    state.granted.push(i);
+                                if state.phase == Phase::Over {
+                                    LateGrant::Release
+                                } else {
+                                    state.granted.push((i, stored));
+                                    match state.fence {
+                                        Some(fence) if stored.is_none_or(|s| s < fence) => {
+                                            LateGrant::Fence(fence)
+                                        }
+                                        _ => LateGrant::Counted,
+                                    }
                                 }
-                                state.phase == Phase::Over
                             };
-                            if late {
+                            match late {
                                 // Nobody counts this grant any more.
-                                release_in_background(
+                                LateGrant::Release => release_in_background(
                                     Arc::clone(&engine),
                                     keys.clone(),
                                     token.clone(),
                                     false,
                                     None,
-                                );
+                                ),
+                                // Round two, for this master alone: the
+                                // try (or the hold) no longer listens, and
+                                // whatever ends the hold releases here too.
+                                LateGrant::Fence(fence) => {
+                                    fence_late(&engine, &keys, &token, fence).await;
+                                }
+                                LateGrant::Counted => {}
                             }
                         }
                         answer
@@ -295,19 +409,43 @@ impl Masters {
             let hint = needed.checked_sub(1).and_then(|k| busy.get(k).copied());
             return Ok(Try::Busy(hint));
         }
-        let Some(fence) = quorum::fence(&fences) else {
+        // Grants recorded by requests whose answers the count did not wait
+        // for join in, and the fence is decided under the same lock: every
+        // grant recorded after this writes the fence itself.
+        let mut unknown = Vec::new();
+        let fence = {
+            let mut state = phase(&attempt.shared);
+            for &(i, stored) in &state.granted {
+                if attempt.granted.iter().any(|&(j, _)| j == i) {
+                    continue;
+                }
+                match stored {
+                    Some(f) => {
+                        fences.push(f);
+                        attempt.granted.push((i, f));
+                    }
+                    None => unknown.push(i),
+                }
+            }
+            let fence = quorum::fence(&fences);
+            state.fence = fence;
+            fence
+        };
+        let Some(fence) = fence else {
             attempt.give_up().await;
             return Ok(Try::Busy(None));
         };
         // Round two: the fence, to every master that granted with a smaller
-        // one. Those that granted with it stored it with the grant, in one
-        // script: when they are a majority, no round trip is needed.
+        // one (or may have granted, its reply lost). Those that granted with
+        // it stored it with the grant, in one script: when they are a
+        // majority, no round trip is needed.
         let stored = attempt.granted.iter().filter(|&&(_, f)| f == fence).count();
         let behind: Vec<usize> = attempt
             .granted
             .iter()
             .filter(|&&(_, f)| f < fence)
             .map(|&(i, _)| i)
+            .chain(unknown)
             .collect();
         let confirmed = if stored >= tally.majority() {
             if !behind.is_empty() {
@@ -491,31 +629,16 @@ impl Masters {
         error
     }
 
-    /// Runs `op` on every master and counts: answers until all came or
-    /// `until`, and stops early once the count is decided if `early`.
-    async fn count<F, Fut>(&self, until: Instant, early: bool, op: F) -> (Tally, Option<Error>)
+    /// Runs `op` on every master and counts the answers until the count is
+    /// decided, or `until`.
+    async fn count<F, Fut>(&self, until: Instant, op: F) -> (Tally, Option<Error>)
     where
         F: Fn(usize, Arc<Engine>) -> Fut,
         Fut: Future<Output = Result<bool>> + Send + 'static,
     {
-        let mut rx = self.fan_out(|_| true, op);
-        let mut tally = Tally::new(self.len());
-        let mut last = None;
-        while tally.pending() > 0 && !(early && tally.decided()) {
-            match rx.recv_until(until).await {
-                Ok(Some((_, Ok(true)))) => tally.yes += 1,
-                Ok(Some((_, Ok(false)))) => tally.no += 1,
-                Ok(Some((_, Err(error)))) => {
-                    tally.failed += 1;
-                    last = Some(error);
-                }
-                Ok(None) | Err(_) => {
-                    tally.failed += tally.pending();
-                    break;
-                }
-            }
-        }
-        (tally, last)
+        self.fan_out(|_| true, op)
+            .tally(self.len(), until, Stop::Decided)
+            .await
     }
 
     /// Renews `token` to `lease` on every master.
@@ -527,7 +650,7 @@ impl Masters {
         until: Instant,
     ) -> (Tally, Option<Error>) {
         let (keys, token) = (keys.clone(), token.to_owned());
-        self.count(until, true, move |_, engine| {
+        self.count(until, move |_, engine| {
             let (keys, token) = (keys.clone(), token.clone());
             async move { renew_one(&engine, &keys, &token, lease, None).await }
         })
@@ -536,54 +659,69 @@ impl Masters {
 
     /// Releases `token` on every master; how many held it. Waits for every
     /// answer until `until`, and no longer than `patience` once a majority
-    /// is decided.
-    async fn release_all(
-        &self,
-        keys: &LockKeys,
-        token: &str,
-        hold_until: Option<Instant>,
-        until: Instant,
-        patience: Duration,
-    ) -> (Tally, Option<Error>) {
+    /// is decided; with `quick`, not at all once a majority confirmed.
+    ///
+    /// A master that fails with a transient error (a connection reset, no
+    /// answer in time) is tried again in the background a few times, while
+    /// the lease may still be live there (`live_until`, when known): the
+    /// caller's answer does not wait for that, and a flush does.
+    async fn release_all(&self, release: Releasing<'_>) -> (Tally, Option<Error>) {
+        let Releasing {
+            keys,
+            token,
+            hold_until,
+            until,
+            patience,
+            live_until,
+            quick,
+        } = release;
         let (keys, token) = (keys.clone(), token.to_owned());
-        let mut rx = self.fan_out(
+        let rx = self.fan_out(
             |_| true,
             move |_, engine| {
                 let (keys, token) = (keys.clone(), token.clone());
-                async move { release(&engine, &keys, &token, false, hold_until).await }
+                async move {
+                    let answer =
+                        crate::engine::release::release(&engine, &keys, &token, false, hold_until)
+                            .await;
+                    if let Err(error) = &answer {
+                        if error.is_transient()
+                            && live_until.is_none_or(|live| Instant::now() < live)
+                        {
+                            release_in_background(
+                                Arc::clone(&engine),
+                                keys,
+                                token,
+                                false,
+                                hold_until,
+                            );
+                        }
+                    }
+                    answer
+                }
             },
         );
-        let sent = Instant::now();
-        let mut tally = Tally::new(self.len());
-        let mut last = None;
-        while tally.pending() > 0 {
-            let by = if tally.decided() {
-                until.min(sent + patience)
-            } else {
-                until
-            };
-            match rx.recv_until(by).await {
-                Ok(Some((_, Ok(true)))) => tally.yes += 1,
-                Ok(Some((_, Ok(false)))) => tally.no += 1,
-                Ok(Some((_, Err(error)))) => {
-                    tally.failed += 1;
-                    last = Some(error);
-                }
-                Ok(None) | Err(_) => {
-                    tally.failed += tally.pending();
-                    break;
-                }
-            }
-        }
-        (tally, last)
+        let stop = if quick {
+            Stop::Won(patience)
+        } else {
+            Stop::After(patience)
+        };
+        rx.tally(self.len(), until, stop).await
     }
 
     /// Releases `token` on every master, for a lease taken elsewhere; how
     /// many held it.
     pub(crate) async fn release_token(&self, keys: &LockKeys, token: &str) -> Result<usize> {
-        let until = Instant::now() + self.command_timeout();
         let (tally, last) = self
-            .release_all(keys, token, None, until, self.command_timeout())
+            .release_all(Releasing {
+                keys,
+                token,
+                hold_until: None,
+                until: Instant::now() + self.command_timeout(),
+                patience: self.command_timeout(),
+                live_until: None,
+                quick: false,
+            })
             .await;
         if tally.won() {
             return Ok(tally.yes);
@@ -626,6 +764,17 @@ impl Masters {
     }
 }
 
+/// What [`Masters::release_all`] releases, and how long it waits.
+struct Releasing<'a> {
+    keys: &'a LockKeys,
+    token: &'a str,
+    hold_until: Option<Instant>,
+    until: Instant,
+    patience: Duration,
+    live_until: Option<Instant>,
+    quick: bool,
+}
+
 type Pending<T> = std::pin::Pin<Box<dyn Future<Output = (usize, Result<T>)> + Send>>;
 
 /// Requests to several masters in flight, polled together by whoever
@@ -636,6 +785,54 @@ type Pending<T> = std::pin::Pin<Box<dyn Future<Output = (usize, Result<T>)> + Se
 /// and a connection that stopped answering is replaced.
 struct Fanned<T: Send + 'static> {
     futures: FuturesUnordered<Pending<T>>,
+    /// Counts the task that runs on what is left, for a flush.
+    inflight: Arc<Background>,
+}
+
+/// When a count of yes/no answers stops listening before every master
+/// answered (it never listens past its `until`).
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    /// Once the count is decided either way.
+    Decided,
+    /// Once a majority said yes; otherwise as `After`.
+    Won(Duration),
+    /// Once decided, no longer than this after the count began.
+    After(Duration),
+}
+
+impl Fanned<bool> {
+    /// Counts the answers of `n` masters (yes, no, failed) until `until`,
+    /// or earlier as `stop` says; the masters that did not answer by then
+    /// count as failed. With the last error seen.
+    async fn tally(mut self, n: usize, until: Instant, stop: Stop) -> (Tally, Option<Error>) {
+        let began = Instant::now();
+        let mut tally = Tally::new(n);
+        let mut last = None;
+        while tally.pending() > 0 {
+            let by = match stop {
+                Stop::Decided if tally.decided() => break,
+                Stop::Won(_) if tally.won() => break,
+                Stop::Won(patience) | Stop::After(patience) if tally.decided() => {
+                    until.min(began.checked_add(patience).unwrap_or(until))
+                }
+                _ => until,
+            };
+            match self.recv_until(by).await {
+                Ok(Some((_, Ok(true)))) => tally.yes += 1,
+                Ok(Some((_, Ok(false)))) => tally.no += 1,
+                Ok(Some((_, Err(error)))) => {
+                    tally.failed += 1;
+                    last = Some(error);
+                }
+                Ok(None) | Err(_) => {
+                    tally.failed += tally.pending();
+                    break;
+                }
+            }
+        }
+        (tally, last)
+    }
 }
 
 impl<T: Send + 'static> Fanned<T> {
@@ -657,7 +854,70 @@ impl<T: Send + 'static> Drop for Fanned<T> {
             return;
         };
         let mut futures = std::mem::take(&mut self.futures);
-        runtime.spawn(async move { while futures.next().await.is_some() {} });
+        let tracked = Tracked::new(&self.inflight);
+        runtime.spawn(async move {
+            let _tracked = tracked;
+            while futures.next().await.is_some() {}
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Answers of three masters: each after `ms` milliseconds.
+    fn answers(replies: [(u64, Result<bool>); 3]) -> Fanned<bool> {
+        let futures = FuturesUnordered::new();
+        for (i, (ms, reply)) in replies.into_iter().enumerate() {
+            futures.push(Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                (i, reply)
+            }) as Pending<bool>);
+        }
+        Fanned {
+            futures,
+            inflight: Arc::default(),
+        }
+    }
+
+    fn gone() -> Error {
+        Error::new(ErrorKind::Connection, "reset").transient()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_count_stops_as_told() {
+        let far = Instant::now() + Duration::from_secs(60);
+        let slow_third = || answers([(1, Ok(true)), (2, Ok(true)), (10_000, Ok(true))]);
+        // Decided, or won: the third is not waited for.
+        for stop in [Stop::Decided, Stop::Won(Duration::from_secs(30))] {
+            let (tally, last) = slow_third().tally(3, far, stop).await;
+            assert_eq!((tally.yes, tally.no, tally.failed), (2, 0, 0));
+            assert!(last.is_none());
+        }
+        // With patience, until it runs out: the third counts as failed.
+        let (tally, _) = slow_third()
+            .tally(3, far, Stop::After(Duration::from_millis(100)))
+            .await;
+        assert_eq!((tally.yes, tally.failed), (2, 1));
+        // With patience enough, every answer.
+        let (tally, _) = slow_third()
+            .tally(3, far, Stop::After(Duration::from_secs(30)))
+            .await;
+        assert_eq!(tally.yes, 3);
+        // Not won: a quick count waits as a patient one does, and says
+        // what failed.
+        let (tally, last) = answers([(1, Ok(false)), (2, Err(gone())), (3, Ok(true))])
+            .tally(3, far, Stop::Won(Duration::from_secs(1)))
+            .await;
+        assert_eq!((tally.yes, tally.no, tally.failed), (1, 1, 1));
+        assert!(last.is_some_and(|e| e.is_transient()));
+        // Never past `until`.
+        let soon = Instant::now() + Duration::from_millis(5);
+        let (tally, _) = answers([(1, Ok(true)), (50, Ok(true)), (50, Ok(true))])
+            .tally(3, soon, Stop::After(Duration::from_secs(30)))
+            .await;
+        assert_eq!((tally.yes, tally.failed), (1, 2));
     }
 }
 
@@ -681,6 +941,9 @@ impl Attempt {
         let mut state = phase(&self.shared);
         state.phase = Phase::Over;
         std::mem::take(&mut state.granted)
+            .into_iter()
+            .map(|(i, _)| i)
+            .collect()
     }
 
     /// The try failed: release on every master that may have granted, in
@@ -820,6 +1083,22 @@ async fn fence_on(engine: &Engine, keys: &LockKeys, token: &str, fence: u64) -> 
     scripts::flag("fence", &reply)
 }
 
+/// Round two for a grant that came after the fence was decided: a few
+/// tries while the connection heals, each conditional on the token still
+/// holding the lock there. What is not written stays behind on a master
+/// outside the confirmed majority, which the fences' argument does not need.
+async fn fence_late(engine: &Engine, keys: &LockKeys, token: &str, fence: u64) {
+    for pause in [25, 100] {
+        match fence_on(engine, keys, token, fence).await {
+            Err(error) if error.is_transient() => {
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+            }
+            _ => return,
+        }
+    }
+    let _ = fence_on(engine, keys, token, fence).await;
+}
+
 fn jitter() -> u32 {
     let mut bytes = [0u8; 4];
     // Without randomness the pause is not jittered; it is still bounded.
@@ -840,7 +1119,7 @@ struct Timing {
 
 /// A lease held on a majority of the masters.
 #[derive(Debug)]
-struct Hold {
+pub(crate) struct Hold {
     masters: Arc<Masters>,
     keys: LockKeys,
     token: String,
@@ -907,6 +1186,7 @@ impl QuorumHeld {
             finished: AtomicBool::new(false),
             wake: Notify::new(),
         });
+        masters.remember(ask.holder, &hold);
         if ask.renew {
             tokio::spawn(watchdog(Arc::clone(&hold)));
         }
@@ -1007,17 +1287,36 @@ impl QuorumHeld {
         Err(error)
     }
 
-    /// Releases on every master in parallel; on how many it was held.
-    pub(crate) async fn release(self) -> Result<usize> {
-        self.finish();
+    /// Releases on every master in parallel; on how many it was held. With
+    /// `count_all`, every master's answer is waited for (up to a per-node
+    /// deadline past the decision); without, the call returns once a
+    /// majority confirmed, and the others' releases run on in the
+    /// background.
+    pub(crate) async fn release(self, count_all: bool) -> Result<usize> {
+        self.finish(false);
         let hold = Arc::clone(&self.hold);
         let _turn = hold.turn.lock().await;
         let masters = &hold.masters;
         let timeout = masters.command_timeout();
-        let until = Instant::now() + timeout;
-        let patience = masters.node_timeout(hold.timing().lease);
+        let lease = hold.timing().lease;
         let (tally, last) = masters
-            .release_all(&hold.keys, &hold.token, hold.hold_until, until, patience)
+            .release_all(Releasing {
+                keys: &hold.keys,
+                token: &hold.token,
+                hold_until: hold.hold_until,
+                until: Instant::now() + timeout,
+                patience: masters.node_timeout(lease),
+                // The master's key lives at most a lease past the last
+                // round that set it, give or take the drift.
+                live_until: Some(
+                    hold.deadline()
+                        + masters.config.clocks.drift(lease).saturating_mul(2)
+                        + hold.hold_until.map_or(Duration::ZERO, |until| {
+                            until.saturating_duration_since(Instant::now())
+                        }),
+                ),
+                quick: !count_all,
+            })
             .await;
         if let Some(reason) = hold.loss() {
             return Err(hold.lost_error(reason));
@@ -1045,17 +1344,23 @@ impl QuorumHeld {
         ))
     }
 
-    /// Stops renewing without releasing.
+    /// Stops renewing without releasing. A grant that comes later is
+    /// fenced and kept, as the lease lives on.
     pub(crate) fn detach(self) {
-        self.finish();
+        self.finish(true);
     }
 
-    fn finish(&self) -> bool {
+    /// This guard lets go of the hold; true the first time only. Unless it
+    /// is kept (`keep`: detached), a grant that comes later releases itself.
+    fn finish(&self, keep: bool) -> bool {
         if self.done.swap(true, Ordering::AcqRel) {
             return false;
         }
-        phase(&self.hold.shared).phase = Phase::Over;
+        if !keep {
+            phase(&self.hold.shared).phase = Phase::Over;
+        }
         self.hold.finished.store(true, Ordering::Release);
+        self.hold.masters.forget(&self.hold);
         // A lease that ran out while nobody looked is reported now.
         self.hold.loss();
         self.hold.wake.notify_one();
@@ -1065,7 +1370,7 @@ impl QuorumHeld {
 
 impl Drop for QuorumHeld {
     fn drop(&mut self) {
-        if !self.finish() {
+        if !self.finish(false) {
             return;
         }
         // On every master, counted by each master's engine so that a
@@ -1084,6 +1389,10 @@ impl Drop for QuorumHeld {
 }
 
 impl Hold {
+    fn is_finished(&self) -> bool {
+        self.finished.load(Ordering::Acquire)
+    }
+
     fn timing(&self) -> MutexGuard<'_, Timing> {
         self.timing.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -186,6 +186,25 @@ impl Background {
     }
 }
 
+/// Counts one background task on a [`Background`] for as long as it exists,
+/// even if a shutting-down runtime drops it unpolled.
+pub(crate) struct Tracked(Arc<Background>);
+
+impl Tracked {
+    pub(crate) fn new(background: &Arc<Background>) -> Self {
+        background.pending.fetch_add(1, Ordering::AcqRel);
+        Tracked(Arc::clone(background))
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        if self.0.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.done.notify_waiters();
+        }
+    }
+}
+
 /// Counts one background release for as long as its future exists, even if
 /// a shutting-down runtime drops it unpolled.
 struct Ticket(Arc<Engine>);
