@@ -52,6 +52,11 @@ enum Outcome {
         ttl: Duration,
         sent_at: Instant,
         hold: Option<Hold>,
+        /// The acquisition time in the lock's value, when this attempt
+        /// wrote it unmarked (a `Mutex` or `FairMutex` taken free): a
+        /// release can then delete it by comparing (see
+        /// [`crate::deploy::Route::compare_and_delete`]).
+        acquired: Option<String>,
     },
     /// Held by someone else (or promised to an earlier waiter); the blocking
     /// lease runs out within `pttl` if known. `fence` is the last fence
@@ -86,6 +91,7 @@ pub(crate) async fn try_acquire(
             ttl,
             sent_at,
             hold,
+            acquired,
         } => {
             if !usable(sent_at, ttl) {
                 // `pending` releases it on the way out.
@@ -95,7 +101,7 @@ pub(crate) async fn try_acquire(
                 pending.disarm();
             }
             Ok(Some(Held::take(
-                engine, request, token, hold, fence, sent_at, ttl,
+                engine, request, token, hold, fence, sent_at, ttl, acquired,
             )))
         }
         Outcome::Busy { .. } | Outcome::InGrace { .. } => {
@@ -247,6 +253,7 @@ async fn wait_for(
                 ttl,
                 sent_at,
                 hold,
+                acquired,
             }) => {
                 seen.answered = true;
                 if usable(sent_at, ttl) {
@@ -254,7 +261,7 @@ async fn wait_for(
                         pending.disarm();
                     }
                     return Ok(Held::take(
-                        engine, request, token, hold, fence, sent_at, ttl,
+                        engine, request, token, hold, fence, sent_at, ttl, acquired,
                     ));
                 }
                 // The answer came too late to use: let the lease go (in the
@@ -372,7 +379,7 @@ async fn wait_for(
                         pending.disarm();
                     }
                     return Ok(Held::take(
-                        engine, request, token, None, fence, busy_sent, ttl,
+                        engine, request, token, None, fence, busy_sent, ttl, None,
                     ));
                 }
                 // Stale, or too little left to trust from this message: the
@@ -673,17 +680,21 @@ async fn run_attempt(
 /// `scripts/family_acquire.lua`).
 fn read_attempt(request: &Request<'_>, reply: &redis::Value, sent_at: Instant) -> Result<Outcome> {
     let unexpected = || Error::unexpected_reply("acquire", reply);
-    if let redis::Value::BulkString(fence) = reply {
-        // Taken by this attempt, for the lease it asked.
-        let fence = std::str::from_utf8(fence)
-            .ok()
-            .and_then(|fence| fence.parse::<u64>().ok())
-            .ok_or_else(unexpected)?;
+    if let redis::Value::BulkString(text) = reply {
+        // Taken by this attempt, for the lease it asked: "<fence>", or
+        // "<fence> <acquired>" when the value's acquisition time is not the
+        // fence (see `take_fence` in `scripts/lib.lua`).
+        let text = std::str::from_utf8(text).map_err(|_| unexpected())?;
+        let (fence_text, acquired) = text.split_once(' ').unwrap_or((text, text));
+        let fence = fence_text.parse::<u64>().map_err(|_| unexpected())?;
+        // Only a mutex's value is a string a compare-and-delete can match.
+        let acquired = (!request.kind.is_hash()).then(|| acquired.to_owned());
         return Ok(Outcome::Granted {
             fence,
             ttl: request.lease,
             sent_at,
             hold: None,
+            acquired,
         });
     }
     let redis::Value::Array(items) = reply else {
@@ -710,6 +721,7 @@ fn read_attempt(request: &Request<'_>, reply: &redis::Value, sent_at: Instant) -
                         ttl,
                         sent_at,
                         hold,
+                        acquired: None,
                     })
                 }
                 _ => Err(unexpected()),

@@ -53,7 +53,7 @@ end
 local now_us, now_text = server_us()
 local now = math.floor(now_us / 1000)
 local live, pruned = F.live_holders(lock, now)
-local last_fence = tonumber(redis.call('GET', KEYS[2])) or 0
+local last_fence = fence_of(redis.call('GET', KEYS[2])) or 0
 -- The hold a reentrant level of this token belongs to.
 local level_of = mode == 'x' and F.marker(redis.call('HGET', lock, 'l:' .. token))
 

@@ -54,14 +54,21 @@ end
 -- persistence, failover, or its retention running out) as long as the server
 -- clock does not step back. The counter expires after `retention` ms without
 -- an acquisition. `now_text` is `now_us` as text, when the caller has it.
+-- The third value says whether the counter carried the WAITING mark (see
+-- below): waiters may be queued, and the new holder's value is to say so.
 local function next_fence(key, now_us, retention, now_text)
   now_text = now_text or string.format('%.0f', now_us)
   local old = redis.call('SET', key, now_text, 'PX', retention, 'GET')
+  local waiting = false
+  if old and string.byte(old, -1) == 119 then
+    waiting = true
+    old = string.match(old, '^(.-)w*$')
+  end
   -- Digits only and no longer than the clock's text: they compare as their
   -- numbers, and the clock is ahead (the common case, without arithmetic).
   if not old or ((#old < #now_text or (#old == #now_text and old < now_text))
       and not string.find(old, '%D')) then
-    return now_us or tonumber(now_text), now_text
+    return now_us or tonumber(now_text), now_text, waiting
   end
   now_us = now_us or tonumber(now_text)
   local stored = tonumber(old)
@@ -74,9 +81,27 @@ local function next_fence(key, now_us, retention, now_text)
   if stored + 1 > now_us then
     local text = string.format('%.0f', stored + 1)
     redis.call('SET', key, text, 'PX', retention)
-    return stored + 1, text
+    return stored + 1, text, waiting
   end
-  return now_us, now_text
+  return now_us, now_text, waiting
+end
+
+-- The last fence handed out, from the counter's value as GET gives it
+-- (without the WAITING mark), or nil.
+local function fence_of(value)
+  return tonumber(value and string.match(value, '^%d+'))
+end
+
+-- A fence counter ending in 'w' (WAITING) says that a release left the lock
+-- free while waiters were queued (it woke one to try): whoever takes it
+-- next marks its value WAITED, so that its release wakes the queue even if
+-- the woken waiter never comes (it gave up, or died). Spurious marks only
+-- cost a read of the queue.
+local function mark_waiting(key, retention)
+  if redis.call('APPEND', key, 'w') == 1 then
+    -- There was no counter: the mark alone expires as a counter would.
+    redis.call('PEXPIRE', key, retention)
+  end
 end
 
 -- Publishes `message` on `channel`: the one place a script sends a
@@ -123,6 +148,26 @@ local function holds(value, token)
   -- be marked (WAITED, KEPT) too.
   local after = string.byte(value, #token + 1)
   return (after == 32 or after == 31) and string.find(value, token, 1, true) == 1
+end
+
+-- The reply of an acquire script whose attempt took a free lock, writing
+-- the unmarked `value` made with `now_text` (see acquire.lua): hands out
+-- the fence (see next_fence), and marks the value WAITED when the counter
+-- says waiters may be queued. The reply tells the client the value when it
+-- is unmarked, so that a release nobody waited for can delete it by
+-- comparing (DELIFEQ): the fence, as text, when it is the value's
+-- acquisition time too, else "<fence> <acquisition time>". A marked value
+-- gets {1, fence, lease ms}.
+local function take_fence(lock, value, fence_key, retention, now_text, lease)
+  local fence_us, fence, waiting = next_fence(fence_key, nil, retention, now_text)
+  if waiting then
+    mark_waited(lock, value)
+    return {1, fence_us, tonumber(lease)}
+  end
+  if fence == now_text then
+    return fence
+  end
+  return fence .. ' ' .. now_text
 end
 
 -- The queue's functions, made on the first call to `lib()`: a closure costs
@@ -219,12 +264,28 @@ local function lib()
       -- Others may wait behind it.
       redis.call('SET', lock, head.token .. ' ' .. now_text .. ' ' .. head.identity .. WAITED,
         'PX', head.hand_off)
-      L.leave_queue(queue, waiters, head.token)
+      -- Out of the queue; its key expires with its heartbeat (an attempt
+      -- of a waiter whose hand-off ran out puts it back, see
+      -- `requeue_front`).
+      redis.call('ZREM', queue, head.token)
       local fence = next_fence(fence_key, now, retention, now_text)
       publish(channels .. head.client, string.format('%s %.0f', head.token, fence))
     else
+      -- The lock is left free: whoever takes it marks it for the queue.
+      mark_waiting(fence_key, retention)
       L.wake(channels, head)
     end
+  end
+
+  -- Puts `token`, that was handed the lock and let the hand-off run out
+  -- (or whose heartbeat ran out), back at the front of the queue: its place
+  -- was first.
+  function L.requeue_front(queue, waiters, token, heartbeat, record)
+    local first = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
+    local score = first[2] and (string.format('%.0f', tonumber(first[2]) - 1)) or server_text()
+    redis.call('ZADD', queue, score, token)
+    redis.call('PEXPIRE', queue, heartbeat)
+    redis.call('SET', waiters .. token, record, 'PX', heartbeat)
   end
 
   lib_functions = L

@@ -119,6 +119,12 @@ if holder and holds(holder, token) then
 elseif ARGV[2] == '1' then
   lib().leave_queue(KEYS[3], KEYS[4], token)
   if holder then
+    -- A waiter that was woken to try and gives up instead: the holder may
+    -- have taken the lock without a mark meanwhile, and is to wake those
+    -- left.
+    if redis.call('EXISTS', KEYS[3]) == 1 then
+      mark_waited(KEYS[1], holder)
+    end
     return 0
   end
 else
