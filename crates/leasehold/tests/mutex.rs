@@ -597,3 +597,93 @@ async fn a_lost_lease_says_why(servers: Servers) {
         .expect("a fixed lease never ran out");
     assert_eq!(guard.loss_reason(), Some(LossReason::DeadlinePassed));
 }
+
+/// A release that leaves the lock free and wakes a waiter to try marks the
+/// lock for the queue: a newcomer that takes it first (before the woken
+/// waiter, who may never come) writes a value marked as waited for, so its
+/// release wakes the queue at once instead of leaving the waiters to their
+/// timers (up to a second).
+#[tokio::test]
+async fn a_newcomer_taking_a_lock_left_free_for_a_waiter_wakes_the_queue() {
+    let server = RedisServer::start();
+    let client = client_with(&server, LONG, false);
+    let mutex = client.mutex("job").unwrap();
+    // A waiter written by hand, woken to try ('m'), that never comes.
+    let time: Vec<String> = cmd(&server, &["TIME"]).await;
+    let now_us = time[0].parse::<u64>().unwrap() * 1_000_000 + time[1].parse::<u64>().unwrap();
+    let _: u64 = cmd(
+        &server,
+        &["ZADD", "leasehold:{job}:q", &now_us.to_string(), "stray"],
+    )
+    .await;
+    let _: u64 = cmd(&server, &["PEXPIRE", "leasehold:{job}:q", "60000"]).await;
+    let _: () = cmd(
+        &server,
+        &[
+            "SET",
+            "leasehold:{job}:w:stray",
+            "3000 m 1 strayclient",
+            "PX",
+            "60000",
+        ],
+    )
+    .await;
+    let mut pubsub = leasehold::redis::Client::open(server.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    pubsub
+        .subscribe("leasehold:{job}:ch:strayclient")
+        .await
+        .unwrap();
+    let mut messages = pubsub.into_on_message();
+
+    // A holder whose value a waiter's attempt marked.
+    let held = mutex.try_acquire().await.unwrap().expect("free");
+    let value: String = cmd(&server, &["GET", JOB]).await;
+    let _: () = cmd(
+        &server,
+        &["SET", JOB, &format!("{value}\u{1f}w"), "KEEPTTL"],
+    )
+    .await;
+    held.release().await.unwrap();
+    assert_eq!(next_wake(&mut messages).await.as_deref(), Some("stray"));
+
+    // The newcomer takes the free lock before the woken waiter tries.
+    let newcomer = mutex.try_acquire().await.unwrap().expect("free");
+    let value: String = cmd(&server, &["GET", JOB]).await;
+    assert!(value.ends_with("\u{1f}w"), "{value:?}");
+    newcomer.release().await.unwrap();
+    assert_eq!(
+        next_wake(&mut messages).await.as_deref(),
+        Some("stray"),
+        "the queue was not woken"
+    );
+    // Once nobody waits, a release leaves no mark: the lock after it is
+    // taken unmarked.
+    let _: u64 = cmd(&server, &["DEL", "leasehold:{job}:q"]).await;
+    mutex
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free")
+        .release()
+        .await
+        .unwrap();
+    let alone = mutex.try_acquire().await.unwrap().expect("free");
+    let value: String = cmd(&server, &["GET", JOB]).await;
+    assert!(!value.contains('\u{1f}'), "{value:?}");
+    alone.release().await.unwrap();
+}
+
+/// The next message on `messages` (bounded), as text.
+async fn next_wake(
+    messages: &mut (impl futures_util::Stream<Item = leasehold::redis::Msg> + Unpin),
+) -> Option<String> {
+    use futures_util::StreamExt;
+    match tokio::time::timeout(Duration::from_secs(10), messages.next()).await {
+        Ok(Some(message)) => Some(message.get_payload::<String>().unwrap()),
+        _ => None,
+    }
+}

@@ -160,7 +160,8 @@ impl Connection {
 
     /// What the server said it has.
     pub(crate) fn set_compare_and_delete(&self, found: CompareAndDelete) {
-        self.compare_and_delete.store(found as u8, Ordering::Relaxed);
+        self.compare_and_delete
+            .store(found as u8, Ordering::Relaxed);
     }
 
     fn slot(&self) -> MutexGuard<'_, Slot> {

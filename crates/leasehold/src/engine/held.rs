@@ -204,8 +204,7 @@ impl Held {
                     match self.compare_and_delete(route).await {
                         Ok(true) => Ok(true),
                         Ok(false) => {
-                            release(engine, &lease.keys, &self.token, false, lease.hold_until)
-                                .await
+                            release(engine, &lease.keys, &self.token, false, lease.hold_until).await
                         }
                         Err(error) => Err(error),
                     },

@@ -232,7 +232,10 @@ async fn wait_for(
             Some((at, mode)) if mode == asks_hand_over && at.elapsed() < HEARTBEAT_REFRESH => {
                 Queueing::Fresh
             }
-            _ => Queueing::Refresh,
+            // Queued before with this token: a hand-off that ran out took
+            // it out of the queue, and the script puts it back in front.
+            Some(_) => Queueing::Again,
+            None => Queueing::Refresh,
         };
         // The attempt that found the lock busy: its send time, and the last
         // fence when it ran. A hand-off with a larger fence happened after
@@ -283,7 +286,7 @@ async fn wait_for(
                 seen.in_grace = false;
                 seen.unacked = None;
                 queued_at.get_or_insert(sent_at);
-                if queue_mode == Queueing::Refresh {
+                if matches!(queue_mode, Queueing::Refresh | Queueing::Again) {
                     refreshed = Some((sent_at, asks_hand_over));
                 }
                 backoff = FIRST_BACKOFF;
@@ -499,6 +502,9 @@ enum Queueing {
     No,
     /// It queues, or refreshes its place and heartbeat.
     Refresh,
+    /// As `Refresh`, for a token queued before: one out of the queue (a
+    /// hand-off to it ran out) goes back in front.
+    Again,
     /// It is queued with a heartbeat refreshed within `HEARTBEAT_REFRESH`
     /// and the same mode: the lock is marked as waited for, nothing else.
     Fresh,
@@ -554,6 +560,8 @@ async fn attempt(
         match queue {
             Queueing::No => b"0",
             Queueing::Refresh => b"1",
+            Queueing::Again if request.kind.is_hash() => b"1",
+            Queueing::Again => b"3",
             // The hash kinds' script refreshes on every attempt.
             Queueing::Fresh if request.kind.is_hash() => b"1",
             Queueing::Fresh => b"2",

@@ -30,7 +30,7 @@ if not holder then
   local head = L.first_live(KEYS[3], KEYS[4])
   -- Queued, but out of the queue: handed the lock, and the hand-off ran
   -- out before this attempt. Its place was first: it takes the lock still.
-  local lapsed = head and head.token ~= ARGV[1] and ARGV[4] == '2'
+  local lapsed = head and head.token ~= ARGV[1] and (ARGV[4] == '2' or ARGV[4] == '3')
     and not redis.call('ZSCORE', KEYS[3], ARGV[1])
   if not head or head.token == ARGV[1] or lapsed then
     local now_text = server_text()
@@ -48,11 +48,16 @@ end
 if ARGV[4] == '0' then
   return {0, redis.call('PTTL', KEYS[1]), 0, holder or ''}
 end
-if ARGV[4] == '1' then
-  L.enqueue(KEYS[3], KEYS[4], ARGV[1], nil, ARGV[5], ARGV[10], 'f', '1', ARGV[6], ARGV[8])
+if ARGV[4] == '1' or ARGV[4] == '3' then
+  if L.enqueue(KEYS[3], KEYS[4], ARGV[1], nil, ARGV[5], ARGV[10], 'f', '1', ARGV[6], ARGV[8])
+      and ARGV[4] == '3' then
+    -- Queued before, but it was out of the queue: handed the lock, and the
+    -- hand-off ran out before this attempt. Its place was first:
+    -- newcomers do not pass it.
+    L.to_front(KEYS[3], ARGV[1])
+  end
 elseif not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-  -- Queued, but out of the queue: handed the lock, and the hand-off ran
-  -- out before this attempt. Its place was first: newcomers do not pass it.
+  -- As above, found by an attempt that does not refresh.
   L.requeue_front(KEYS[3], KEYS[4], ARGV[1], ARGV[5],
     ARGV[10] .. ' f 1 ' .. ARGV[6] .. ' ' .. ARGV[8])
 end

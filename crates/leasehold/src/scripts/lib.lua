@@ -27,8 +27,11 @@
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[3] fence retention ms,
 -- ARGV[4] '1' to queue when busy (or refresh the waiter's place and
--- heartbeat), '2' when it is queued with a fresh heartbeat (only the
--- lock is marked WAITED), '0' not to queue, ARGV[5] heartbeat ms, ARGV[6] the
+-- heartbeat), '3' as '1' for a token queued before (a string lock's
+-- waiter that is out of the queue was handed the lock and let the hand-off
+-- run out: it goes back in front), '2' when it is queued with a fresh
+-- heartbeat (only the lock is marked WAITED; out of the queue, as '3'),
+-- '0' not to queue, ARGV[5] heartbeat ms, ARGV[6] the
 -- waiting client's id, ARGV[7] '1' when this token was sent before (it may
 -- hold or be queued), ARGV[8] the holder's identity, ARGV[9] the waiter's
 -- mode; what follows is the script's own. A Mutex's or FairMutex's
@@ -242,10 +245,19 @@ local function lib()
   -- server's clock as `server_text` gives it.
   function L.enqueue(queue, waiters, token, now_text, heartbeat, hand_off, mode, want, client,
       identity)
-    redis.call('ZADD', queue, 'NX', now_text or server_text(), token)
+    local added = redis.call('ZADD', queue, 'NX', now_text or server_text(), token)
     redis.call('PEXPIRE', queue, heartbeat)
     redis.call('SET', waiters .. token,
       hand_off .. ' ' .. mode .. ' ' .. want .. ' ' .. client .. ' ' .. identity, 'PX', heartbeat)
+    return added == 1
+  end
+
+  -- Moves `token`, just put at the back of the queue, to its front.
+  function L.to_front(queue, token)
+    local first = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
+    if first[1] and first[1] ~= token then
+      redis.call('ZADD', queue, 'XX', string.format('%.0f', tonumber(first[2]) - 1), token)
+    end
   end
 
   function L.wake(channels, record)
@@ -279,11 +291,10 @@ local function lib()
 
   -- Puts `token`, that was handed the lock and let the hand-off run out
   -- (or whose heartbeat ran out), back at the front of the queue: its place
-  -- was first.
+  -- was first. `record` is its waiter record.
   function L.requeue_front(queue, waiters, token, heartbeat, record)
-    local first = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
-    local score = first[2] and (string.format('%.0f', tonumber(first[2]) - 1)) or server_text()
-    redis.call('ZADD', queue, score, token)
+    redis.call('ZADD', queue, server_text(), token)
+    L.to_front(queue, token)
     redis.call('PEXPIRE', queue, heartbeat)
     redis.call('SET', waiters .. token, record, 'PX', heartbeat)
   end
