@@ -687,3 +687,78 @@ async fn next_wake(
         _ => None,
     }
 }
+
+/// Where the server has a compare-and-delete (Valkey 9's DELIFEQ, Redis
+/// 8.4's DELEX), a release that nobody waited for is that one command, not
+/// a script; elsewhere the script releases, as it always did. A lock a
+/// waiter marked is released by the script either way, which wakes the
+/// waiter.
+#[tokio::test]
+async fn a_release_nobody_waited_for_compares_and_deletes_where_the_server_can() {
+    let server = RedisServer::start();
+    let has = |name: &'static str| {
+        let server = &server;
+        async move {
+            let info: Vec<leasehold::redis::Value> = cmd(server, &["COMMAND", "INFO", name]).await;
+            !matches!(info.first(), None | Some(leasehold::redis::Value::Nil))
+        }
+    };
+    let compare_and_delete = has("delifeq").await || has("delex").await;
+    let client = client_with(&server, LONG, false);
+    let mutex = client.mutex("job").unwrap();
+    // The first release learns which command the server has.
+    mutex
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free")
+        .release()
+        .await
+        .unwrap();
+    let _: () = cmd(&server, &["CONFIG", "RESETSTAT"]).await;
+    const ROUNDS: u64 = 5;
+    for _ in 0..ROUNDS {
+        let guard = mutex.try_acquire().await.unwrap().expect("free");
+        guard.release().await.unwrap();
+        let exists: u64 = cmd(&server, &["EXISTS", JOB]).await;
+        assert_eq!(exists, 0);
+    }
+    let scripts = common::script_calls(&server).await;
+    let deletes = common::command_calls(&server, "delifeq").await
+        + common::command_calls(&server, "delex").await;
+    if compare_and_delete {
+        assert_eq!(
+            (scripts, deletes),
+            (ROUNDS, ROUNDS),
+            "the tries are scripts, the releases not"
+        );
+    } else {
+        assert_eq!((scripts, deletes), (2 * ROUNDS, 0));
+    }
+
+    // Waited for: the compare fails on the marked value, and the script
+    // releases and wakes the waiter.
+    let held = mutex.try_acquire().await.unwrap().expect("free");
+    let waiter = client_with(&server, LONG, false).mutex("job").unwrap();
+    let waiting = tokio::spawn(async move { waiter.acquire_timeout(LONG).await });
+    eventually("the waiter to queue", || async {
+        cmd::<u64>(&server, &["ZCARD", "leasehold:{job}:q"]).await == 1
+    })
+    .await;
+    held.release().await.unwrap();
+    let guard = waiting.await.unwrap().unwrap();
+    assert!(guard.fence() > 0);
+    guard.release().await.unwrap();
+    // Lost leases are reported as before: the compare finds another value.
+    let gone = mutex.try_acquire().await.unwrap().expect("free");
+    let _: u64 = cmd(&server, &["DEL", JOB]).await;
+    let other = client_with(&server, LONG, false)
+        .mutex("job")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free");
+    assert!(gone.release().await.unwrap_err().is_not_held());
+    other.release().await.unwrap();
+}
