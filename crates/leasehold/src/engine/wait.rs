@@ -210,7 +210,7 @@ async fn wait_for(
     let queue = deadline.is_none_or(|d| d > Instant::now());
     let channel = format!("{}{}", keys.channels, engine.id);
     let mut token = new_token()?;
-    let mut pending: Option<PendingRelease> = None;
+    let mut pending: Option<PendingRelease<'_>> = None;
     // Listening before the first attempt costs nothing when the channel is
     // still subscribed from an earlier wait, and no message can slip by.
     let mut subscription: Option<Subscription> = engine
@@ -404,7 +404,7 @@ fn starving(queued_at: Option<Instant>) -> bool {
 async fn leave(
     engine: &Engine,
     keys: &LockKeys,
-    pending: &mut Option<PendingRelease>,
+    pending: &mut Option<PendingRelease<'_>>,
     token: &str,
 ) {
     let Some(queued) = pending.take() else {
@@ -514,13 +514,13 @@ enum Queueing {
 /// queue when busy; a queued waiter is handed the lock at a release if
 /// `hand_over` (a fair lock always is). Arms `pending` before anything is
 /// sent.
-async fn attempt(
+async fn attempt<'k>(
     engine: &Arc<Engine>,
-    request: &Request<'_>,
+    request: &Request<'k>,
     token: &str,
     queue: Queueing,
     hand_over: bool,
-    pending: &mut Option<PendingRelease>,
+    pending: &mut Option<PendingRelease<'k>>,
 ) -> Result<Outcome> {
     let keys = request.keys;
     // Nothing can be held before the request leaves: connect first, then
@@ -651,7 +651,7 @@ async fn run_attempt(
     engine: &Arc<Engine>,
     request: &Request<'_>,
     route: crate::deploy::Route,
-    pending: &mut Option<PendingRelease>,
+    pending: &mut Option<PendingRelease<'_>>,
     sent_before: bool,
     pick: Pick,
     keys_list: &[&str],

@@ -188,11 +188,16 @@ local function lib()
   -- What kind of lock `key` holds: 'none', 'mutex', a hash primitive's kind,
   -- or the Redis type of a key leasehold did not write.
   function L.kind_of(key)
+    -- A hash primitive's kind in one call, the common case of a held one.
+    local kind = redis.pcall('HGET', key, 'kind')
+    if type(kind) == 'string' then
+      return kind
+    end
     local t = redis.call('TYPE', key)['ok']
     if t == 'string' then
       return 'mutex'
     elseif t == 'hash' then
-      return redis.call('HGET', key, 'kind') or 'hash'
+      return 'hash'
     end
     return t
   end

@@ -79,7 +79,7 @@ if type(holder) == 'table' then
             'l:' .. token, F.marker_value(hold, e.expiry))
         end
         redis.call('HSET', KEYS[1], 'h:' .. hold, F.entry_value(e))
-        F.settle(KEYS[1], live, now, ARGV[3])
+        F.settle(KEYS[1], live, now, ARGV[3], kind)
         return 2
       end
       redis.call('HDEL', KEYS[1], 'h:' .. hold, 'l:' .. token, 'k:' .. hold)
@@ -98,7 +98,7 @@ if type(holder) == 'table' then
     -- nobody to wake.
     return 0
   end
-  F.settle(KEYS[1], live, now, ARGV[3])
+  F.settle(KEYS[1], live, now, ARGV[3], kind)
   F.wake_hash(kind, KEYS[1], KEYS[3], KEYS[4], ARGV[4], live)
   return released
 end
