@@ -69,17 +69,13 @@ if ARGV[4] == '0' then
   return {0, redis.call('PTTL', KEYS[1]), 0, holder}
 end
 if ARGV[4] == '1' or ARGV[4] == '3' then
-  if L.enqueue(KEYS[3], KEYS[4], ARGV[1], nil, ARGV[5], ARGV[10], ARGV[9], '1', ARGV[6], ARGV[8])
-      and ARGV[4] == '3' and ARGV[9] == 'f' then
-    -- Queued before, for a hand-off, but it was out of the queue: handed
-    -- the lock, and the hand-off ran out before this attempt. Back to the
-    -- front, where it was.
-    L.to_front(KEYS[3], ARGV[1])
-  end
+  -- Queued before, for a hand-off, and out of the queue: handed the lock,
+  -- and the hand-off ran out before this attempt. Back to the front.
+  L.enqueue(KEYS[3], KEYS[4], ARGV[1], nil, ARGV[5], ARGV[10], ARGV[9], '1', ARGV[6], ARGV[8],
+    ARGV[4] == '3' and ARGV[9] == 'f')
 elseif ARGV[9] == 'f' and not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   -- As above, found by an attempt that does not refresh.
-  L.requeue_front(KEYS[3], KEYS[4], ARGV[1], ARGV[5],
-    ARGV[10] .. ' f 1 ' .. ARGV[6] .. ' ' .. ARGV[8])
+  L.requeue(KEYS[3], KEYS[4], ARGV[1], ARGV[5], ARGV[10] .. ' f 1 ' .. ARGV[6] .. ' ' .. ARGV[8])
 end
 -- Its release reads the queue.
 mark_waited(KEYS[1], holder)

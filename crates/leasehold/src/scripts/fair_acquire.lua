@@ -30,8 +30,11 @@ if not holder then
   local head = L.first_live(KEYS[3], KEYS[4])
   -- Queued, but out of the queue: handed the lock, and the hand-off ran
   -- out before this attempt. Its place was first: it takes the lock still.
+  -- (A hand-off leaves the waiter's key to its heartbeat: one whose
+  -- heartbeat ran out has none.)
   local lapsed = head and head.token ~= ARGV[1] and (ARGV[4] == '2' or ARGV[4] == '3')
     and not redis.call('ZSCORE', KEYS[3], ARGV[1])
+    and redis.call('EXISTS', KEYS[4] .. ARGV[1]) == 1
   if not head or head.token == ARGV[1] or lapsed then
     local now_text = server_text()
     local value = ARGV[1] .. ' ' .. now_text .. ' ' .. ARGV[8]
@@ -49,17 +52,14 @@ if ARGV[4] == '0' then
   return {0, redis.call('PTTL', KEYS[1]), 0, holder or ''}
 end
 if ARGV[4] == '1' or ARGV[4] == '3' then
-  if L.enqueue(KEYS[3], KEYS[4], ARGV[1], nil, ARGV[5], ARGV[10], 'f', '1', ARGV[6], ARGV[8])
-      and ARGV[4] == '3' then
-    -- Queued before, but it was out of the queue: handed the lock, and the
-    -- hand-off ran out before this attempt. Its place was first:
-    -- newcomers do not pass it.
-    L.to_front(KEYS[3], ARGV[1])
-  end
+  -- Queued before, and out of the queue: handed the lock, and the hand-off
+  -- ran out before this attempt. Its place was first: newcomers do not
+  -- pass it.
+  L.enqueue(KEYS[3], KEYS[4], ARGV[1], nil, ARGV[5], ARGV[10], 'f', '1', ARGV[6], ARGV[8],
+    ARGV[4] == '3')
 elseif not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   -- As above, found by an attempt that does not refresh.
-  L.requeue_front(KEYS[3], KEYS[4], ARGV[1], ARGV[5],
-    ARGV[10] .. ' f 1 ' .. ARGV[6] .. ' ' .. ARGV[8])
+  L.requeue(KEYS[3], KEYS[4], ARGV[1], ARGV[5], ARGV[10] .. ' f 1 ' .. ARGV[6] .. ' ' .. ARGV[8])
 end
 if holder then
   -- Its release hands the lock on.

@@ -247,10 +247,17 @@ local function lib()
 
   -- Puts `token` at the back of the queue unless it is in it already, and
   -- refreshes its heartbeat. `now_text`, when the caller has it, is the
-  -- server's clock as `server_text` gives it.
+  -- server's clock as `server_text` gives it. With `front_if_handed`, a
+  -- token that was out of the queue but still has its waiter key was
+  -- handed the lock and let the hand-off run out (a hand-off leaves the
+  -- key to its heartbeat; a waiter whose heartbeat ran out has none): it
+  -- goes back to the front, where it was.
   function L.enqueue(queue, waiters, token, now_text, heartbeat, hand_off, mode, want, client,
-      identity)
+      identity, front_if_handed)
     local added = redis.call('ZADD', queue, 'NX', now_text or server_text(), token)
+    if added == 1 and front_if_handed and redis.call('EXISTS', waiters .. token) == 1 then
+      L.to_front(queue, token)
+    end
     redis.call('PEXPIRE', queue, heartbeat)
     redis.call('SET', waiters .. token,
       hand_off .. ' ' .. mode .. ' ' .. want .. ' ' .. client .. ' ' .. identity, 'PX', heartbeat)
@@ -281,9 +288,8 @@ local function lib()
       -- Others may wait behind it.
       redis.call('SET', lock, head.token .. ' ' .. now_text .. ' ' .. head.identity .. WAITED,
         'PX', head.hand_off)
-      -- Out of the queue; its key expires with its heartbeat (an attempt
-      -- of a waiter whose hand-off ran out puts it back, see
-      -- `requeue_front`).
+      -- Out of the queue; its key expires with its heartbeat, and says
+      -- until then that it was handed the lock (see `enqueue`).
       redis.call('ZREM', queue, head.token)
       local fence = next_fence(fence_key, now, retention, now_text)
       publish(channels .. head.client, string.format('%s %.0f', head.token, fence))
@@ -294,12 +300,15 @@ local function lib()
     end
   end
 
-  -- Puts `token`, that was handed the lock and let the hand-off run out
-  -- (or whose heartbeat ran out), back at the front of the queue: its place
-  -- was first. `record` is its waiter record.
-  function L.requeue_front(queue, waiters, token, heartbeat, record)
+  -- Puts `token`, out of the queue, back in it: at the front if it was
+  -- handed the lock and let the hand-off run out (see `enqueue`), else at
+  -- the back. `record` is its waiter record.
+  function L.requeue(queue, waiters, token, heartbeat, record)
+    local handed = redis.call('EXISTS', waiters .. token) == 1
     redis.call('ZADD', queue, server_text(), token)
-    L.to_front(queue, token)
+    if handed then
+      L.to_front(queue, token)
+    end
     redis.call('PEXPIRE', queue, heartbeat)
     redis.call('SET', waiters .. token, record, 'PX', heartbeat)
   end
