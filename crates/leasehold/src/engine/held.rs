@@ -53,7 +53,9 @@ impl Held {
     /// sent at `sent_at`. `hold` names the reentrant hold the token is a
     /// level of; the levels this client has of it share its lease, which
     /// keeps the settings of the first. A lease is handed to the watchdog
-    /// when its request asks for renewal.
+    /// when its request asks for renewal. `acquired` is the acquisition
+    /// time in the lock's value when the grant wrote it unmarked.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn take(
         engine: &Arc<Engine>,
         request: &Request<'_>,
