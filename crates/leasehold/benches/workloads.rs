@@ -642,6 +642,9 @@ fn text(value: &redis::Value) -> Option<String> {
 /// What `INFO commandstats` and `INFO cpu` said at one moment.
 struct ServerSnapshot {
     calls: BTreeMap<String, u64>,
+    /// Microseconds Redis spent in each command (a script's own include
+    /// the commands it ran, which are counted under their names too).
+    usec: BTreeMap<String, u64>,
     cpu_seconds: f64,
 }
 
@@ -652,6 +655,7 @@ async fn server_snapshot(conn: &mut MultiplexedConnection) -> Result<ServerSnaps
         .query_async(conn)
         .await?;
     let mut calls = BTreeMap::new();
+    let mut usec = BTreeMap::new();
     let mut cpu_seconds = 0.0;
     for line in text.lines() {
         let Some((name, value)) = line.trim().split_once(':') else {
@@ -663,16 +667,27 @@ async fn server_snapshot(conn: &mut MultiplexedConnection) -> Result<ServerSnaps
                 .find_map(|field| field.strip_prefix("calls="))
                 .ok_or_else(|| format!("INFO commandstats line without calls: {line:?}"))?;
             calls.insert(command.to_owned(), count.parse()?);
+            if let Some(us) = value
+                .split(',')
+                .find_map(|field| field.strip_prefix("usec="))
+            {
+                usec.insert(command.to_owned(), us.parse()?);
+            }
         } else if name == "used_cpu_user" || name == "used_cpu_sys" {
             cpu_seconds += value.parse::<f64>()?;
         }
     }
-    Ok(ServerSnapshot { calls, cpu_seconds })
+    Ok(ServerSnapshot {
+        calls,
+        usec,
+        cpu_seconds,
+    })
 }
 
 /// What Redis did between two snapshots, leaving out this program's own INFO.
 struct ServerCost {
     calls: BTreeMap<String, u64>,
+    usec: BTreeMap<String, u64>,
     cpu_us: f64,
 }
 
@@ -688,8 +703,18 @@ impl ServerCost {
             })
             .filter(|&(_, n)| n > 0)
             .collect();
+        let usec = after
+            .usec
+            .iter()
+            .filter(|(command, _)| command.as_str() != "info")
+            .map(|(command, &n)| {
+                let was = before.usec.get(command).copied().unwrap_or(0);
+                (command.clone(), n.saturating_sub(was))
+            })
+            .collect();
         ServerCost {
             calls,
+            usec,
             cpu_us: (after.cpu_seconds - before.cpu_seconds) * 1e6,
         }
     }
@@ -706,11 +731,15 @@ impl ServerCost {
             .collect();
         let mut sum = ServerCost {
             calls: BTreeMap::new(),
+            usec: BTreeMap::new(),
             cpu_us: 0.0,
         };
         for cost in &each {
             for (command, &n) in &cost.calls {
                 *sum.calls.entry(command.clone()).or_default() += n;
+            }
+            for (command, &n) in &cost.usec {
+                *sum.usec.entry(command.clone()).or_default() += n;
             }
             sum.cpu_us += cost.cpu_us;
         }
@@ -1695,6 +1724,14 @@ fn print_w1(plan: &Plan, runs: &[W1Run]) {
         "acquisition",
         &runs.iter().map(|r| &r.lock).collect::<Vec<_>>(),
     );
+    print_commands(
+        "W1",
+        "cycle",
+        &runs
+            .iter()
+            .map(|r| (r.library, &r.run.cost, plan.cycles))
+            .collect::<Vec<_>>(),
+    );
 }
 
 fn print_lock_cost(table: &Table, per: &str, costs: &[&LockCost]) {
@@ -1721,6 +1758,14 @@ fn print_w2(plan: &Plan, runs: &[W2Run]) {
     );
     let table = Table::new(&runs.iter().map(|r| r.library).collect::<Vec<_>>());
     w2_rows(&table, &runs.iter().collect::<Vec<_>>());
+    print_commands(
+        "W2 (with the critical section's GET and SET)",
+        "acquisition",
+        &runs
+            .iter()
+            .map(|r| (r.library, &r.cost, r.acquisitions.len()))
+            .collect::<Vec<_>>(),
+    );
 }
 
 /// W2's rows of `table`, a column per run.
@@ -1792,6 +1837,43 @@ fn w2_rows(table: &Table, runs: &[&W2Run]) {
     );
 }
 
+/// Where the Redis calls and time of each run go, per acquisition (or
+/// attempt), from `INFO commandstats`: the scripts (FCALL, EVALSHA), whose
+/// time includes that of the commands they ran, and every command under its
+/// own name, run by a script or sent by a client.
+fn print_commands(title: &str, per: &str, runs: &[(&str, &ServerCost, usize)]) {
+    let mut commands: Vec<&String> = runs
+        .iter()
+        .flat_map(|(_, cost, _)| cost.calls.keys())
+        .collect();
+    commands.sort();
+    commands.dedup();
+    // Scripts first, then by name.
+    commands.sort_by_key(|c| !matches!(c.as_str(), "fcall" | "evalsha" | "eval" | "fcall_ro"));
+    println!("  {title}: calls / {per} and Redis µs / {per} by command (INFO commandstats; a script's µs include its commands')");
+    let header: String = runs
+        .iter()
+        .map(|(library, _, _)| format!("{library:>28}"))
+        .collect();
+    println!("  {:<16}{header}", "command");
+    for command in commands {
+        let cells: String = runs
+            .iter()
+            .map(|(_, cost, n)| {
+                let n = (*n).max(1) as f64;
+                let calls = cost.get(command) as f64 / n;
+                let us = cost.usec.get(command).copied().unwrap_or(0) as f64 / n;
+                if calls == 0.0 {
+                    format!("{:>28}", "-")
+                } else {
+                    format!("{:>28}", format!("{} / {}", round3(calls), round3(us)))
+                }
+            })
+            .collect();
+        println!("  {command:<16}{cells}");
+    }
+}
+
 fn print_w3(plan: &Plan, runs: &[W3Run]) {
     println!();
     println!(
@@ -1800,6 +1882,14 @@ fn print_w3(plan: &Plan, runs: &[W3Run]) {
     );
     let table = Table::new(&runs.iter().map(|r| r.library).collect::<Vec<_>>());
     w3_rows(&table, &runs.iter().collect::<Vec<_>>());
+    print_commands(
+        "W3",
+        "attempt",
+        &runs
+            .iter()
+            .map(|r| (r.library, &r.cost, r.attempts))
+            .collect::<Vec<_>>(),
+    );
 }
 
 /// W3's rows of `table`, a column per run.

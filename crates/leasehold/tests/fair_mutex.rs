@@ -383,3 +383,83 @@ async fn a_hand_off_without_the_watchdog_gives_the_whole_lease() {
     assert!(pttl > 20_000, "the lock was left with {pttl} ms");
     guard.release().await.unwrap();
 }
+
+/// A waiter handed the lock that lets the hand-off run out (it was held
+/// up) keeps its place at the front: its next attempt takes the lock still
+/// (or goes back to the front of the queue), instead of being left out of
+/// the queue, or put at its back, while those behind it pass it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_hand_off_ran_out_keeps_its_place() {
+    let server = RedisServer::start();
+    let held = common::client_with(&server, LONG, false)
+        .fair_mutex("job")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    // The first waiter runs on a runtime of its own, which the test holds
+    // up; its lease, and so the hand-off's, is short.
+    let first = common::client_with(&server, Duration::from_millis(300), false);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let handle = runtime.handle().clone();
+    let first_waiting = std::thread::spawn(move || -> leasehold::Result<u64> {
+        runtime.block_on(async move {
+            let lock = first.fair_mutex("job").unwrap();
+            let guard = lock.acquire_timeout(LONG).await?;
+            let fence = guard.fence();
+            guard.release().await?;
+            leasehold::Result::Ok(fence)
+        })
+    });
+    let server_ref = &server;
+    eventually("the first waiter to queue", || async {
+        cmd::<u64>(server_ref, &["ZCARD", "leasehold:{job}:q"]).await == 1
+    })
+    .await;
+    let second = common::client_with(&server, LONG, false)
+        .fair_mutex("job")
+        .unwrap();
+    let second_waiting = tokio::spawn(async move {
+        let guard = second.acquire_timeout(LONG).await?;
+        let fence = guard.fence();
+        guard.release().await?;
+        leasehold::Result::<u64>::Ok(fence)
+    });
+    eventually("the second waiter to queue", || async {
+        cmd::<u64>(server_ref, &["ZCARD", "leasehold:{job}:q"]).await == 2
+    })
+    .await;
+    let (blocked_tx, blocked_rx) = std::sync::mpsc::channel::<()>();
+    let (unblock_tx, unblock_rx) = std::sync::mpsc::channel::<()>();
+    handle.spawn(async move {
+        blocked_tx.send(()).unwrap();
+        // Holds the first waiter's runtime up.
+        let _ = unblock_rx.recv();
+    });
+    blocked_rx.recv().unwrap();
+    held.release().await.unwrap();
+    // Handed to the first waiter, which cannot take it: the hand-off runs
+    // out, and nobody is told.
+    eventually("the hand-off to run out", || async {
+        cmd::<u64>(server_ref, &["EXISTS", JOB]).await == 0
+    })
+    .await;
+    unblock_tx.send(()).unwrap();
+    let first_fence = tokio::task::spawn_blocking(move || first_waiting.join().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let second_fence = second_waiting.await.unwrap().unwrap();
+    assert!(
+        first_fence < second_fence,
+        "the second waiter passed the first: {first_fence} > {second_fence}"
+    );
+    assert_eq!(queued_on(&server).await, 0);
+}
+
+async fn queued_on(server: &RedisServer) -> u64 {
+    cmd(server, &["ZCARD", "leasehold:{job}:q"]).await
+}

@@ -415,7 +415,14 @@ async fn the_fast_paths_are_functions_where_the_server_has_them() {
             cmd(&server, &["FUNCTION", "LIST", "LIBRARYNAME", "leasehold_*"]).await;
         assert_eq!(libraries.len(), 1, "{libraries:?}");
         // 15 acquires, tries and releases; the first call after each load.
-        assert!(fcalls >= 15, "{fcalls} FCALLs");
+        // A release nobody waited for is a DELIFEQ (or DELEX) where the
+        // server has one.
+        let deletes = common::command_calls(&server, "delifeq").await
+            + common::command_calls(&server, "delex").await;
+        assert!(
+            fcalls + deletes >= 15,
+            "{fcalls} FCALLs, {deletes} DELIFEQs"
+        );
     } else {
         assert_eq!(fcalls, 0);
         assert!(common::command_calls(&server, "evalsha").await >= 15);
@@ -596,4 +603,169 @@ async fn a_lost_lease_says_why(servers: Servers) {
         .await
         .expect("a fixed lease never ran out");
     assert_eq!(guard.loss_reason(), Some(LossReason::DeadlinePassed));
+}
+
+/// A release that leaves the lock free and wakes a waiter to try marks the
+/// lock for the queue: a newcomer that takes it first (before the woken
+/// waiter, who may never come) writes a value marked as waited for, so its
+/// release wakes the queue at once instead of leaving the waiters to their
+/// timers (up to a second).
+#[tokio::test]
+async fn a_newcomer_taking_a_lock_left_free_for_a_waiter_wakes_the_queue() {
+    let server = RedisServer::start();
+    let client = client_with(&server, LONG, false);
+    let mutex = client.mutex("job").unwrap();
+    // A waiter written by hand, woken to try ('m'), that never comes.
+    let time: Vec<String> = cmd(&server, &["TIME"]).await;
+    let now_us = time[0].parse::<u64>().unwrap() * 1_000_000 + time[1].parse::<u64>().unwrap();
+    let _: u64 = cmd(
+        &server,
+        &["ZADD", "leasehold:{job}:q", &now_us.to_string(), "stray"],
+    )
+    .await;
+    let _: u64 = cmd(&server, &["PEXPIRE", "leasehold:{job}:q", "60000"]).await;
+    let _: () = cmd(
+        &server,
+        &[
+            "SET",
+            "leasehold:{job}:w:stray",
+            "3000 m 1 strayclient",
+            "PX",
+            "60000",
+        ],
+    )
+    .await;
+    let mut pubsub = leasehold::redis::Client::open(server.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    pubsub
+        .subscribe("leasehold:{job}:ch:strayclient")
+        .await
+        .unwrap();
+    let mut messages = pubsub.into_on_message();
+
+    // A holder whose value a waiter's attempt marked.
+    let held = mutex.try_acquire().await.unwrap().expect("free");
+    let value: String = cmd(&server, &["GET", JOB]).await;
+    let _: () = cmd(
+        &server,
+        &["SET", JOB, &format!("{value}\u{1f}w"), "KEEPTTL"],
+    )
+    .await;
+    held.release().await.unwrap();
+    assert_eq!(next_wake(&mut messages).await.as_deref(), Some("stray"));
+
+    // The newcomer takes the free lock before the woken waiter tries.
+    let newcomer = mutex.try_acquire().await.unwrap().expect("free");
+    let value: String = cmd(&server, &["GET", JOB]).await;
+    assert!(value.ends_with("\u{1f}w"), "{value:?}");
+    newcomer.release().await.unwrap();
+    assert_eq!(
+        next_wake(&mut messages).await.as_deref(),
+        Some("stray"),
+        "the queue was not woken"
+    );
+    // Once nobody waits, a release leaves no mark: the lock after it is
+    // taken unmarked.
+    let _: u64 = cmd(&server, &["DEL", "leasehold:{job}:q"]).await;
+    mutex
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free")
+        .release()
+        .await
+        .unwrap();
+    let alone = mutex.try_acquire().await.unwrap().expect("free");
+    let value: String = cmd(&server, &["GET", JOB]).await;
+    assert!(!value.contains('\u{1f}'), "{value:?}");
+    alone.release().await.unwrap();
+}
+
+/// The next message on `messages` (bounded), as text.
+async fn next_wake(
+    messages: &mut (impl futures_util::Stream<Item = leasehold::redis::Msg> + Unpin),
+) -> Option<String> {
+    use futures_util::StreamExt;
+    match tokio::time::timeout(Duration::from_secs(10), messages.next()).await {
+        Ok(Some(message)) => Some(message.get_payload::<String>().unwrap()),
+        _ => None,
+    }
+}
+
+/// Where the server has a compare-and-delete (Valkey 9's DELIFEQ, Redis
+/// 8.4's DELEX), a release that nobody waited for is that one command, not
+/// a script; elsewhere the script releases, as it always did. A lock a
+/// waiter marked is released by the script either way, which wakes the
+/// waiter.
+#[tokio::test]
+async fn a_release_nobody_waited_for_compares_and_deletes_where_the_server_can() {
+    let server = RedisServer::start();
+    let has = |name: &'static str| {
+        let server = &server;
+        async move {
+            let info: Vec<leasehold::redis::Value> = cmd(server, &["COMMAND", "INFO", name]).await;
+            !matches!(info.first(), None | Some(leasehold::redis::Value::Nil))
+        }
+    };
+    let compare_and_delete = has("delifeq").await || has("delex").await;
+    let client = client_with(&server, LONG, false);
+    let mutex = client.mutex("job").unwrap();
+    // The first release learns which command the server has.
+    mutex
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free")
+        .release()
+        .await
+        .unwrap();
+    let _: () = cmd(&server, &["CONFIG", "RESETSTAT"]).await;
+    const ROUNDS: u64 = 5;
+    for _ in 0..ROUNDS {
+        let guard = mutex.try_acquire().await.unwrap().expect("free");
+        guard.release().await.unwrap();
+        let exists: u64 = cmd(&server, &["EXISTS", JOB]).await;
+        assert_eq!(exists, 0);
+    }
+    let scripts = common::script_calls(&server).await;
+    let deletes = common::command_calls(&server, "delifeq").await
+        + common::command_calls(&server, "delex").await;
+    if compare_and_delete {
+        assert_eq!(
+            (scripts, deletes),
+            (ROUNDS, ROUNDS),
+            "the tries are scripts, the releases not"
+        );
+    } else {
+        assert_eq!((scripts, deletes), (2 * ROUNDS, 0));
+    }
+
+    // Waited for: the compare fails on the marked value, and the script
+    // releases and wakes the waiter.
+    let held = mutex.try_acquire().await.unwrap().expect("free");
+    let waiter = client_with(&server, LONG, false).mutex("job").unwrap();
+    let waiting = tokio::spawn(async move { waiter.acquire_timeout(LONG).await });
+    eventually("the waiter to queue", || async {
+        cmd::<u64>(&server, &["ZCARD", "leasehold:{job}:q"]).await == 1
+    })
+    .await;
+    held.release().await.unwrap();
+    let guard = waiting.await.unwrap().unwrap();
+    assert!(guard.fence() > 0);
+    guard.release().await.unwrap();
+    // Lost leases are reported as before: the compare finds another value.
+    let gone = mutex.try_acquire().await.unwrap().expect("free");
+    let _: u64 = cmd(&server, &["DEL", JOB]).await;
+    let other = client_with(&server, LONG, false)
+        .mutex("job")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free");
+    assert!(gone.release().await.unwrap_err().is_not_held());
+    other.release().await.unwrap();
 }

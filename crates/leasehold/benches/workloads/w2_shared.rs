@@ -571,6 +571,14 @@ pub(super) fn print_w2_shared(plan: &Plan, exclusive: &[W2Run], shared: &[Shared
         "calls and round trips leave out the critical section's data commands \
          (2 per acquisition); CPU includes them",
     );
+    print_commands(
+        "W2 shared holders (with the critical section's data commands)",
+        "acquisition",
+        &shared
+            .iter()
+            .map(|r| (r.shared.name(), &r.cost, r.acquisitions))
+            .collect::<Vec<_>>(),
+    );
 }
 
 pub(super) fn w2_shared_json(plan: &Plan, runs: &[SharedRun]) -> Value {

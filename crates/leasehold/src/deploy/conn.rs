@@ -6,7 +6,7 @@
 //! and a refused connection as "cannot reach".
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -88,6 +88,22 @@ pub(crate) struct Connection {
     /// The server has no functions, or refuses them to this user: scripts
     /// go with EVALSHA.
     no_functions: AtomicBool,
+    /// Which compare-and-delete the server has (see [`CompareAndDelete`]),
+    /// as its `u8`; learnt on first use.
+    compare_and_delete: AtomicU8,
+}
+
+/// The command that deletes a key only if it holds a given value, where the
+/// server has one: Valkey 9's `DELIFEQ key value`, Redis 8.4's `DELEX key
+/// IFEQ value`. Releasing a lock nobody waited for then needs no script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CompareAndDelete {
+    /// Not asked yet.
+    Unknown = 0,
+    DelIfEq = 1,
+    DelEx = 2,
+    /// Neither: releases go through the script.
+    None = 3,
 }
 
 impl std::fmt::Debug for Connection {
@@ -108,6 +124,7 @@ impl Connection {
             connecting: tokio::sync::Mutex::new(()),
             demoted: AtomicBool::new(false),
             no_functions: AtomicBool::new(false),
+            compare_and_delete: AtomicU8::new(CompareAndDelete::Unknown as u8),
         }
     }
 
@@ -129,6 +146,22 @@ impl Connection {
     /// The server has no functions, or refuses them to this user.
     pub(crate) fn no_functions(&self) {
         self.no_functions.store(true, Ordering::Relaxed);
+    }
+
+    /// Which compare-and-delete this server has, as far as known.
+    pub(crate) fn compare_and_delete(&self) -> CompareAndDelete {
+        match self.compare_and_delete.load(Ordering::Relaxed) {
+            1 => CompareAndDelete::DelIfEq,
+            2 => CompareAndDelete::DelEx,
+            3 => CompareAndDelete::None,
+            _ => CompareAndDelete::Unknown,
+        }
+    }
+
+    /// What the server said it has.
+    pub(crate) fn set_compare_and_delete(&self, found: CompareAndDelete) {
+        self.compare_and_delete
+            .store(found as u8, Ordering::Relaxed);
     }
 
     fn slot(&self) -> MutexGuard<'_, Slot> {

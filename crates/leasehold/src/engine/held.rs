@@ -41,6 +41,10 @@ pub(crate) struct Held {
     token: String,
     /// Released, detached or dropped: this guard counts on the lease no more.
     done: AtomicBool,
+    /// The acquisition time in the lock's value, when the acquisition wrote
+    /// it unmarked: the release then first tries to delete the value by
+    /// comparing, where the server can (nobody waited for it).
+    acquired: Option<String>,
     pub(crate) holding: crate::engine::metrics::Holding,
 }
 
@@ -49,7 +53,9 @@ impl Held {
     /// sent at `sent_at`. `hold` names the reentrant hold the token is a
     /// level of; the levels this client has of it share its lease, which
     /// keeps the settings of the first. A lease is handed to the watchdog
-    /// when its request asks for renewal.
+    /// when its request asks for renewal. `acquired` is the acquisition
+    /// time in the lock's value when the grant wrote it unmarked.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn take(
         engine: &Arc<Engine>,
         request: &Request<'_>,
@@ -58,6 +64,7 @@ impl Held {
         fence: u64,
         sent_at: Instant,
         ttl: Duration,
+        acquired: Option<String>,
     ) -> Self {
         let lease = match hold {
             Some(hold) => {
@@ -83,6 +90,7 @@ impl Held {
             lease,
             token,
             done: AtomicBool::new(false),
+            acquired,
             holding: crate::engine::metrics::Holding::new(request.kind),
         }
     }
@@ -194,8 +202,14 @@ impl Held {
             // An attempt that gets no connection sends nothing: only one
             // that went out can have been applied.
             let (attempt, sent) = match engine.route(&lease.keys).await {
-                Ok(_) => (
-                    release(engine, &lease.keys, &self.token, false, lease.hold_until).await,
+                Ok(route) => (
+                    match self.compare_and_delete(route).await {
+                        Ok(true) => Ok(true),
+                        Ok(false) => {
+                            release(engine, &lease.keys, &self.token, false, lease.hold_until).await
+                        }
+                        Err(error) => Err(error),
+                    },
                     true,
                 ),
                 Err(error) => (Err(error), false),
@@ -242,6 +256,33 @@ impl Held {
             Some(reason) => Err(self.lost_error(reason)),
             None => Ok(()),
         }
+    }
+
+    /// Deletes the lock's value by comparing, where the server has a
+    /// compare-and-delete and the value is known unmarked (nobody waited
+    /// for it, and the hold-at-least is over): `Ok(true)` when that
+    /// released it; `Ok(false)` when the release script is to run (the
+    /// value is marked, kept, not this lease's, or the server has no such
+    /// command).
+    async fn compare_and_delete(&self, route: crate::deploy::Route) -> Result<bool> {
+        let Some(acquired) = &self.acquired else {
+            return Ok(false);
+        };
+        let lease = &self.lease;
+        if lease.hold_until.is_some_and(|until| until > Instant::now()) {
+            return Ok(false);
+        }
+        let identity = &self.engine.config.identity;
+        let mut value = Vec::with_capacity(lease.token.len() + acquired.len() + identity.len() + 2);
+        value.extend_from_slice(lease.token.as_bytes());
+        value.push(b' ');
+        value.extend_from_slice(acquired.as_bytes());
+        value.push(b' ');
+        value.extend_from_slice(identity.as_bytes());
+        Ok(route
+            .compare_and_delete(&lease.keys.lock, &value)
+            .await?
+            .unwrap_or(false))
     }
 
     /// Stops renewing and forgets the lease without releasing it.

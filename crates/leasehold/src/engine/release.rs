@@ -112,20 +112,21 @@ async fn run_release(
 /// request that may take a lock or queue a waiter, so that a dropped or
 /// failed request whose command may have reached Redis never leaves the
 /// lock held by nobody, nor a waiter in the queue that nobody refreshes.
-pub(crate) struct PendingRelease {
+pub(crate) struct PendingRelease<'a> {
     engine: Arc<Engine>,
-    keys: LockKeys,
+    /// Borrowed: copied only when a release is left to the background.
+    keys: &'a LockKeys,
     token: String,
     queued: bool,
     hold_until: Option<Instant>,
     armed: bool,
 }
 
-impl PendingRelease {
-    pub(crate) fn arm(engine: &Arc<Engine>, keys: &LockKeys, token: &str) -> Self {
+impl<'a> PendingRelease<'a> {
+    pub(crate) fn arm(engine: &Arc<Engine>, keys: &'a LockKeys, token: &str) -> Self {
         PendingRelease {
             engine: Arc::clone(engine),
-            keys: keys.clone(),
+            keys,
             token: token.to_owned(),
             queued: false,
             hold_until: None,
@@ -149,7 +150,7 @@ impl PendingRelease {
     }
 }
 
-impl Drop for PendingRelease {
+impl Drop for PendingRelease<'_> {
     fn drop(&mut self) {
         if self.armed {
             release_in_background(

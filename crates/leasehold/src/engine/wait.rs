@@ -52,6 +52,11 @@ enum Outcome {
         ttl: Duration,
         sent_at: Instant,
         hold: Option<Hold>,
+        /// The acquisition time in the lock's value, when this attempt
+        /// wrote it unmarked (a `Mutex` or `FairMutex` taken free): a
+        /// release can then delete it by comparing (see
+        /// [`crate::deploy::Route::compare_and_delete`]).
+        acquired: Option<String>,
     },
     /// Held by someone else (or promised to an earlier waiter); the blocking
     /// lease runs out within `pttl` if known. `fence` is the last fence
@@ -86,6 +91,7 @@ pub(crate) async fn try_acquire(
             ttl,
             sent_at,
             hold,
+            acquired,
         } => {
             if !usable(sent_at, ttl) {
                 // `pending` releases it on the way out.
@@ -95,7 +101,7 @@ pub(crate) async fn try_acquire(
                 pending.disarm();
             }
             Ok(Some(Held::take(
-                engine, request, token, hold, fence, sent_at, ttl,
+                engine, request, token, hold, fence, sent_at, ttl, acquired,
             )))
         }
         Outcome::Busy { .. } | Outcome::InGrace { .. } => {
@@ -204,7 +210,7 @@ async fn wait_for(
     let queue = deadline.is_none_or(|d| d > Instant::now());
     let channel = format!("{}{}", keys.channels, engine.id);
     let mut token = new_token()?;
-    let mut pending: Option<PendingRelease> = None;
+    let mut pending: Option<PendingRelease<'_>> = None;
     // Listening before the first attempt costs nothing when the channel is
     // still subscribed from an earlier wait, and no message can slip by.
     let mut subscription: Option<Subscription> = engine
@@ -226,7 +232,10 @@ async fn wait_for(
             Some((at, mode)) if mode == asks_hand_over && at.elapsed() < HEARTBEAT_REFRESH => {
                 Queueing::Fresh
             }
-            _ => Queueing::Refresh,
+            // Queued before with this token: a hand-off that ran out took
+            // it out of the queue, and the script puts it back in front.
+            Some(_) => Queueing::Again,
+            None => Queueing::Refresh,
         };
         // The attempt that found the lock busy: its send time, and the last
         // fence when it ran. A hand-off with a larger fence happened after
@@ -247,6 +256,7 @@ async fn wait_for(
                 ttl,
                 sent_at,
                 hold,
+                acquired,
             }) => {
                 seen.answered = true;
                 if usable(sent_at, ttl) {
@@ -254,7 +264,7 @@ async fn wait_for(
                         pending.disarm();
                     }
                     return Ok(Held::take(
-                        engine, request, token, hold, fence, sent_at, ttl,
+                        engine, request, token, hold, fence, sent_at, ttl, acquired,
                     ));
                 }
                 // The answer came too late to use: let the lease go (in the
@@ -276,7 +286,7 @@ async fn wait_for(
                 seen.in_grace = false;
                 seen.unacked = None;
                 queued_at.get_or_insert(sent_at);
-                if queue_mode == Queueing::Refresh {
+                if matches!(queue_mode, Queueing::Refresh | Queueing::Again) {
                     refreshed = Some((sent_at, asks_hand_over));
                 }
                 backoff = FIRST_BACKOFF;
@@ -372,7 +382,7 @@ async fn wait_for(
                         pending.disarm();
                     }
                     return Ok(Held::take(
-                        engine, request, token, None, fence, busy_sent, ttl,
+                        engine, request, token, None, fence, busy_sent, ttl, None,
                     ));
                 }
                 // Stale, or too little left to trust from this message: the
@@ -394,7 +404,7 @@ fn starving(queued_at: Option<Instant>) -> bool {
 async fn leave(
     engine: &Engine,
     keys: &LockKeys,
-    pending: &mut Option<PendingRelease>,
+    pending: &mut Option<PendingRelease<'_>>,
     token: &str,
 ) {
     let Some(queued) = pending.take() else {
@@ -492,6 +502,9 @@ enum Queueing {
     No,
     /// It queues, or refreshes its place and heartbeat.
     Refresh,
+    /// As `Refresh`, for a token queued before: one out of the queue (a
+    /// hand-off to it ran out) goes back in front.
+    Again,
     /// It is queued with a heartbeat refreshed within `HEARTBEAT_REFRESH`
     /// and the same mode: the lock is marked as waited for, nothing else.
     Fresh,
@@ -501,13 +514,13 @@ enum Queueing {
 /// queue when busy; a queued waiter is handed the lock at a release if
 /// `hand_over` (a fair lock always is). Arms `pending` before anything is
 /// sent.
-async fn attempt(
+async fn attempt<'k>(
     engine: &Arc<Engine>,
-    request: &Request<'_>,
+    request: &Request<'k>,
     token: &str,
     queue: Queueing,
     hand_over: bool,
-    pending: &mut Option<PendingRelease>,
+    pending: &mut Option<PendingRelease<'k>>,
 ) -> Result<Outcome> {
     let keys = request.keys;
     // Nothing can be held before the request leaves: connect first, then
@@ -547,6 +560,8 @@ async fn attempt(
         match queue {
             Queueing::No => b"0",
             Queueing::Refresh => b"1",
+            Queueing::Again if request.kind.is_hash() => b"1",
+            Queueing::Again => b"3",
             // The hash kinds' script refreshes on every attempt.
             Queueing::Fresh if request.kind.is_hash() => b"1",
             Queueing::Fresh => b"2",
@@ -636,7 +651,7 @@ async fn run_attempt(
     engine: &Arc<Engine>,
     request: &Request<'_>,
     route: crate::deploy::Route,
-    pending: &mut Option<PendingRelease>,
+    pending: &mut Option<PendingRelease<'_>>,
     sent_before: bool,
     pick: Pick,
     keys_list: &[&str],
@@ -673,17 +688,21 @@ async fn run_attempt(
 /// `scripts/family_acquire.lua`).
 fn read_attempt(request: &Request<'_>, reply: &redis::Value, sent_at: Instant) -> Result<Outcome> {
     let unexpected = || Error::unexpected_reply("acquire", reply);
-    if let redis::Value::BulkString(fence) = reply {
-        // Taken by this attempt, for the lease it asked.
-        let fence = std::str::from_utf8(fence)
-            .ok()
-            .and_then(|fence| fence.parse::<u64>().ok())
-            .ok_or_else(unexpected)?;
+    if let redis::Value::BulkString(text) = reply {
+        // Taken by this attempt, for the lease it asked: "<fence>", or
+        // "<fence> <acquired>" when the value's acquisition time is not the
+        // fence (see `take_fence` in `scripts/lib.lua`).
+        let text = std::str::from_utf8(text).map_err(|_| unexpected())?;
+        let (fence_text, acquired) = text.split_once(' ').unwrap_or((text, text));
+        let fence = fence_text.parse::<u64>().map_err(|_| unexpected())?;
+        // Only a mutex's value is a string a compare-and-delete can match.
+        let acquired = (!request.kind.is_hash()).then(|| acquired.to_owned());
         return Ok(Outcome::Granted {
             fence,
             ttl: request.lease,
             sent_at,
             hold: None,
+            acquired,
         });
     }
     let redis::Value::Array(items) = reply else {
@@ -710,6 +729,7 @@ fn read_attempt(request: &Request<'_>, reply: &redis::Value, sent_at: Instant) -
                         ttl,
                         sent_at,
                         hold,
+                        acquired: None,
                     })
                 }
                 _ => Err(unexpected()),

@@ -8,57 +8,77 @@
 -- ARGV[10] hand-off lease ms
 -- The waiter's record keeps the mode it sent last.
 -- Returns the fence, as text, when this attempt took the free lock (the
--- lease is ARGV[2]); {1, fence, lease ms} when an earlier attempt with
--- this token took it; {0, pttl of the holder, last fence (0 unless
+-- lease is ARGV[2]) with an unmarked value (see take_fence in lib.lua);
+-- {1, fence, lease ms} when it took it otherwise, or an earlier attempt
+-- with this token took it; {0, pttl of the holder, last fence (0 unless
 -- queueing), the holder's record} when busy, {-1, kind} when the key holds
 -- another kind of lock.
 -- The fast path (a free lock) makes no closure and no number: each costs
--- the server work on every run.
-local now_text = server_text()
-local value = ARGV[1] .. ' ' .. now_text .. ' ' .. ARGV[8]
-if ARGV[7] == '1' then
-  -- Sent before: it may have queued, and others behind it.
-  value = value .. WAITED
-end
-if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
-  if ARGV[7] == '1' then
-    lib().leave_queue(KEYS[3], KEYS[4], ARGV[1])
+-- the server work on every run. A token sent before reads the lock first:
+-- it is mostly queued behind a holder, or handed the lock.
+local sent_before = ARGV[7] == '1'
+local holder
+if not sent_before then
+  local now_text = server_text()
+  local value = ARGV[1] .. ' ' .. now_text .. ' ' .. ARGV[8]
+  if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
+    return take_fence(KEYS[1], value, KEYS[2], ARGV[3], now_text, ARGV[2])
   end
-  local _, fence = next_fence(KEYS[2], nil, ARGV[3], now_text)
-  return fence
 end
 local L = lib()
-local holder = redis.pcall('GET', KEYS[1])
+holder = redis.pcall('GET', KEYS[1])
+if not holder then
+  -- Free, and this token was sent before: it may have queued, and others
+  -- behind it.
+  local now_text = server_text()
+  local value = ARGV[1] .. ' ' .. now_text .. ' ' .. ARGV[8] .. WAITED
+  redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
+  L.leave_queue(KEYS[3], KEYS[4], ARGV[1])
+  return {1, next_fence(KEYS[2], nil, ARGV[3], now_text), tonumber(ARGV[2])}
+end
 if type(holder) ~= 'string' then
   local kind = L.kind_of(KEYS[1])
+  local now_text = server_text()
+  local value = ARGV[1] .. ' ' .. now_text .. ' ' .. ARGV[8]
+  if sent_before then
+    value = value .. WAITED
+  end
   -- A hash lock with no live lease is removed, and the lock taken.
   if family().drop_stale(KEYS[1], kind)
       and redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
-    if ARGV[7] == '1' then
+    if sent_before then
       L.leave_queue(KEYS[3], KEYS[4], ARGV[1])
     end
-    return {1, next_fence(KEYS[2], nil, ARGV[3], now_text), tonumber(ARGV[2])}
+    local fence, _, waiting = next_fence(KEYS[2], nil, ARGV[3], now_text)
+    if waiting then
+      mark_waited(KEYS[1], value)
+    end
+    return {1, fence, tonumber(ARGV[2])}
   end
   return {-1, kind}
 end
-if ARGV[7] == '1' and holds(holder, ARGV[1]) then
-  -- An earlier attempt with this token took it, and its answer was lost;
-  -- or a release handed it over with the short hand-off lease: this
-  -- attempt sets the lease it asks for.
-  L.leave_queue(KEYS[3], KEYS[4], ARGV[1])
-  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  end
-  return {1, tonumber(redis.call('GET', KEYS[2])) or -1, redis.call('PTTL', KEYS[1])}
+if sent_before and holds(holder, ARGV[1]) then
+  -- An earlier attempt with this token took it, and its answer was lost
+  -- (that attempt left the queue); or a release handed it over with the
+  -- short hand-off lease (and took it out of the queue): this attempt sets
+  -- the lease it asks for.
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, fence_of(redis.call('GET', KEYS[2])) or -1, tonumber(ARGV[2])}
 end
 if ARGV[4] == '0' then
   return {0, redis.call('PTTL', KEYS[1]), 0, holder}
 end
-if ARGV[4] == '1' then
-  L.enqueue(KEYS[3], KEYS[4], ARGV[1], now_text, ARGV[5], ARGV[10], ARGV[9], '1', ARGV[6], ARGV[8])
+if ARGV[4] == '1' or ARGV[4] == '3' then
+  -- Queued before, for a hand-off, and out of the queue: handed the lock,
+  -- and the hand-off ran out before this attempt. Back to the front.
+  L.enqueue(KEYS[3], KEYS[4], ARGV[1], nil, ARGV[5], ARGV[10], ARGV[9], '1', ARGV[6], ARGV[8],
+    ARGV[4] == '3' and ARGV[9] == 'f')
+elseif ARGV[9] == 'f' and not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+  -- As above, found by an attempt that does not refresh.
+  L.requeue(KEYS[3], KEYS[4], ARGV[1], ARGV[5], ARGV[10] .. ' f 1 ' .. ARGV[6] .. ' ' .. ARGV[8])
 end
 -- Its release reads the queue.
 mark_waited(KEYS[1], holder)
 -- The fence counter lets the waiter tell a hand-off after this attempt
 -- (a larger fence) from a stale message about one before it.
-return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2])) or 0, holder}
+return {0, redis.call('PTTL', KEYS[1]), fence_of(redis.call('GET', KEYS[2])) or 0, holder}

@@ -4,8 +4,9 @@
 -- KEYS and ARGV as acquire.lua (ARGV[9] is always 'f'); ARGV[10] is the
 -- lease a release hands over.
 -- Returns the fence, as text, when this attempt took the free lock (the
--- lease is ARGV[2]); {1, fence, remaining lease ms} when held by a
--- hand-off or an earlier attempt; {0, pttl of the holder
+-- lease is ARGV[2]) with an unmarked value (see take_fence in lib.lua);
+-- {1, fence, lease ms} when it took it otherwise, or held it by a hand-off
+-- or an earlier attempt; {0, pttl of the holder
 -- (-2 when free but promised to an earlier waiter), last fence, the
 -- holder's record} when busy, {-1, kind} when the key holds another kind
 -- of lock.
@@ -20,33 +21,45 @@ if type(holder) == 'table' then
 end
 if holder and holds(holder, ARGV[1]) then
   -- Handed over by a release (with the short hand-off lease), or taken by
-  -- an attempt whose answer was lost: this attempt sets the lease it asks for.
-  L.leave_queue(KEYS[3], KEYS[4], ARGV[1])
-  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  end
-  return {1, tonumber(redis.call('GET', KEYS[2])) or -1, redis.call('PTTL', KEYS[1])}
+  -- an attempt whose answer was lost: either took it out of the queue.
+  -- This attempt sets the lease it asks for.
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, fence_of(redis.call('GET', KEYS[2])) or -1, tonumber(ARGV[2])}
 end
 if not holder then
   local head = L.first_live(KEYS[3], KEYS[4])
-  if not head or head.token == ARGV[1] then
+  -- Queued, but out of the queue: handed the lock, and the hand-off ran
+  -- out before this attempt. Its place was first: it takes the lock still.
+  -- (A hand-off leaves the waiter's key to its heartbeat: one whose
+  -- heartbeat ran out has none.)
+  local lapsed = head and head.token ~= ARGV[1] and (ARGV[4] == '2' or ARGV[4] == '3')
+    and not redis.call('ZSCORE', KEYS[3], ARGV[1])
+    and redis.call('EXISTS', KEYS[4] .. ARGV[1]) == 1
+  if not head or head.token == ARGV[1] or lapsed then
     local now_text = server_text()
     local value = ARGV[1] .. ' ' .. now_text .. ' ' .. ARGV[8]
     if head then
       -- Others may wait behind it.
-      value = value .. WAITED
+      redis.call('SET', KEYS[1], value .. WAITED, 'PX', ARGV[2])
       L.leave_queue(KEYS[3], KEYS[4], ARGV[1])
+      return {1, next_fence(KEYS[2], nil, ARGV[3], now_text), tonumber(ARGV[2])}
     end
     redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
-    local _, fence = next_fence(KEYS[2], nil, ARGV[3], now_text)
-    return fence
+    return take_fence(KEYS[1], value, KEYS[2], ARGV[3], now_text, ARGV[2])
   end
 end
 if ARGV[4] == '0' then
   return {0, redis.call('PTTL', KEYS[1]), 0, holder or ''}
 end
-if ARGV[4] == '1' then
-  L.enqueue(KEYS[3], KEYS[4], ARGV[1], nil, ARGV[5], ARGV[10], 'f', '1', ARGV[6], ARGV[8])
+if ARGV[4] == '1' or ARGV[4] == '3' then
+  -- Queued before, and out of the queue: handed the lock, and the hand-off
+  -- ran out before this attempt. Its place was first: newcomers do not
+  -- pass it.
+  L.enqueue(KEYS[3], KEYS[4], ARGV[1], nil, ARGV[5], ARGV[10], 'f', '1', ARGV[6], ARGV[8],
+    ARGV[4] == '3')
+elseif not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+  -- As above, found by an attempt that does not refresh.
+  L.requeue(KEYS[3], KEYS[4], ARGV[1], ARGV[5], ARGV[10] .. ' f 1 ' .. ARGV[6] .. ' ' .. ARGV[8])
 end
 if holder then
   -- Its release hands the lock on.
@@ -54,4 +67,4 @@ if holder then
 end
 -- The fence counter lets the waiter tell a hand-off after this attempt
 -- (a larger fence) from a stale message about one before it.
-return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2])) or 0, holder or ''}
+return {0, redis.call('PTTL', KEYS[1]), fence_of(redis.call('GET', KEYS[2])) or 0, holder or ''}

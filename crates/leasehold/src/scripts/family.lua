@@ -151,8 +151,15 @@ local function family()
   end
 
   -- Sets the key's expiry to the last lease's, or removes a lock nobody
-  -- holds; a semaphore keeps its permit count for `retention` ms.
-  function F.settle(lock, live, now_ms, retention)
+  -- holds; a semaphore keeps its permit count for `retention` ms. `kind`,
+  -- when the caller knows it, spares reading it.
+  function F.settle(lock, live, now_ms, retention, kind)
+    local semaphore = function()
+      if kind then
+        return kind == 'semaphore'
+      end
+      return redis.call('HGET', lock, 'kind') == 'semaphore'
+    end
     local last = 0
     for _, e in ipairs(live) do
       if e.expiry > last then
@@ -161,11 +168,11 @@ local function family()
     end
     if last > now_ms then
       local keep = last - now_ms
-      if redis.call('HGET', lock, 'kind') == 'semaphore' and tonumber(retention) > keep then
+      if tonumber(retention) > keep and semaphore() then
         keep = tonumber(retention)
       end
       redis.call('PEXPIRE', lock, string.format('%.0f', keep))
-    elseif redis.call('HGET', lock, 'kind') == 'semaphore' then
+    elseif semaphore() then
       redis.call('PEXPIRE', lock, retention)
     else
       redis.call('DEL', lock)

@@ -53,7 +53,7 @@ end
 local now_us, now_text = server_us()
 local now = math.floor(now_us / 1000)
 local live, pruned = F.live_holders(lock, now)
-local last_fence = tonumber(redis.call('GET', KEYS[2])) or 0
+local last_fence = fence_of(redis.call('GET', KEYS[2])) or 0
 -- The hold a reentrant level of this token belongs to.
 local level_of = mode == 'x' and F.marker(redis.call('HGET', lock, 'l:' .. token))
 
@@ -117,7 +117,7 @@ if mode == 'x' then
         redis.call('HSET', lock, 'l:' .. level, marker)
       end
     end
-    F.settle(lock, live, now, ARGV[3])
+    F.settle(lock, live, now, ARGV[3], ARGV[10])
     if ARGV[7] == '1' then
       L.leave_queue(KEYS[3], KEYS[4], token)
     end
@@ -196,15 +196,17 @@ if fence then
   local granted = {token = token, expiry = now + tonumber(ARGV[2]), mode = mode, owner = owner,
     permits = tonumber(ARGV[12]), fence = fence, acquired = now_text,
     identity = ARGV[8]}
-  redis.call('HSET', lock, 'kind', ARGV[10], 'h:' .. token, F.entry_value(granted))
   if ARGV[10] == 'semaphore' then
-    redis.call('HSET', lock, 'permits', permits)
+    redis.call('HSET', lock, 'kind', ARGV[10], 'h:' .. token, F.entry_value(granted),
+      'permits', permits)
+  else
+    redis.call('HSET', lock, 'kind', ARGV[10], 'h:' .. token, F.entry_value(granted))
   end
   if mode == 'x' then
     redis.call('HSET', lock, 'l:' .. token, F.marker_value(token, granted.expiry))
   end
   live[#live + 1] = granted
-  F.settle(lock, live, now, ARGV[3])
+  F.settle(lock, live, now, ARGV[3], ARGV[10])
   if ARGV[7] == '1' then
     L.leave_queue(KEYS[3], KEYS[4], token)
   end
@@ -216,7 +218,7 @@ end
 
 if pruned > 0 then
   -- The leases that ran out may have been the last: the key goes with them.
-  F.settle(lock, live, now, ARGV[3])
+  F.settle(lock, live, now, ARGV[3], ARGV[10])
 end
 
 if ARGV[4] == '1' then

@@ -7,7 +7,7 @@
 -- none is live), not the key's: a semaphore's count outlives its leases.
 local L = lib()
 local kind = L.kind_of(KEYS[1])
-local fence = tonumber(redis.call('GET', KEYS[2])) or -1
+local fence = fence_of(redis.call('GET', KEYS[2])) or -1
 -- In µs, as the holders' acquisition times are: a holder granted in the
 -- millisecond of this read has held it for a few µs, not a negative time.
 local now_us = server_us()

@@ -27,8 +27,11 @@
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[3] fence retention ms,
 -- ARGV[4] '1' to queue when busy (or refresh the waiter's place and
--- heartbeat), '2' when it is queued with a fresh heartbeat (only the
--- lock is marked WAITED), '0' not to queue, ARGV[5] heartbeat ms, ARGV[6] the
+-- heartbeat), '3' as '1' for a token queued before (a string lock's
+-- waiter that is out of the queue was handed the lock and let the hand-off
+-- run out: it goes back in front), '2' when it is queued with a fresh
+-- heartbeat (only the lock is marked WAITED; out of the queue, as '3'),
+-- '0' not to queue, ARGV[5] heartbeat ms, ARGV[6] the
 -- waiting client's id, ARGV[7] '1' when this token was sent before (it may
 -- hold or be queued), ARGV[8] the holder's identity, ARGV[9] the waiter's
 -- mode; what follows is the script's own. A Mutex's or FairMutex's
@@ -54,14 +57,21 @@ end
 -- persistence, failover, or its retention running out) as long as the server
 -- clock does not step back. The counter expires after `retention` ms without
 -- an acquisition. `now_text` is `now_us` as text, when the caller has it.
+-- The third value says whether the counter carried the WAITING mark (see
+-- below): waiters may be queued, and the new holder's value is to say so.
 local function next_fence(key, now_us, retention, now_text)
   now_text = now_text or string.format('%.0f', now_us)
   local old = redis.call('SET', key, now_text, 'PX', retention, 'GET')
+  local waiting = false
+  if old and string.byte(old, -1) == 119 then
+    waiting = true
+    old = string.match(old, '^(.-)w*$')
+  end
   -- Digits only and no longer than the clock's text: they compare as their
   -- numbers, and the clock is ahead (the common case, without arithmetic).
   if not old or ((#old < #now_text or (#old == #now_text and old < now_text))
       and not string.find(old, '%D')) then
-    return now_us or tonumber(now_text), now_text
+    return now_us or tonumber(now_text), now_text, waiting
   end
   now_us = now_us or tonumber(now_text)
   local stored = tonumber(old)
@@ -74,9 +84,27 @@ local function next_fence(key, now_us, retention, now_text)
   if stored + 1 > now_us then
     local text = string.format('%.0f', stored + 1)
     redis.call('SET', key, text, 'PX', retention)
-    return stored + 1, text
+    return stored + 1, text, waiting
   end
-  return now_us, now_text
+  return now_us, now_text, waiting
+end
+
+-- The last fence handed out, from the counter's value as GET gives it
+-- (without the WAITING mark), or nil.
+local function fence_of(value)
+  return tonumber(value and string.match(value, '^%d+'))
+end
+
+-- A fence counter ending in 'w' (WAITING) says that a release left the lock
+-- free while waiters were queued (it woke one to try): whoever takes it
+-- next marks its value WAITED, so that its release wakes the queue even if
+-- the woken waiter never comes (it gave up, or died). Spurious marks only
+-- cost a read of the queue.
+local function mark_waiting(key, retention)
+  if redis.call('APPEND', key, 'w') == 1 then
+    -- There was no counter: the mark alone expires as a counter would.
+    redis.call('PEXPIRE', key, retention)
+  end
 end
 
 -- Publishes `message` on `channel`: the one place a script sends a
@@ -125,6 +153,26 @@ local function holds(value, token)
   return (after == 32 or after == 31) and string.find(value, token, 1, true) == 1
 end
 
+-- The reply of an acquire script whose attempt took a free lock, writing
+-- the unmarked `value` made with `now_text` (see acquire.lua): hands out
+-- the fence (see next_fence), and marks the value WAITED when the counter
+-- says waiters may be queued. The reply tells the client the value when it
+-- is unmarked, so that a release nobody waited for can delete it by
+-- comparing (DELIFEQ): the fence, as text, when it is the value's
+-- acquisition time too, else "<fence> <acquisition time>". A marked value
+-- gets {1, fence, lease ms}.
+local function take_fence(lock, value, fence_key, retention, now_text, lease)
+  local fence_us, fence, waiting = next_fence(fence_key, nil, retention, now_text)
+  if waiting then
+    mark_waited(lock, value)
+    return {1, fence_us, tonumber(lease)}
+  end
+  if fence == now_text then
+    return fence
+  end
+  return fence .. ' ' .. now_text
+end
+
 -- The queue's functions, made on the first call to `lib()`: a closure costs
 -- the server work on every run of a script, and the fast paths (a free
 -- lock taken, a lock released that nobody waits for, a renewal) use none
@@ -140,11 +188,16 @@ local function lib()
   -- What kind of lock `key` holds: 'none', 'mutex', a hash primitive's kind,
   -- or the Redis type of a key leasehold did not write.
   function L.kind_of(key)
+    -- A hash primitive's kind in one call, the common case of a held one.
+    local kind = redis.pcall('HGET', key, 'kind')
+    if type(kind) == 'string' then
+      return kind
+    end
     local t = redis.call('TYPE', key)['ok']
     if t == 'string' then
       return 'mutex'
     elseif t == 'hash' then
-      return redis.call('HGET', key, 'kind') or 'hash'
+      return 'hash'
     end
     return t
   end
@@ -194,13 +247,29 @@ local function lib()
 
   -- Puts `token` at the back of the queue unless it is in it already, and
   -- refreshes its heartbeat. `now_text`, when the caller has it, is the
-  -- server's clock as `server_text` gives it.
+  -- server's clock as `server_text` gives it. With `front_if_handed`, a
+  -- token that was out of the queue but still has its waiter key was
+  -- handed the lock and let the hand-off run out (a hand-off leaves the
+  -- key to its heartbeat; a waiter whose heartbeat ran out has none): it
+  -- goes back to the front, where it was.
   function L.enqueue(queue, waiters, token, now_text, heartbeat, hand_off, mode, want, client,
-      identity)
-    redis.call('ZADD', queue, 'NX', now_text or server_text(), token)
+      identity, front_if_handed)
+    local added = redis.call('ZADD', queue, 'NX', now_text or server_text(), token)
+    if added == 1 and front_if_handed and redis.call('EXISTS', waiters .. token) == 1 then
+      L.to_front(queue, token)
+    end
     redis.call('PEXPIRE', queue, heartbeat)
     redis.call('SET', waiters .. token,
       hand_off .. ' ' .. mode .. ' ' .. want .. ' ' .. client .. ' ' .. identity, 'PX', heartbeat)
+    return added == 1
+  end
+
+  -- Moves `token`, just put at the back of the queue, to its front.
+  function L.to_front(queue, token)
+    local first = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
+    if first[1] and first[1] ~= token then
+      redis.call('ZADD', queue, 'XX', string.format('%.0f', tonumber(first[2]) - 1), token)
+    end
   end
 
   function L.wake(channels, record)
@@ -219,12 +288,29 @@ local function lib()
       -- Others may wait behind it.
       redis.call('SET', lock, head.token .. ' ' .. now_text .. ' ' .. head.identity .. WAITED,
         'PX', head.hand_off)
-      L.leave_queue(queue, waiters, head.token)
+      -- Out of the queue; its key expires with its heartbeat, and says
+      -- until then that it was handed the lock (see `enqueue`).
+      redis.call('ZREM', queue, head.token)
       local fence = next_fence(fence_key, now, retention, now_text)
       publish(channels .. head.client, string.format('%s %.0f', head.token, fence))
     else
+      -- The lock is left free: whoever takes it marks it for the queue.
+      mark_waiting(fence_key, retention)
       L.wake(channels, head)
     end
+  end
+
+  -- Puts `token`, out of the queue, back in it: at the front if it was
+  -- handed the lock and let the hand-off run out (see `enqueue`), else at
+  -- the back. `record` is its waiter record.
+  function L.requeue(queue, waiters, token, heartbeat, record)
+    local handed = redis.call('EXISTS', waiters .. token) == 1
+    redis.call('ZADD', queue, server_text(), token)
+    if handed then
+      L.to_front(queue, token)
+    end
+    redis.call('PEXPIRE', queue, heartbeat)
+    redis.call('SET', waiters .. token, record, 'PX', heartbeat)
   end
 
   lib_functions = L

@@ -20,7 +20,9 @@ if not redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
   end
   return {0, redis.call('PTTL', KEYS[1])}
 end
-local stored = tonumber(redis.pcall('GET', KEYS[2]))
+local raw = redis.pcall('GET', KEYS[2])
+-- The digits: a single-node release may mark the counter with a trailing 'w'.
+local stored = type(raw) == 'string' and tonumber(string.match(raw, '^%d+')) or nil
 -- Anything leasehold did not write counts as a lost counter (see next_fence).
 if stored == nil or stored ~= stored or stored < 0 or stored >= 9007199254740992 then
   stored = 0

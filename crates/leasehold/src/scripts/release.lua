@@ -79,7 +79,7 @@ if type(holder) == 'table' then
             'l:' .. token, F.marker_value(hold, e.expiry))
         end
         redis.call('HSET', KEYS[1], 'h:' .. hold, F.entry_value(e))
-        F.settle(KEYS[1], live, now, ARGV[3])
+        F.settle(KEYS[1], live, now, ARGV[3], kind)
         watched_end(KEYS[1], KEYS[2], ARGV[4], 'k', e.fence, e.acquired)
         return 2
       end
@@ -100,7 +100,7 @@ if type(holder) == 'table' then
     -- nobody to wake.
     return 0
   end
-  F.settle(KEYS[1], live, now, ARGV[3])
+  F.settle(KEYS[1], live, now, ARGV[3], kind)
   F.wake_hash(kind, KEYS[1], KEYS[3], KEYS[4], ARGV[4], live)
   return released
 end
@@ -125,6 +125,12 @@ if holder and holds(holder, token) then
 elseif ARGV[2] == '1' then
   lib().leave_queue(KEYS[3], KEYS[4], token)
   if holder then
+    -- A waiter that was woken to try and gives up instead: the holder may
+    -- have taken the lock without a mark meanwhile, and is to wake those
+    -- left.
+    if redis.call('EXISTS', KEYS[3]) == 1 then
+      mark_waited(KEYS[1], holder)
+    end
     return 0
   end
 else

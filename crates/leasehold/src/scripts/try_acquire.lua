@@ -4,14 +4,14 @@
 -- KEYS[1] lock, KEYS[2] fence counter
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[3] fence retention ms,
 -- ARGV[4] the holder's identity
--- Returns as acquire.lua does: the fence, as text, when taken; {0, pttl of
+-- Returns as acquire.lua does: the fence, as text (see take_fence in
+-- lib.lua), or {1, fence, lease ms}, when taken; {0, pttl of
 -- the holder, 0, the holder's record} when busy; {-1, kind} when the key
 -- holds another kind of lock.
 local now_text = server_text()
 local value = ARGV[1] .. ' ' .. now_text .. ' ' .. ARGV[4]
 if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
-  local _, fence = next_fence(KEYS[2], nil, ARGV[3], now_text)
-  return fence
+  return take_fence(KEYS[1], value, KEYS[2], ARGV[3], now_text, ARGV[2])
 end
 local holder = redis.pcall('GET', KEYS[1])
 if type(holder) ~= 'string' then
@@ -19,8 +19,7 @@ if type(holder) ~= 'string' then
   -- A hash lock with no live lease is removed, and the lock taken.
   if family().drop_stale(KEYS[1], kind)
       and redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
-    local _, fence = next_fence(KEYS[2], nil, ARGV[3], now_text)
-    return fence
+    return take_fence(KEYS[1], value, KEYS[2], ARGV[3], now_text, ARGV[2])
   end
   return {-1, kind}
 end

@@ -52,7 +52,9 @@ end
 redis.call('ZREMRANGEBYSCORE', ends, '-inf', '(' .. string.format('%.0f', now_us - WATCH_ENDS_US))
 local L = lib()
 local kind = L.kind_of(KEYS[1])
-local counter = redis.call('GET', KEYS[2])
+-- The counter's digits: a release that left the lock free for a waiter
+-- marks it with a trailing 'w' (see mark_waiting in lib.lua).
+local counter = string.match(redis.call('GET', KEYS[2]) or '', '^%d+')
 local reply = {kind, tonumber(counter) or -1, now_text, 0}
 if kind == 'mutex' then
   local value = redis.call('GET', KEYS[1])

@@ -25,7 +25,7 @@ local function watched_end(lock, fence_key, channels, how, fence, record)
   if fence then
     fence = string.format('%.0f', fence)
   else
-    fence = redis.call('GET', fence_key) or '0'
+    fence = string.match(redis.call('GET', fence_key) or '', '^%d+') or '0'
     record = string.match(record, '^%S+ (%d+)')
   end
   local ends = key .. ':ends'
