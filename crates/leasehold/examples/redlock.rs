@@ -61,9 +61,12 @@ async fn main() -> leasehold::Result<()> {
 
     let mutex = redlock.mutex("ledger")?;
     let guard = mutex.acquire().await?;
+    // Another handle is another taker (the same handle in the same task
+    // would be told at once that it holds the lock already).
+    let other = redlock.mutex("ledger")?;
     println!(
         "a second taker finds it busy: {}",
-        mutex.try_acquire().await?.is_none()
+        other.try_acquire().await?.is_none()
     );
     let held_on = guard.release_counted().await?;
     println!("released; it was held on {held_on} masters");
