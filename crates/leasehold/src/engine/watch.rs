@@ -116,10 +116,24 @@ struct Seen {
 /// [`LeaseEnd::Missed`] by the next look. The hash kinds record every
 /// release while watched.
 ///
+/// Once polled, the watch keeps looking in the background (every
+/// [`LOOK_HELD`], 3 s) while its consumer is busy elsewhere, so a consumer
+/// that takes its time between two calls of [`next`](Self::next) is still
+/// told how each lease it saw ended; what those looks find is kept for
+/// `next` until it is read.
+///
 /// Dropping it unregisters the watcher in the background (with no runtime
 /// left, its registration runs out after its heartbeat of 10 s) and
 /// unsubscribes.
 pub struct LockWatch {
+    name: String,
+    state: Arc<tokio::sync::Mutex<Watcher>>,
+    /// The background looks, from the first call on.
+    keeper: Option<tokio::task::AbortHandle>,
+}
+
+/// A watch's state: what its looks saw, and its registration.
+struct Watcher {
     engine: Arc<Engine>,
     keys: LockKeys,
     watch_key: String,
@@ -150,8 +164,7 @@ pub struct LockWatch {
 impl std::fmt::Debug for LockWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockWatch")
-            .field("name", &self.keys.name)
-            .field("leases_seen", &self.seen.len())
+            .field("name", &self.name)
             .finish_non_exhaustive()
     }
 }
@@ -159,28 +172,45 @@ impl std::fmt::Debug for LockWatch {
 impl LockWatch {
     pub(crate) fn new(engine: Arc<Engine>, keys: LockKeys) -> Result<LockWatch> {
         Ok(LockWatch {
-            watch_key: format!("{}:watch", keys.lock),
-            channel: format!("{}watch", keys.channels),
-            id: crate::engine::new_token()?,
-            engine,
-            keys,
-            subscription: None,
-            registered: false,
-            started: false,
-            seen: HashMap::new(),
-            counter: None,
-            last_look: None,
-            reported: HashSet::new(),
-            events: VecDeque::new(),
-            due: true,
-            next_look: Instant::now(),
-            holders: Vec::new(),
+            name: keys.name.clone(),
+            state: Arc::new(tokio::sync::Mutex::new(Watcher::new(engine, keys)?)),
+            keeper: None,
         })
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.keys.name
+        &self.name
+    }
+
+    /// Starts the background looks, once, from within a runtime.
+    fn keep(&mut self) {
+        if self.keeper.is_some() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let state = Arc::downgrade(&self.state);
+        let task = runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(LOOK_HELD).await;
+                let Some(state) = state.upgrade() else {
+                    return;
+                };
+                // Busy: the consumer is in `next` or `holders`, which look
+                // on their own timers.
+                let Ok(mut watcher) = state.try_lock() else {
+                    continue;
+                };
+                if watcher.registered && Instant::now() >= watcher.next_look {
+                    // A failure is the consumer's to see at its next call,
+                    // which looks again.
+                    let _ = watcher.look().await;
+                }
+            }
+        });
+        self.keeper = Some(task.abort_handle());
     }
 
     /// Waits for the end of the next lease this watch sees end, and says
@@ -210,6 +240,80 @@ impl LockWatch {
     ///
     /// Cancel safe: an event is returned or kept for the next call.
     pub async fn next(&mut self) -> Result<LockEvent> {
+        self.keep();
+        self.state.lock().await.next().await
+    }
+
+    /// Looks at the lock now, and returns who holds it (none when it is
+    /// free). The ends this look finds are kept for
+    /// [`next`](Self::next).
+    ///
+    /// # Errors
+    ///
+    /// As [`next`](Self::next).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn holders(&mut self) -> Result<Vec<Holder>> {
+        self.keep();
+        self.state.lock().await.holders().await
+    }
+
+    /// Ends the watch now: unregisters the watcher (and, the last one
+    /// gone, unmarks the holder) before it returns, where dropping the
+    /// watch does it in the background.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+    /// [`ErrorKind::Server`](crate::ErrorKind::Server): the registration
+    /// then runs out by itself within its heartbeat (10 s).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the registration to run out.
+    pub async fn close(mut self) -> Result<()> {
+        if let Some(keeper) = self.keeper.take() {
+            keeper.abort();
+        }
+        let mut watcher = self.state.lock().await;
+        if !std::mem::take(&mut watcher.registered) {
+            return Ok(());
+        }
+        unregister(
+            &watcher.engine,
+            &watcher.keys,
+            &watcher.watch_key,
+            &watcher.id,
+        )
+        .await
+    }
+}
+
+impl Watcher {
+    fn new(engine: Arc<Engine>, keys: LockKeys) -> Result<Watcher> {
+        Ok(Watcher {
+            watch_key: format!("{}:watch", keys.lock),
+            channel: format!("{}watch", keys.channels),
+            id: crate::engine::new_token()?,
+            engine,
+            keys,
+            subscription: None,
+            registered: false,
+            started: false,
+            seen: HashMap::new(),
+            counter: None,
+            last_look: None,
+            reported: HashSet::new(),
+            events: VecDeque::new(),
+            due: true,
+            next_look: Instant::now(),
+            holders: Vec::new(),
+        })
+    }
+
+    async fn next(&mut self) -> Result<LockEvent> {
         loop {
             if let Some(event) = self.events.pop_front() {
                 return Ok(event);
@@ -239,41 +343,10 @@ impl LockWatch {
         }
     }
 
-    /// Looks at the lock now, and returns who holds it (none when it is
-    /// free). The ends this look finds are kept for
-    /// [`next`](Self::next).
-    ///
-    /// # Errors
-    ///
-    /// As [`next`](Self::next).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe.
-    pub async fn holders(&mut self) -> Result<Vec<Holder>> {
+    async fn holders(&mut self) -> Result<Vec<Holder>> {
         self.listen().await;
         self.look().await?;
         Ok(self.holders.clone())
-    }
-
-    /// Ends the watch now: unregisters the watcher (and, the last one
-    /// gone, unmarks the holder) before it returns, where dropping the
-    /// watch does it in the background.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
-    /// [`ErrorKind::Server`](crate::ErrorKind::Server): the registration
-    /// then runs out by itself within its heartbeat (10 s).
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future leaves the registration to run out.
-    pub async fn close(mut self) -> Result<()> {
-        if !std::mem::take(&mut self.registered) {
-            return Ok(());
-        }
-        unregister(&self.engine, &self.keys, &self.watch_key, &self.id).await
     }
 
     /// Subscribes to the lock's watch channel, or again when the channel
@@ -463,17 +536,23 @@ fn tolerance(end: Instant, sent: Instant) -> Duration {
 
 impl Drop for LockWatch {
     fn drop(&mut self) {
-        if !self.registered {
-            return;
+        if let Some(keeper) = self.keeper.take() {
+            keeper.abort();
         }
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let engine = Arc::clone(&self.engine);
-        let keys = self.keys.clone();
-        let watch_key = std::mem::take(&mut self.watch_key);
-        let id = std::mem::take(&mut self.id);
+        let state = Arc::clone(&self.state);
         handle.spawn(async move {
+            // After an aborted background look, if one was under way.
+            let mut watcher = state.lock().await;
+            if !std::mem::take(&mut watcher.registered) {
+                return;
+            }
+            let (engine, keys) = (Arc::clone(&watcher.engine), watcher.keys.clone());
+            let watch_key = std::mem::take(&mut watcher.watch_key);
+            let id = std::mem::take(&mut watcher.id);
+            drop(watcher);
             for pause in [50, 200, 0] {
                 let done = unregister(&engine, &keys, &watch_key, &id).await.is_ok();
                 if done || pause == 0 {

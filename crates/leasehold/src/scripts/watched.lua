@@ -29,7 +29,13 @@ local function watched_end(lock, fence_key, channels, how, fence, record)
     record = string.match(record, '^%S+ (%d+)')
   end
   local ends = key .. ':ends'
-  redis.call('ZADD', ends, server_text(), fence .. '/' .. (record or '0') .. ' ' .. how)
-  redis.call('PEXPIRE', ends, WATCH_ENDS_US / 1000)
+  -- pcall: under maxmemory a script sent as EVAL/EVALSHA may not write
+  -- before its first write, and this record comes before the release's
+  -- DEL. The release goes on without the record (the publish still
+  -- goes out, and the watch reads a lease gone without a record).
+  if type(redis.pcall('ZADD', ends, server_text(),
+      fence .. '/' .. (record or '0') .. ' ' .. how)) == 'number' then
+    redis.call('PEXPIRE', ends, WATCH_ENDS_US / 1000)
+  end
   publish(channels .. 'watch', how .. ' ' .. fence)
 end

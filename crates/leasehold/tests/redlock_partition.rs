@@ -1,0 +1,75 @@
+//! Redlock's late round-one requests (grants that arrive after the
+//! acquire decided, or after the release): no master is left holding a
+//! lock nobody holds, with real masters and a fault proxy.
+
+mod common;
+
+use std::time::Duration;
+
+use common::cmd;
+use leasehold::Redlock;
+use leasehold_testkit::{FaultProxy, Masters, RedisServer};
+
+/// Far longer than the test: a lock still there at the end was left behind.
+const LEASE: Duration = Duration::from_secs(60);
+const NO_HANG: Duration = Duration::from_secs(60);
+
+async fn held_on(server: &RedisServer, name: &str) -> Option<String> {
+    cmd::<Option<String>>(server, &["GET", &format!("leasehold:{{{name}}}")]).await
+}
+
+/// The third master is cut off (its bytes held, as in a partition) while
+/// a lock is taken on the other two and released again; the round-one
+/// request to the third is delivered only when the partition heals, after
+/// the release, after `flush` returned and after every retry gave up. The
+/// third master then grants the lock to a token nobody holds any more: the
+/// grant must be let go at once (the request that got it releases it), or
+/// the next acquirer could only get the other two for a whole lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_one_request_delivered_after_the_release_leaves_no_lock_behind() {
+    let masters = Masters::start(3);
+    let proxy = FaultProxy::start(masters.servers()[2].addr());
+    let urls = vec![
+        masters.urls()[0].clone(),
+        masters.urls()[1].clone(),
+        proxy.url(),
+    ];
+    let redlock = Redlock::builder(urls)
+        .lease(LEASE)
+        .watchdog(false)
+        .command_timeout(Duration::from_millis(400))
+        .build()
+        .unwrap();
+    let mutex = redlock.mutex("job").unwrap();
+    // Connections to every master, once.
+    let warm = tokio::time::timeout(NO_HANG, mutex.acquire())
+        .await
+        .unwrap()
+        .unwrap();
+    warm.release_counted().await.unwrap();
+    redlock.flush().await;
+
+    let before = common::script_calls(&masters.servers()[2]).await;
+    proxy.blackhole(true);
+    let guard = tokio::time::timeout(NO_HANG, mutex.acquire())
+        .await
+        .unwrap()
+        .unwrap();
+    let token = guard.token().to_owned();
+    guard.release().await.unwrap();
+    redlock.flush().await;
+    // Past every retry the client makes (a few command timeouts).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    proxy.heal();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let left = held_on(&masters.servers()[2], "job").await;
+    let after = common::script_calls(&masters.servers()[2]).await;
+    // The held requests did reach the third master once the partition
+    // healed (a SLOWLOG showed the round-one script, then a release).
+    assert!(after > before, "nothing reached the third master");
+    assert!(
+        !left.as_deref().is_some_and(|v| v.starts_with(&token)),
+        "the third master holds the released token's lock: {left:?}, ttl {} ms",
+        cmd::<i64>(&masters.servers()[2], &["PTTL", "leasehold:{job}"]).await
+    );
+}
