@@ -311,6 +311,10 @@ async fn watch_one(
         }
         match result {
             Ok(None) => {
+                // The look that found it free may have read ends too.
+                while let Some(event) = watch.try_next().await {
+                    let _ = tx.send(Ok(Heard::Ended(name.clone(), Box::new(event))));
+                }
                 let _ = tx.send(Ok(Heard::Free(name.clone())));
                 break;
             }

@@ -244,6 +244,18 @@ impl LockWatch {
         self.state.lock().await.next().await
     }
 
+    /// The next end the watch's looks have already found, without looking
+    /// again (`None` when none is waiting): after
+    /// [`holders`](Self::holders) found the lock free, the ends that look
+    /// read are here.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn try_next(&mut self) -> Option<LockEvent> {
+        self.state.lock().await.events.pop_front()
+    }
+
     /// Looks at the lock now, and returns who holds it (none when it is
     /// free). The ends this look finds are kept for
     /// [`next`](Self::next).
