@@ -50,13 +50,12 @@ async fn a_release_after_a_pause_longer_than_the_heartbeat_is_still_a_release() 
 
 /// A release runs under maxmemory (the library says so: "a release runs
 /// under maxmemory too, as its EVAL does (a DEL is not refused then)").
-/// A watched Mutex's release records its end (ZADD, refused under OOM)
-/// before it deletes the key: as a script run (EVALSHA: Redis 6.2, or any
-/// server without functions), where the OOM check applies until the
-/// script's first write, the release fails and the lock stays held.
-/// Run with `LEASEHOLD_REDIS_SERVER` pointing at a Redis 6.2 binary to see
-/// it; with functions (Redis 7, Valkey) the release goes as FCALL, whose
-/// function is flagged allow-oom, and passes.
+/// A watched Mutex's release records its end (a ZADD, which the OOM check
+/// refuses) before it deletes the key: as a script run (EVALSHA: Redis
+/// 6.2, or any server without functions), where the OOM check applies
+/// until the script's first write, that record must not fail the release.
+/// With functions (Redis 7, Valkey) the release goes as FCALL, whose
+/// function is flagged allow-oom.
 #[tokio::test]
 async fn a_watched_release_under_maxmemory_still_releases() {
     watched_release_under_maxmemory(RedisServer::start()).await;
@@ -64,20 +63,13 @@ async fn a_watched_release_under_maxmemory_still_releases() {
 
 /// As above on a Redis 7 whose FCALL is disabled (an ACL or a
 /// rename-command can do that): the client sends its scripts as EVALSHA,
-/// and the watched release is refused under maxmemory there too. Needs a
-/// server that knows FCALL (not Redis 6.2).
+/// and the watched release must work under maxmemory there too.
 #[tokio::test]
 async fn a_watched_release_under_maxmemory_still_releases_as_a_script_run() {
-    if !leasehold_testkit::server_version().unwrap().at_least(7, 0) {
-        eprintln!("skipped: the server has no FCALL to disable (before Redis 7 every script is a script run, as the test above checks)");
+    let Some(server) = without_fcall() else {
         return;
-    }
-    watched_release_under_maxmemory(RedisServer::start_with_args(&[
-        "--rename-command",
-        "FCALL",
-        "",
-    ]))
-    .await;
+    };
+    watched_release_under_maxmemory(server).await;
 }
 
 async fn watched_release_under_maxmemory(server: RedisServer) {
@@ -86,20 +78,7 @@ async fn watched_release_under_maxmemory(server: RedisServer) {
     let guard = holder.mutex("m").unwrap().acquire().await.unwrap();
     let mut watch = watcher.mutex("m").unwrap().watch().unwrap();
     assert_eq!(watch.holders().await.unwrap().len(), 1);
-    // Every write the OOM check covers is refused from now on.
-    let _: () = cmd(
-        &server,
-        &["CONFIG", "SET", "maxmemory-policy", "noeviction"],
-    )
-    .await;
-    let _: () = cmd(&server, &["CONFIG", "SET", "maxmemory", "1"]).await;
-    let released = guard.release().await;
-    let _: () = cmd(&server, &["CONFIG", "SET", "maxmemory", "0"]).await;
-    let left: Option<String> = cmd(&server, &["GET", "leasehold:{m}"]).await;
-    assert!(
-        released.is_ok() && left.is_none(),
-        "release under maxmemory: {released:?}, the lock key holds {left:?}"
-    );
+    release_under_maxmemory(&server, guard).await;
     drop(watch);
 }
 
@@ -115,16 +94,10 @@ async fn an_unwatched_waited_release_under_maxmemory_releases() {
 /// that knows FCALL, so not Redis 6.2).
 #[tokio::test]
 async fn an_unwatched_waited_release_under_maxmemory_releases_as_a_script_run() {
-    if !leasehold_testkit::server_version().unwrap().at_least(7, 0) {
-        eprintln!("skipped: the server has no FCALL to disable (before Redis 7 every script is a script run, as the test above checks)");
+    let Some(server) = without_fcall() else {
         return;
-    }
-    unwatched_release_under_maxmemory(RedisServer::start_with_args(&[
-        "--rename-command",
-        "FCALL",
-        "",
-    ]))
-    .await;
+    };
+    unwatched_release_under_maxmemory(server).await;
 }
 
 async fn unwatched_release_under_maxmemory(server: RedisServer) {
@@ -135,15 +108,32 @@ async fn unwatched_release_under_maxmemory(server: RedisServer) {
     let value: String = cmd(&server, &["GET", "leasehold:{m}"]).await;
     let marked = format!("{value}\u{1f}w");
     let _: () = cmd(&server, &["SET", "leasehold:{m}", &marked, "XX", "KEEPTTL"]).await;
-    let _: () = cmd(
-        &server,
-        &["CONFIG", "SET", "maxmemory-policy", "noeviction"],
-    )
-    .await;
-    let _: () = cmd(&server, &["CONFIG", "SET", "maxmemory", "1"]).await;
+    release_under_maxmemory(&server, guard).await;
+}
+
+/// A Redis 7 whose FCALL is renamed away, so that the client sends its
+/// scripts as EVALSHA; `None` (the test skips, saying so) before Redis 7,
+/// where every script is a script run already.
+fn without_fcall() -> Option<RedisServer> {
+    if !leasehold_testkit::server_version().unwrap().at_least(7, 0) {
+        eprintln!("skipped: the server has no FCALL to disable (before Redis 7 every script is a script run, as the test above checks)");
+        return None;
+    }
+    Some(RedisServer::start_with_args(&[
+        "--rename-command",
+        "FCALL",
+        "",
+    ]))
+}
+
+/// Releases `guard` while every write the OOM check covers is refused, and
+/// checks that the release worked and the lock key is gone.
+async fn release_under_maxmemory(server: &RedisServer, guard: leasehold::LeaseGuard) {
+    let _: () = cmd(server, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]).await;
+    let _: () = cmd(server, &["CONFIG", "SET", "maxmemory", "1"]).await;
     let released = guard.release().await;
-    let _: () = cmd(&server, &["CONFIG", "SET", "maxmemory", "0"]).await;
-    let left: Option<String> = cmd(&server, &["GET", "leasehold:{m}"]).await;
+    let _: () = cmd(server, &["CONFIG", "SET", "maxmemory", "0"]).await;
+    let left: Option<String> = cmd(server, &["GET", "leasehold:{m}"]).await;
     assert!(
         released.is_ok() && left.is_none(),
         "release under maxmemory: {released:?}, the lock key holds {left:?}"
