@@ -536,3 +536,42 @@ async fn a_release_reset_on_one_master_is_tried_again() {
         assert_eq!(held_on(server, "job").await, None);
     }
 }
+
+/// Counters as a master may hold them: one that is not a counter at all
+/// (a list: a lost counter), one marked by a single-node release (a
+/// trailing 'w'), one missing. Every master's counter ends up a plain
+/// number at least the fence; then a marked counter far ahead on one
+/// master sets the next fence, one past its digits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn marked_foreign_and_missing_counters_are_read_as_numbers() {
+    let masters = Masters::start(3);
+    let servers = masters.servers();
+    let redlock = redlock(&masters.urls());
+    // Connected, with the scripts loaded: the try below is quick enough
+    // for its proposed fence to be taken as it stands.
+    let warm = redlock.mutex("warm").unwrap();
+    warm.acquire().await.unwrap().release().await.unwrap();
+    let key = "leasehold:{job}:fence";
+    let _: i64 = cmd(&servers[0], &["RPUSH", key, "not a counter"]).await;
+    let _: () = cmd(&servers[1], &["SET", key, "1000w"]).await;
+    let mutex = redlock.mutex("job").unwrap();
+    let first = tokio::time::timeout(NO_HANG, mutex.acquire())
+        .await
+        .unwrap()
+        .unwrap();
+    common::eventually("every master's counter to reach the fence", || async {
+        for server in servers {
+            let kind: String = cmd(server, &["TYPE", key]).await;
+            if kind != "string" || counter(server, "job").await.unwrap_or(0) < first.fence() {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    first.release().await.unwrap();
+    let _: () = cmd(&servers[2], &["SET", key, &format!("{FAR_AHEAD}w")]).await;
+    let second = mutex.acquire().await.unwrap();
+    assert_eq!(second.fence(), FAR_AHEAD.parse::<u64>().unwrap() + 1);
+    second.release().await.unwrap();
+}

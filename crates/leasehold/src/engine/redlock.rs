@@ -100,7 +100,12 @@ pub(crate) struct Ask<'a> {
 enum Phase {
     Trying,
     Held,
+    /// Given up, or dropped: a grant that comes now releases itself.
     Over,
+    /// Released by [`QuorumHeld::release`], which sends a release to every
+    /// master: a grant that comes now is left to it (see
+    /// [`PhaseState::late_grant`]).
+    Released,
 }
 
 /// The phase, and every master whose grant was recorded while trying or
@@ -116,6 +121,36 @@ struct PhaseState {
     /// The fence, once the try decided it: a grant recorded from then on
     /// writes it to its master itself (round two for a late grant).
     fence: Option<u64>,
+    /// Once released: each master whose release answered, and whether it
+    /// took this token away there.
+    released: Vec<(usize, bool)>,
+    /// Once released: each master that granted before its release answered.
+    late: Vec<usize>,
+}
+
+impl PhaseState {
+    /// A grant (or a lost reply that may be one) from master `i` came
+    /// after the hold was released. Its release, sent to every master
+    /// after this master's round one, mostly took it away already, or
+    /// will: only a release that answered without finding the token may
+    /// have run before the grant. Whether the grant must release itself.
+    fn late_grant(&mut self, i: usize) -> bool {
+        match self.released.iter().find(|&&(j, _)| j == i) {
+            Some(&(_, took)) => !took,
+            None => {
+                self.late.push(i);
+                false
+            }
+        }
+    }
+
+    /// Master `i`'s release answered (`took`: it took the token away).
+    /// Whether to release there once more: a grant came before this
+    /// answer, and the release did not find it.
+    fn release_answered(&mut self, i: usize, took: bool) -> bool {
+        self.released.push((i, took));
+        !took && self.late.contains(&i)
+    }
 }
 
 /// What a round-one request does with a grant it got.
@@ -242,7 +277,11 @@ impl Masters {
             if !which(i) {
                 continue;
             }
-            let request = op(i, Arc::clone(node));
+            // Unconstrained by the task's budget: a request that is ready
+            // to go leaves at the first poll. Held back by the budget, it
+            // could be sent after the caller's next request to the same
+            // master (a release after the next acquire).
+            let request = tokio::task::unconstrained(op(i, Arc::clone(node)));
             futures.push(Box::pin(async move { (i, request.await) }) as Pending<T>);
         }
         Fanned {
@@ -270,6 +309,8 @@ impl Masters {
             phase: Phase::Trying,
             granted: Vec::new(),
             fence: None,
+            released: Vec::new(),
+            late: Vec::new(),
         }));
         let node_timeout = self.node_timeout(ask.lease);
         let start = Instant::now();
@@ -303,6 +344,12 @@ impl Masters {
                                 let mut state = phase(&shared);
                                 if state.phase == Phase::Over {
                                     LateGrant::Release
+                                } else if state.phase == Phase::Released {
+                                    if state.late_grant(i) {
+                                        LateGrant::Release
+                                    } else {
+                                        LateGrant::Counted
+                                    }
                                 } else {
                                     state.granted.push((i, stored));
                                     match state.fence {
@@ -674,16 +721,29 @@ impl Masters {
             patience,
             live_until,
             quick,
+            phase: shared,
         } = release;
         let (keys, token) = (keys.clone(), token.to_owned());
         let rx = self.fan_out(
             |_| true,
-            move |_, engine| {
-                let (keys, token) = (keys.clone(), token.clone());
+            move |i, engine| {
+                let (keys, token, shared) = (keys.clone(), token.clone(), shared.clone());
                 async move {
                     let answer =
                         crate::engine::release::release(&engine, &keys, &token, false, hold_until)
                             .await;
+                    let again = shared.is_some_and(|shared| {
+                        phase(&shared).release_answered(i, matches!(answer, Ok(true)))
+                    });
+                    if again {
+                        release_in_background(
+                            Arc::clone(&engine),
+                            keys.clone(),
+                            token.clone(),
+                            false,
+                            hold_until,
+                        );
+                    }
                     if let Err(error) = &answer {
                         if error.is_transient()
                             && live_until.is_none_or(|live| Instant::now() < live)
@@ -721,6 +781,7 @@ impl Masters {
                 patience: self.command_timeout(),
                 live_until: None,
                 quick: false,
+                phase: None,
             })
             .await;
         if tally.won() {
@@ -773,6 +834,9 @@ struct Releasing<'a> {
     patience: Duration,
     live_until: Option<Instant>,
     quick: bool,
+    /// The released hold's phase: each master's answer is recorded there,
+    /// for the grants of its round one that come late.
+    phase: Option<SharedPhase>,
 }
 
 type Pending<T> = std::pin::Pin<Box<dyn Future<Output = (usize, Result<T>)> + Send>>;
@@ -883,6 +947,47 @@ mod tests {
 
     fn gone() -> Error {
         Error::new(ErrorKind::Connection, "reset").transient()
+    }
+
+    fn released() -> PhaseState {
+        PhaseState {
+            phase: Phase::Released,
+            granted: Vec::new(),
+            fence: None,
+            released: Vec::new(),
+            late: Vec::new(),
+        }
+    }
+
+    /// A grant that comes after the release is taken away once, whichever
+    /// of the two answers is heard first: by the release, when it ran
+    /// after the grant on that master; by one more release, when it ran
+    /// before.
+    #[test]
+    fn a_grant_after_the_release_is_released_once_in_either_order() {
+        // The grant is heard first.
+        let mut state = released();
+        assert!(!state.late_grant(1));
+        assert!(!state.release_answered(1, true), "the release took it");
+        let mut state = released();
+        assert!(!state.late_grant(1));
+        assert!(
+            state.release_answered(1, false),
+            "the release ran before it"
+        );
+        // The release's answer is heard first.
+        let mut state = released();
+        assert!(!state.release_answered(1, true));
+        assert!(!state.late_grant(1), "the release took it");
+        let mut state = released();
+        assert!(!state.release_answered(1, false));
+        assert!(state.late_grant(1), "the release ran before it");
+        // Another master's answers say nothing of this one.
+        let mut state = released();
+        assert!(!state.release_answered(0, false));
+        assert!(!state.late_grant(1));
+        assert!(!state.release_answered(2, false));
+        assert!(state.release_answered(1, false));
     }
 
     #[tokio::test(start_paused = true)]
@@ -1293,7 +1398,7 @@ impl QuorumHeld {
     /// majority confirmed, and the others' releases run on in the
     /// background.
     pub(crate) async fn release(self, count_all: bool) -> Result<usize> {
-        self.finish(false);
+        self.finish(Some(Phase::Released));
         let hold = Arc::clone(&self.hold);
         let _turn = hold.turn.lock().await;
         let masters = &hold.masters;
@@ -1316,6 +1421,7 @@ impl QuorumHeld {
                         }),
                 ),
                 quick: !count_all,
+                phase: Some(Arc::clone(&hold.shared)),
             })
             .await;
         if let Some(reason) = hold.loss() {
@@ -1347,17 +1453,18 @@ impl QuorumHeld {
     /// Stops renewing without releasing. A grant that comes later is
     /// fenced and kept, as the lease lives on.
     pub(crate) fn detach(self) {
-        self.finish(true);
+        self.finish(None);
     }
 
-    /// This guard lets go of the hold; true the first time only. Unless it
-    /// is kept (`keep`: detached), a grant that comes later releases itself.
-    fn finish(&self, keep: bool) -> bool {
+    /// This guard lets go of the hold; true the first time only. The hold
+    /// goes to phase `end` (see [`Phase`]); with none (detached), a grant
+    /// that comes later is kept.
+    fn finish(&self, end: Option<Phase>) -> bool {
         if self.done.swap(true, Ordering::AcqRel) {
             return false;
         }
-        if !keep {
-            phase(&self.hold.shared).phase = Phase::Over;
+        if let Some(end) = end {
+            phase(&self.hold.shared).phase = end;
         }
         self.hold.finished.store(true, Ordering::Release);
         self.hold.masters.forget(&self.hold);
@@ -1370,7 +1477,7 @@ impl QuorumHeld {
 
 impl Drop for QuorumHeld {
     fn drop(&mut self) {
-        if !self.finish(false) {
+        if !self.finish(Some(Phase::Over)) {
             return;
         }
         // On every master, counted by each master's engine so that a

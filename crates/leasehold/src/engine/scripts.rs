@@ -2,10 +2,11 @@
 //!
 //! Every script is sent with EVALSHA; a server that lost it (`SCRIPT FLUSH`,
 //! restart, failover) answers NOSCRIPT, and the script is loaded and sent again.
-//! The scripts of the fast paths (acquire and release) are also one Redis
-//! Functions library: where the server has functions (Redis 7, Valkey),
-//! they are called with FCALL, which spares the server the work of making
-//! the shared functions on every call (see [`Library`]).
+//! The scripts of the fast paths (acquire and release, and a Redlock's two
+//! rounds) are also one Redis Functions library: where the server has
+//! functions (Redis 7, Valkey), they are called with FCALL, which spares
+//! the server the work of making the shared functions on every call (see
+//! [`Library`]).
 
 use std::sync::LazyLock;
 
@@ -121,11 +122,15 @@ impl Scripts {
         const FAIR_ACQUIRE: &str = include_str!("../scripts/fair_acquire.lua");
         const FAMILY_ACQUIRE: &str = include_str!("../scripts/family_acquire.lua");
         const RELEASE: &str = include_str!("../scripts/release.lua");
+        const REDLOCK_ACQUIRE: &str = include_str!("../scripts/redlock_acquire.lua");
+        const REDLOCK_FENCE: &str = include_str!("../scripts/redlock_fence.lua");
         let acquire = with_family(ACQUIRE);
         let try_acquire = with_family(TRY_ACQUIRE);
         let fair_acquire = with_family(FAIR_ACQUIRE);
         let family_acquire = with_family(FAMILY_ACQUIRE);
         let release = with_watched(RELEASE);
+        let redlock_acquire = with_lib(REDLOCK_ACQUIRE);
+        let redlock_fence = with_lib(REDLOCK_FENCE);
         // A release runs under maxmemory too, as its EVAL does (a DEL is
         // not refused then): it frees memory.
         let library = Library::build(
@@ -136,6 +141,8 @@ impl Scripts {
                 ("fair_acquire", &fair_acquire, FAIR_ACQUIRE, ""),
                 ("family_acquire", &family_acquire, FAMILY_ACQUIRE, ""),
                 ("release", &release, RELEASE, "'allow-oom'"),
+                ("redlock_acquire", &redlock_acquire, REDLOCK_ACQUIRE, ""),
+                ("redlock_fence", &redlock_fence, REDLOCK_FENCE, ""),
             ],
         );
         Scripts {
@@ -155,8 +162,8 @@ impl Scripts {
             election_win: with_lib(include_str!("../scripts/election_win.lua")),
             election_leader: with_lib(include_str!("../scripts/election_leader.lua")),
             announce: with_lib(include_str!("../scripts/announce.lua")),
-            redlock_acquire: with_lib(include_str!("../scripts/redlock_acquire.lua")),
-            redlock_fence: with_lib(include_str!("../scripts/redlock_fence.lua")),
+            redlock_acquire,
+            redlock_fence,
             watch: with_watched(include_str!("../scripts/watch.lua")),
         }
     }

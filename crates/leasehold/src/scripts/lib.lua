@@ -95,6 +95,18 @@ local function fence_of(value)
   return tonumber(value and string.match(value, '^%d+'))
 end
 
+-- A fence counter's number, as read by GET (or a SET's GET) through
+-- pcall: its digits, as a release may mark it with a trailing 'w'.
+-- Anything leasehold did not write (another type, digits beyond 2^53
+-- where Lua numbers stop being exact) counts as a lost counter: 0.
+local function counter_digits(raw)
+  local stored = type(raw) == 'string' and fence_of(raw) or nil
+  if stored == nil or stored >= 9007199254740992 then
+    return 0
+  end
+  return stored
+end
+
 -- A fence counter ending in 'w' (WAITING) says that a release left the lock
 -- free while waiters were queued (it woke one to try): whoever takes it
 -- next marks its value WAITED, so that its release wakes the queue even if

@@ -20,17 +20,22 @@ if not redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
   end
   return {0, redis.call('PTTL', KEYS[1])}
 end
-local raw = redis.pcall('GET', KEYS[2])
--- The digits: a single-node release may mark the counter with a trailing 'w'.
-local stored = type(raw) == 'string' and tonumber(string.match(raw, '^%d+')) or nil
--- Anything leasehold did not write counts as a lost counter (see next_fence).
-if stored == nil or stored ~= stored or stored < 0 or stored >= 9007199254740992 then
-  stored = 0
-end
-local fence = math.max(math.floor(stored) + 1, now)
 local proposed = tonumber(ARGV[5])
-if proposed and proposed >= fence and proposed <= now + tonumber(ARGV[6]) then
-  fence = proposed
+if proposed and proposed >= now and proposed <= now + tonumber(ARGV[6]) then
+  -- Stored at once, as it is mostly ahead of the counter; the counter it
+  -- replaced says whether it was. A key of another type is not replaced
+  -- by SET with GET: it is, as a lost counter, below.
+  local raw = redis.pcall('SET', KEYS[2], ARGV[5], 'PX', ARGV[3], 'GET')
+  if type(raw) ~= 'table' then
+    local stored = counter_digits(raw)
+    if stored < proposed then
+      return {1, proposed}
+    end
+    local fence = math.floor(stored) + 1
+    redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[3])
+    return {1, fence}
+  end
 end
+local fence = math.max(math.floor(counter_digits(redis.pcall('GET', KEYS[2]))) + 1, now)
 redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[3])
 return {1, fence}

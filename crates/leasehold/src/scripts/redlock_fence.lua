@@ -11,10 +11,7 @@ if type(holder) ~= 'string' or not holds(holder, ARGV[1]) then
   return 0
 end
 local fence = tonumber(ARGV[2])
-local raw = redis.pcall('GET', KEYS[2])
--- The digits: a single-node release may mark the counter with a trailing 'w'.
-local stored = type(raw) == 'string' and tonumber(string.match(raw, '^%d+')) or nil
-if stored == nil or stored ~= stored or stored < fence or stored >= 9007199254740992 then
+if counter_digits(redis.pcall('GET', KEYS[2])) < fence then
   redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 else
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
