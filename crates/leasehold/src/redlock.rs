@@ -227,7 +227,11 @@ impl RedlockBuilder {
     /// How long a round of an acquisition waits for each master before it
     /// counts the master as out of reach. By default a hundredth of the
     /// lease, and at least 5 ms: far below the lease, so that a slow
-    /// master cannot eat it.
+    /// master cannot eat it. With the default, a try in which so many
+    /// masters missed the deadline that no majority answered makes the
+    /// next try of the same wait wait twice as long, up to a quarter of the
+    /// lease (a loaded host, or masters farther away than a hundredth of
+    /// the lease); a deadline set here is kept as it is.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = Some(timeout);
         self

@@ -540,8 +540,8 @@ async fn a_release_reset_on_one_master_is_tried_again() {
 /// Counters as a master may hold them: one that is not a counter at all
 /// (a list: a lost counter), one marked by a single-node release (a
 /// trailing 'w'), one missing. Every master's counter ends up a plain
-/// number at least the fence; then a marked counter far ahead on one
-/// master sets the next fence, one past its digits.
+/// number at least the fence; then marked counters far ahead set the next
+/// fence, one past their digits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn marked_foreign_and_missing_counters_are_read_as_numbers() {
     let masters = Masters::start(3);
@@ -570,8 +570,49 @@ async fn marked_foreign_and_missing_counters_are_read_as_numbers() {
     })
     .await;
     first.release().await.unwrap();
-    let _: () = cmd(&servers[2], &["SET", key, &format!("{FAR_AHEAD}w")]).await;
+    // On two of the three masters, so that every majority meets one.
+    for server in &servers[1..] {
+        let _: () = cmd(server, &["SET", key, &format!("{FAR_AHEAD}w")]).await;
+    }
     let second = mutex.acquire().await.unwrap();
     assert_eq!(second.fence(), FAR_AHEAD.parse::<u64>().unwrap() + 1);
     second.release().await.unwrap();
+}
+
+/// Masters that all answer later than the default per-node deadline (a
+/// loaded host, or a majority farther away than a hundredth of the lease)
+/// still grant: each try that a majority missed waits twice as long next
+/// time, up to a quarter of the lease, where before every try missed and
+/// the acquire ended in a `Quorum` error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn masters_slower_than_the_default_deadline_still_grant() {
+    let masters = Masters::start(3);
+    let slow: Vec<FaultProxy> = masters.servers()[1..]
+        .iter()
+        .map(|server| FaultProxy::start(server.addr()))
+        .collect();
+    let mut urls = vec![masters.urls()[0].clone()];
+    urls.extend(slow.iter().map(|proxy| proxy.url()));
+    // A 1 s lease: the default per-node deadline is 10 ms.
+    let redlock = Redlock::builder(urls.iter().cloned())
+        .lease(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let mutex = redlock.mutex("job").unwrap();
+    // Connected first, so that only the replies' latency is in the way.
+    mutex.acquire().await.unwrap().release().await.unwrap();
+    for proxy in &slow {
+        proxy.set_reply_latency(Duration::from_millis(40));
+    }
+    let guard = tokio::time::timeout(NO_HANG, mutex.acquire())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(guard.servers() >= 2);
+    assert!(guard.valid_for() > Duration::from_millis(500));
+    for proxy in &slow {
+        proxy.heal();
+    }
+    guard.release().await.unwrap();
+    redlock.flush().await;
 }

@@ -119,6 +119,15 @@ pub(crate) fn node_deadline(lease: Duration, floor: Duration) -> Duration {
     (lease / 100).max(floor)
 }
 
+/// The per-node deadline of the next try after one in which too many
+/// masters missed `current` for a majority (a loaded host, or masters
+/// slower than the default deadline): twice as long, up to a quarter of
+/// the lease, so that a grant still leaves most of the lease valid. Never
+/// shorter than `current`.
+pub(crate) fn widened_deadline(current: Duration, lease: Duration) -> Duration {
+    current.saturating_mul(2).min(lease / 4).max(current)
+}
+
 /// The fence of a grant, from the fences the granting masters computed in
 /// round one (each `max(stored + 1, its clock in µs)`): the largest. `None`
 /// when no master granted.
@@ -224,6 +233,21 @@ mod tests {
             prop_assert!(p <= left);
             prop_assert!(p <= base.mul_f64(1.5));
             prop_assert!(p >= base.mul_f64(0.5).min(left));
+        }
+
+        #[test]
+        fn a_widened_deadline_grows_to_a_quarter_of_the_lease(
+            current_ms in 0u64..100_000,
+            lease_ms in 1u64..1_000_000,
+        ) {
+            let (current, lease) = (Duration::from_millis(current_ms), Duration::from_millis(lease_ms));
+            let wider = widened_deadline(current, lease);
+            prop_assert!(wider >= current);
+            prop_assert!(wider <= current.saturating_mul(2));
+            prop_assert!(wider <= (lease / 4).max(current));
+            if current < lease / 8 {
+                prop_assert_eq!(wider, current * 2);
+            }
         }
 
         #[test]

@@ -302,7 +302,7 @@ impl Masters {
     }
 
     /// One try: round one on every master, round two on those that granted.
-    async fn attempt(self: &Arc<Self>, ask: &Ask<'_>) -> Result<Try> {
+    async fn attempt(self: &Arc<Self>, ask: &Ask<'_>, node_timeout: Duration) -> Result<Try> {
         let n = self.len();
         let token = new_token()?;
         let shared: SharedPhase = Arc::new(StdMutex::new(PhaseState {
@@ -312,7 +312,6 @@ impl Masters {
             released: Vec::new(),
             late: Vec::new(),
         }));
-        let node_timeout = self.node_timeout(ask.lease);
         let start = Instant::now();
         let rx = {
             let keys = ask.keys.clone();
@@ -609,9 +608,10 @@ impl Masters {
         let started = Instant::now();
         let deadline = wait.map(|wait| started + wait);
         let mut blocked_since: Option<Instant> = None;
+        let mut node_timeout = self.node_timeout(ask.lease);
         loop {
             let tried_at = Instant::now();
-            let hint = match self.attempt(ask).await? {
+            let hint = match self.attempt(ask, node_timeout).await? {
                 Try::Held(held) => return Ok(Some(held)),
                 Try::Blocked {
                     tally,
@@ -624,6 +624,12 @@ impl Masters {
                         || deadline.is_some_and(|deadline| Instant::now() >= deadline)
                     {
                         return Err(self.no_quorum(ask.keys, tally, error));
+                    }
+                    // Too many masters missed the deadline: on a loaded
+                    // host, or with masters slower than the default
+                    // deadline, the next try waits longer for them.
+                    if self.config.node_timeout.is_none() {
+                        node_timeout = quorum::widened_deadline(node_timeout, ask.lease);
                     }
                     None
                 }
