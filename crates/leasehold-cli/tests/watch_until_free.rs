@@ -125,3 +125,18 @@ fn until_free_ended_by_ctrl_c_exits_130_and_unregisters() {
         "0"
     );
 }
+
+/// A key at the lock's name that holds no lock is an error (exit 65) that
+/// names what the key holds, not a lock reported free.
+#[test]
+fn until_free_refuses_a_key_that_holds_no_lock() {
+    let server = RedisServer::start();
+    let url = server.url();
+    server
+        .command(&["RPUSH", "leasehold:{job}", "not a lock"])
+        .unwrap();
+    let out = leasehold(&url, &["watch", "--until-free", "job"]);
+    assert_eq!(out.status.code(), Some(65), "{}", stderr(&out));
+    assert!(stderr(&out).contains("a Redis list"), "{}", stderr(&out));
+    assert!(!stdout(&out).contains("free"), "{}", stdout(&out));
+}

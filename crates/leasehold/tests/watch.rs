@@ -23,6 +23,7 @@ common::on_both_topologies!(
     a_lease_between_two_looks_is_not_lost_silently,
     a_dropped_watch_leaves_nothing_behind,
     only_a_watched_release_publishes,
+    a_key_that_holds_no_lock_is_refused,
 );
 
 async fn next(watch: &mut LockWatch) -> LockEvent {
@@ -469,4 +470,21 @@ async fn a_watch_follows_a_cluster_failover() {
     guard.release().await.unwrap();
     let event = next(&mut watch).await;
     assert_eq!((event.ended, event.fence), (LeaseEnd::Released, fence));
+}
+
+/// A key at the lock's name that no lock wrote (a list) is refused, where a
+/// watch would otherwise report a lock that nobody holds, and wait forever
+/// for it to be taken.
+async fn a_key_that_holds_no_lock_is_refused(servers: Servers) {
+    let _: i64 = servers.cmd(&["RPUSH", "leasehold:{m}", "not a lock"]).await;
+    let mut watch = servers.client().mutex("m").unwrap().watch().unwrap();
+    let error = watch.holders().await.unwrap_err();
+    assert_eq!(error.kind(), leasehold::ErrorKind::Conflict, "{error}");
+    assert!(error.to_string().contains("a Redis list"), "{error}");
+    let error = tokio::time::timeout(PATIENCE, watch.next())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(error.kind(), leasehold::ErrorKind::Conflict, "{error}");
+    watch.close().await.unwrap();
 }

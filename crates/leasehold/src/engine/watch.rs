@@ -417,7 +417,7 @@ impl Watcher {
             }
         };
         let received = Instant::now();
-        let mut look = Look::read(&reply)?;
+        let mut look = Look::read(&reply, &self.keys.name)?;
         self.last_look = look.at.take();
         self.apply(look, sent, received);
         self.due = false;
@@ -606,7 +606,9 @@ struct Look {
 }
 
 impl Look {
-    fn read(reply: &Value) -> Result<Look> {
+    /// The look's reply, for the lock `name`. A key that holds no lock (a
+    /// Redis list, say) is a conflict: no lease will ever end there.
+    fn read(reply: &Value, name: &str) -> Result<Look> {
         let unexpected = || Error::unexpected_reply("watch", reply);
         let Value::Array(items) = reply else {
             return Err(unexpected());
@@ -615,6 +617,19 @@ impl Look {
             .first()
             .and_then(scripts::as_text)
             .ok_or_else(unexpected)?;
+        if !matches!(
+            kind.as_str(),
+            "none" | "mutex" | "reentrant" | "rwlock" | "semaphore"
+        ) {
+            return Err(Error::new(
+                crate::ErrorKind::Conflict,
+                format!(
+                    "the key of lock {name:?} holds {}, which no leasehold lock writes: no \
+                     lease will end there to watch; delete the key, or watch another name",
+                    crate::engine::stored_phrase(&kind)
+                ),
+            ));
+        }
         let counter = items
             .get(1)
             .and_then(scripts::as_int)
