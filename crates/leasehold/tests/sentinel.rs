@@ -1,6 +1,7 @@
 //! The lock family behind Redis Sentinel (`redis+sentinel://`): every
-//! primitive on the master the sentinels name, and waiters, holders and
-//! fences across a failover by command and across a master killed.
+//! primitive on the master the sentinels name, and waiters, holders,
+//! watchers and fences across a failover by command and across a master
+//! killed.
 
 use std::time::Duration;
 
@@ -155,6 +156,46 @@ async fn waiters_and_holders_follow_failovers() {
     );
     assert!(exists(group.master(), "leasehold:{job}"));
     third.release().await.unwrap();
+}
+
+/// A watcher that is no waiter follows a failover by command: it sees the
+/// lease that survived it on the new master, and hears its release there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_follows_a_sentinel_failover() {
+    let mut group = Sentinels::start(1, 3);
+    let url = group.url();
+    let holder = Client::open(&url).unwrap();
+    let watcher = Client::builder(&url)
+        .command_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let guard = holder.mutex("job").unwrap().acquire().await.unwrap();
+    let mut watch = watcher.mutex("job").unwrap().watch().unwrap();
+    assert_eq!(watch.holders().await.unwrap().len(), 1);
+    let old = group.master_addr();
+    blocking(|| group.failover());
+    assert_ne!(group.master_addr(), old);
+    // The watch may fail to look once, on the demoted master.
+    let seen = tokio::time::timeout(LONG, async {
+        loop {
+            if let Ok(holders) = watch.holders().await {
+                break holders;
+            }
+        }
+    })
+    .await
+    .expect("the watch never reached the new master");
+    assert_eq!(seen.len(), 1, "the lease survived the failover");
+    assert_eq!(seen[0].fence, Some(guard.fence()));
+    let fence = guard.fence();
+    guard.release().await.unwrap();
+    let event = tokio::time::timeout(LONG, watch.next())
+        .await
+        .expect("the watch heard nothing")
+        .unwrap();
+    assert_eq!(event.ended, leasehold::LeaseEnd::Released);
+    assert_eq!(event.fence, fence);
+    watch.close().await.unwrap();
 }
 
 /// With the restart grace on, the master that replaces one this client
