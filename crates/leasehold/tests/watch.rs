@@ -24,6 +24,7 @@ common::on_both_topologies!(
     a_dropped_watch_leaves_nothing_behind,
     only_a_watched_release_publishes,
     a_key_that_holds_no_lock_is_refused,
+    a_busy_lock_costs_a_watcher_a_look_per_gap_not_per_release: multi_thread,
 );
 
 async fn next(watch: &mut LockWatch) -> LockEvent {
@@ -486,5 +487,65 @@ async fn a_key_that_holds_no_lock_is_refused(servers: Servers) {
         .unwrap()
         .unwrap_err();
     assert_eq!(error.kind(), leasehold::ErrorKind::Conflict, "{error}");
+    watch.close().await.unwrap();
+}
+
+/// Script runs on every master so far: (EVALSHA, FCALL).
+async fn script_calls(servers: &Servers) -> (u64, u64) {
+    let (mut evalsha, mut fcall) = (0, 0);
+    for master in servers.masters() {
+        evalsha += command_calls(master, "evalsha").await;
+        fcall += command_calls(master, "fcall").await;
+    }
+    (evalsha, fcall)
+}
+
+/// A lock released hundreds of times a second: the watcher hears of every
+/// lease's end, and looks at most once per 10 ms (plus its timers), not
+/// once per release.
+async fn a_busy_lock_costs_a_watcher_a_look_per_gap_not_per_release(servers: Servers) {
+    const CYCLES: usize = 300;
+    let lock = servers.client().rw_lock("busy").unwrap();
+    let mut watch = servers.client().rw_lock("busy").unwrap().watch().unwrap();
+    assert!(watch.holders().await.unwrap().is_empty());
+    let (evalsha_before, _) = script_calls(&servers).await;
+    let consumer = tokio::spawn(async move {
+        let mut ended = std::collections::HashSet::new();
+        while let Ok(Ok(event)) = tokio::time::timeout(Duration::from_secs(3), watch.next()).await {
+            assert_eq!(event.ended, LeaseEnd::Released, "{event:?}");
+            ended.insert(event.fence);
+        }
+        (watch, ended)
+    });
+    let started = std::time::Instant::now();
+    let mut fences = std::collections::HashSet::new();
+    for _ in 0..CYCLES {
+        let guard = lock.read().acquire().await.unwrap();
+        fences.insert(guard.fence());
+        guard.release().await.unwrap();
+    }
+    let elapsed = started.elapsed();
+    let (watch, ended) = consumer.await.unwrap();
+    assert_eq!(
+        fences.len(),
+        CYCLES,
+        "each read phase has a fence of its own"
+    );
+    assert_eq!(ended, fences, "every lease's end was heard");
+    let (evalsha, fcall) = script_calls(&servers).await;
+    // Where the server has functions the lock's own scripts are FCALLs,
+    // and every EVALSHA is a look (before Redis 7 they cannot be told
+    // apart, and the count says nothing).
+    if fcall > 0 {
+        let looks = evalsha - evalsha_before;
+        let ms = u64::try_from(elapsed.as_millis()).unwrap();
+        // One per 10 ms while releases come, the timers' (one a second
+        // while free) and the 3 s of quiet the consumer waits at the end.
+        let bound = ms / 10 + ms / 1000 + 10;
+        assert!(
+            looks <= bound,
+            "{looks} looks for {CYCLES} releases in {ms} ms (at most {bound})"
+        );
+    }
     watch.close().await.unwrap();
 }

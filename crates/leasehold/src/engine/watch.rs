@@ -40,6 +40,11 @@ pub(crate) const LOOK_HELD: Duration = Duration::from_secs(3);
 pub(crate) const LOOK_FREE: Duration = Duration::from_secs(1);
 /// A look that failed is tried again after this.
 const RETRY: Duration = Duration::from_millis(250);
+/// The least time between a look and the next one a message asks for: on
+/// a lock released many times a second, each watcher looks at most this
+/// often, not once per release (every end is recorded, and a look reads
+/// all those since the last).
+const MESSAGE_GAP: Duration = Duration::from_millis(10);
 
 /// How a lease that a [`LockWatch`] saw ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -157,6 +162,8 @@ struct Watcher {
     events: VecDeque<LockEvent>,
     /// A message came, or the connection was lost: look now.
     due: bool,
+    /// When the last look was sent.
+    last_sent: Option<Instant>,
     next_look: Instant,
     holders: Vec<Holder>,
 }
@@ -320,6 +327,7 @@ impl Watcher {
             reported: HashSet::new(),
             events: VecDeque::new(),
             due: true,
+            last_sent: None,
             next_look: Instant::now(),
             holders: Vec::new(),
         })
@@ -344,8 +352,12 @@ impl Watcher {
                                 self.subscription = None;
                             }
                             // A release, or "look again" after a lost
-                            // connection: either way, look.
+                            // connection: either way, look, but not
+                            // sooner than MESSAGE_GAP after the last look.
                             self.due = true;
+                            if let Some(last) = self.last_sent {
+                                tokio::time::sleep_until(last + MESSAGE_GAP).await;
+                            }
                         }
                         () = tokio::time::sleep_until(until) => {}
                     }
@@ -392,6 +404,7 @@ impl Watcher {
         let heartbeat = millis(WATCH_HEARTBEAT).to_string();
         let since = self.last_look.clone().unwrap_or_default();
         let sent = Instant::now();
+        self.last_sent = Some(sent);
         self.registered = true;
         let reply = self
             .engine
