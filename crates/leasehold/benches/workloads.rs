@@ -11,6 +11,7 @@
 //! cargo bench -p leasehold --bench workloads -- --skip-w5 all but W5 (its targets: not run)
 //! cargo bench -p leasehold --bench workloads -- --sentinel-only   the Sentinel figures alone
 //! cargo bench -p leasehold --bench workloads -- --only-w4 W4 (Redlock, five masters) alone
+//! cargo bench -p leasehold --bench workloads -- --per-script  calls and Redis µs per script, a pass of its own
 //! ```
 //!
 //! W4 runs leasehold's `Redlock` next to rslock's over five masters of
@@ -67,6 +68,8 @@ use serde_json::{json, Map, Value};
 
 #[path = "workloads/cluster.rs"]
 mod cluster;
+#[path = "workloads/per_script.rs"]
+mod per_script;
 #[path = "workloads/sentinel.rs"]
 mod sentinel;
 #[path = "workloads/w2_shared.rs"]
@@ -139,6 +142,10 @@ fn run() -> Result<ExitCode> {
     };
     let plan = &bench.plan;
     let single = Servers::single(&bench);
+    if plan.per_script {
+        per_script::per_script(&bench, &single)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if plan.sentinel_only {
         let runs = sentinel::sentinel_runs(&bench)?;
         println!(
@@ -297,6 +304,9 @@ struct Plan {
     skip_w5: bool,
     /// `--sentinel-only`: the Sentinel figures alone.
     sentinel_only: bool,
+    /// `--per-script`: W1, W2 and W3 once more with every command logged,
+    /// for calls and Redis µs per script (see `workloads/per_script.rs`).
+    per_script: bool,
     warmup: usize,
     cycles: usize,
     w2_run: Duration,
@@ -314,16 +324,19 @@ impl Plan {
         let mut bench = false;
         let mut skip_w5 = false;
         let mut sentinel_only = false;
+        let mut per_script = false;
         for arg in std::env::args().skip(1) {
             match arg.as_str() {
                 "--bench" => bench = true,
                 "--quick" => quick = true,
                 "--skip-w5" => skip_w5 = true,
                 "--sentinel-only" => sentinel_only = true,
+                "--per-script" => per_script = true,
                 other => {
                     return Err(format!(
                         "unknown argument {other:?}: the options are --quick \
-                         (or LEASEHOLD_BENCH_QUICK=1), --skip-w5 and --sentinel-only"
+                         (or LEASEHOLD_BENCH_QUICK=1), --skip-w5, --sentinel-only \
+                         and --per-script"
                     )
                     .into())
                 }
@@ -335,6 +348,7 @@ impl Plan {
                 quick: true,
                 skip_w5,
                 sentinel_only,
+                per_script,
                 warmup: 10,
                 cycles: 500,
                 w2_run: Duration::from_secs(1),
@@ -348,6 +362,7 @@ impl Plan {
                 quick: false,
                 skip_w5,
                 sentinel_only,
+                per_script,
                 warmup: 100,
                 cycles: 5_000,
                 w2_run: Duration::from_secs(10),
@@ -646,6 +661,8 @@ struct ServerSnapshot {
     /// the commands it ran, which are counted under their names too).
     usec: BTreeMap<String, u64>,
     cpu_seconds: f64,
+    /// What the per-script pass's log had read by then (`None` outside it).
+    scripts: Option<per_script::Totals>,
 }
 
 async fn server_snapshot(conn: &mut MultiplexedConnection) -> Result<ServerSnapshot> {
@@ -681,6 +698,7 @@ async fn server_snapshot(conn: &mut MultiplexedConnection) -> Result<ServerSnaps
         calls,
         usec,
         cpu_seconds,
+        scripts: per_script::snapshot()?,
     })
 }
 
@@ -689,6 +707,8 @@ struct ServerCost {
     calls: BTreeMap<String, u64>,
     usec: BTreeMap<String, u64>,
     cpu_us: f64,
+    /// By script, in the per-script pass (empty outside it).
+    scripts: per_script::Totals,
 }
 
 impl ServerCost {
@@ -716,6 +736,7 @@ impl ServerCost {
             calls,
             usec,
             cpu_us: (after.cpu_seconds - before.cpu_seconds) * 1e6,
+            scripts: per_script::Totals::between(before.scripts.as_ref(), after.scripts.as_ref()),
         }
     }
 
@@ -733,6 +754,7 @@ impl ServerCost {
             calls: BTreeMap::new(),
             usec: BTreeMap::new(),
             cpu_us: 0.0,
+            scripts: per_script::Totals::default(),
         };
         for cost in &each {
             for (command, &n) in &cost.calls {
@@ -742,6 +764,7 @@ impl ServerCost {
                 *sum.usec.entry(command.clone()).or_default() += n;
             }
             sum.cpu_us += cost.cpu_us;
+            sum.scripts.add(&cost.scripts);
         }
         (sum, each)
     }

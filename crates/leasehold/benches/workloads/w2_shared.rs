@@ -191,6 +191,11 @@ impl SharedRun {
         }
     }
 
+    /// Its name, acquisitions and server cost, for the per-script pass.
+    pub(super) fn per_script(&self) -> (&'static str, usize, &ServerCost) {
+        (self.shared.name(), self.acquisitions, &self.cost)
+    }
+
     fn role(&self, role: Role) -> Option<&RoleFigures> {
         self.roles.iter().find(|r| r.role == role)
     }

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Redis instructions per uncontended acquire+release cycle (W1), counted by
+# callgrind: a figure the machine's load does not move.
+#
+#   crates/leasehold/benches/cycle_instructions.sh [leasehold|rslock|floor] [CYCLES]
+#
+# Starts redis-server (from $LEASEHOLD_REDIS_SERVER or PATH) under
+# `valgrind --tool=callgrind` on a free loopback port (never 6379), counts
+# what the idle server does in $IDLE seconds (10 by default), then runs the
+# cycle_instructions bench against it: the library connects and warms up,
+# the counts are zeroed, CYCLES cycles run (5000 by default), and the counts
+# are dumped. Prints the instructions per cycle two ways, which agree when
+# the idle server's work is steady:
+#
+#   (total - idle rate x window) / CYCLES
+#   (total - serverCron's share of the window) / CYCLES
+#
+# serverCron is the server's timer work (about 1.2 M instructions a second
+# under callgrind, mostly jemalloc statistics), which runs whether or not
+# anybody calls. $DRIVER names a built bench binary to use instead of
+# building one (to count another commit's library with this script). The
+# dumps are left in the directory it prints.
+set -euo pipefail
+
+LIBRARY=${1:-leasehold}
+CYCLES=${2:-5000}
+IDLE=${IDLE:-10}
+SERVER=${LEASEHOLD_REDIS_SERVER:-redis-server}
+for tool in valgrind callgrind_control callgrind_annotate redis-cli; do
+    command -v "$tool" >/dev/null || { echo "$0: needs $tool" >&2; exit 2; }
+done
+if [ -z "${DRIVER:-}" ]; then
+    DRIVER=$(cargo bench -p leasehold --bench cycle_instructions --no-run 2>&1 |
+        sed -n 's/.*Executable .*(\(.*\))$/\1/p')
+fi
+[ -x "$DRIVER" ] || { echo "$0: no bench binary at '$DRIVER'" >&2; exit 2; }
+
+OUT=$(mktemp -d -t cycle-instructions.XXXXXX)
+PORT=
+for _ in $(seq 1 50); do
+    candidate=$((20000 + RANDOM % 40000))
+    if [ "$candidate" != 6379 ] && ! (: >"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then
+        PORT=$candidate
+        break
+    fi
+done
+[ -n "$PORT" ] || { echo "$0: found no free port" >&2; exit 2; }
+
+valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.out.%p" \
+    "$SERVER" --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$OUT" --daemonize no >"$OUT/server.log" 2>&1 &
+PID=$!
+trap 'kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true' EXIT
+for _ in $(seq 1 120); do
+    redis-cli -p "$PORT" ping >/dev/null 2>&1 && break
+    sleep 0.5
+done
+redis-cli -p "$PORT" ping >/dev/null
+
+# The idle server.
+callgrind_control -z "$PID" >/dev/null 2>&1
+idle_start=$(date +%s%N)
+sleep "$IDLE"
+idle_ns=$(($(date +%s%N) - idle_start))
+callgrind_control -d idle "$PID" >/dev/null 2>&1
+
+# The cycles, between a zero and a dump.
+"$DRIVER" --url "redis://127.0.0.1:$PORT" --library "$LIBRARY" --cycles "$CYCLES" \
+    --before "callgrind_control -z $PID >/dev/null 2>&1 && date +%s%N >$OUT/t0" \
+    --after "date +%s%N >$OUT/t1 && callgrind_control -d cycles $PID >/dev/null 2>&1" |
+    tee "$OUT/driver.txt"
+window_ns=$(($(cat "$OUT/t1") - $(cat "$OUT/t0")))
+
+dump() { grep -l "^desc: Trigger: dump $1\$" "$OUT"/callgrind.out.* | head -n 1; }
+summary() { sed -n 's/^summary: //p' "$1"; }
+cron() {
+    callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null |
+        awk '!found && /:serverCron / { gsub(",", "", $1); ir = $1; found = 1 } END { print found ? ir : 0 }'
+}
+idle=$(summary "$(dump idle)")
+total=$(summary "$(dump cycles)")
+cron_ir=$(cron "$(dump cycles)")
+by_idle=$(((total - idle * window_ns / idle_ns) / CYCLES))
+by_cron=$(((total - cron_ir) / CYCLES))
+echo "$LIBRARY: $CYCLES cycles; window $((window_ns / 1000000)) ms; instructions in it $total, serverCron's $cron_ir; idle $idle in $((idle_ns / 1000000)) ms"
+echo "$LIBRARY: Redis instructions per cycle: $by_idle (less the idle rate), $by_cron (less serverCron)"
+echo "dumps in $OUT"
