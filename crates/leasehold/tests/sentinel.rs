@@ -3,6 +3,8 @@
 //! watchers and fences across a failover by command and across a master
 //! killed.
 
+mod common;
+
 use std::time::Duration;
 
 use leasehold::{Client, ErrorKind};
@@ -165,26 +167,14 @@ async fn a_watch_follows_a_sentinel_failover() {
     let mut group = Sentinels::start(1, 3);
     let url = group.url();
     let holder = Client::open(&url).unwrap();
-    let watcher = Client::builder(&url)
-        .command_timeout(Duration::from_millis(500))
-        .build()
-        .unwrap();
+    let watcher = common::impatient(&url);
     let guard = holder.mutex("job").unwrap().acquire().await.unwrap();
     let mut watch = watcher.mutex("job").unwrap().watch().unwrap();
     assert_eq!(watch.holders().await.unwrap().len(), 1);
     let old = group.master_addr();
     blocking(|| group.failover());
     assert_ne!(group.master_addr(), old);
-    // The watch may fail to look once, on the demoted master.
-    let seen = tokio::time::timeout(LONG, async {
-        loop {
-            if let Ok(holders) = watch.holders().await {
-                break holders;
-            }
-        }
-    })
-    .await
-    .expect("the watch never reached the new master");
+    let seen = common::holders_after_failover(&mut watch, LONG).await;
     assert_eq!(seen.len(), 1, "the lease survived the failover");
     assert_eq!(seen[0].fence, Some(guard.fence()));
     let fence = guard.fence();

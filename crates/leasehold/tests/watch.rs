@@ -422,25 +422,13 @@ async fn a_watch_follows_a_cluster_failover() {
     let mut cluster = leasehold_testkit::RedisCluster::start(3, 1);
     let url = cluster.urls().join(",");
     let holder = leasehold::Client::open(&url).unwrap();
-    let watcher = leasehold::Client::builder(url)
-        .command_timeout(Duration::from_millis(500))
-        .build()
-        .unwrap();
+    let watcher = common::impatient(&url);
     let guard = holder.mutex("m").unwrap().acquire().await.unwrap();
     let mut watch = watcher.mutex("m").unwrap().watch().unwrap();
     assert_eq!(watch.holders().await.unwrap().len(), 1);
     let shard = cluster.shard_of_slot(leasehold_testkit::key_slot("leasehold:{m}"));
     cluster.failover(shard);
-    // The watch may have to look again (or fail to, once) on its own.
-    let seen = tokio::time::timeout(PATIENCE, async {
-        loop {
-            if let Ok(holders) = watch.holders().await {
-                break holders;
-            }
-        }
-    })
-    .await
-    .expect("the watch never reached the new master");
+    let seen = common::holders_after_failover(&mut watch, PATIENCE).await;
     assert_eq!(seen.len(), 1, "the lease survived the failover");
     // It listens on the new master (where the cluster has sharded pub/sub:
     // before Redis 7 a PUBLISH reaches every node).

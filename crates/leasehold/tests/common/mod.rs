@@ -17,6 +17,24 @@ pub(crate) fn client(server: &RedisServer) -> Client {
     Client::open(&server.url()).unwrap()
 }
 
+/// What `watch` sees once it reaches the master that took over after a
+/// failover: its looks may fail until then (on the demoted master, or while
+/// the client finds the new one), for at most `within`.
+pub(crate) async fn holders_after_failover(
+    watch: &mut leasehold::LockWatch,
+    within: Duration,
+) -> Vec<leasehold::Holder> {
+    tokio::time::timeout(within, async {
+        loop {
+            if let Ok(holders) = watch.holders().await {
+                break holders;
+            }
+        }
+    })
+    .await
+    .expect("the watch never reached the new master")
+}
+
 /// A client that gives up on a silent server quickly.
 pub(crate) fn impatient(url: &str) -> Client {
     Client::builder(url)
