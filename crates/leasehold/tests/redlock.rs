@@ -616,3 +616,59 @@ async fn masters_slower_than_the_default_deadline_still_grant() {
     guard.release().await.unwrap();
     redlock.flush().await;
 }
+
+/// A release dropped while it waits for the watchdog's renewal (two of
+/// three masters cut off mid-renewal, which holds the hold's turn) still
+/// releases, in the background, as `LeaseGuard::release` promises, and a
+/// flush waits for it; nothing is left held until the end of the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_dropped_while_a_renewal_runs_still_releases() {
+    const LONG: Duration = Duration::from_secs(6);
+    let masters = Masters::start(3);
+    let cut: Vec<FaultProxy> = masters.servers()[1..]
+        .iter()
+        .map(|server| FaultProxy::start(server.addr()))
+        .collect();
+    let mut urls = vec![masters.urls()[0].clone()];
+    urls.extend(cut.iter().map(|proxy| proxy.url()));
+    // The renewal at a third of the lease waits for the cut-off masters
+    // until the deadline of the lease.
+    let redlock = Redlock::builder(urls)
+        .lease(LONG)
+        .command_timeout(LONG)
+        .build()
+        .unwrap();
+    let mutex = redlock.mutex("job").unwrap();
+    let guard = tokio::time::timeout(NO_HANG, mutex.acquire())
+        .await
+        .unwrap()
+        .unwrap();
+    let token = guard.token().to_owned();
+    for proxy in &cut {
+        proxy.blackhole(true);
+    }
+    // The renewal reached the first master: its time left went back up.
+    tokio::time::sleep(LONG / 4).await;
+    common::eventually(
+        "the watchdog's renewal to reach the first master",
+        || async {
+            cmd::<i64>(&masters.servers()[0], &["PTTL", "leasehold:{job}"]).await
+                > i64::try_from((LONG * 7 / 8).as_millis()).unwrap()
+        },
+    )
+    .await;
+    // Dropped while it waits for the renewal to end.
+    let dropped = tokio::time::timeout(Duration::from_millis(200), guard.release()).await;
+    for proxy in &cut {
+        proxy.heal();
+    }
+    redlock.flush().await;
+    for server in masters.servers() {
+        let left = held_on(server, "job").await;
+        assert!(
+            !left.as_deref().is_some_and(|v| v.starts_with(&token)),
+            "{server:?} still holds the released lock: {left:?} (release {})",
+            if dropped.is_err() { "dropped" } else { "done" }
+        );
+    }
+}

@@ -73,3 +73,62 @@ async fn a_round_one_request_delivered_after_the_release_leaves_no_lock_behind()
         cmd::<i64>(&masters.servers()[2], &["PTTL", "leasehold:{job}"]).await
     );
 }
+
+/// As above, but the lock is held longer than the command timeout before
+/// it is released: the round-one request's connection is given up by
+/// then, and no new connection to the third master can be made while the
+/// partition lasts, so the release and its retries never leave the client
+/// there (a SLOWLOG after the heal shows the round-one FCALL alone). The
+/// round-one bytes held in the network are delivered when it heals, after
+/// every retry gave up: the third master grants the released token and
+/// holds it for a whole lease. The lease bounds it; closing it would take
+/// a release that keeps trying that master while a round-one request may
+/// still arrive, and a mark left by a release that found nothing there
+/// which refuses the token's later grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "known: a round one delivered after its release could not get through holds its master for a lease"]
+async fn a_round_one_request_delivered_after_a_release_that_never_got_through() {
+    let masters = Masters::start(3);
+    let proxy = FaultProxy::start(masters.servers()[2].addr());
+    let urls = vec![
+        masters.urls()[0].clone(),
+        masters.urls()[1].clone(),
+        proxy.url(),
+    ];
+    let redlock = Redlock::builder(urls)
+        .lease(LEASE)
+        .watchdog(false)
+        .command_timeout(Duration::from_millis(400))
+        .build()
+        .unwrap();
+    let mutex = redlock.mutex("job").unwrap();
+    let warm = tokio::time::timeout(NO_HANG, mutex.acquire())
+        .await
+        .unwrap()
+        .unwrap();
+    warm.release_counted().await.unwrap();
+    redlock.flush().await;
+
+    proxy.blackhole(true);
+    let guard = tokio::time::timeout(NO_HANG, mutex.acquire())
+        .await
+        .unwrap()
+        .unwrap();
+    let token = guard.token().to_owned();
+    // The round-one request's connection times out and is replaced.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let connections = proxy.connections();
+    guard.release().await.unwrap();
+    redlock.flush().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    proxy.heal();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let left = held_on(&masters.servers()[2], "job").await;
+    assert!(
+        !left.as_deref().is_some_and(|v| v.starts_with(&token)),
+        "the third master holds the released token's lock: {left:?}, ttl {} ms \
+         ({connections} connections before the release, {} after)",
+        cmd::<i64>(&masters.servers()[2], &["PTTL", "leasehold:{job}"]).await,
+        proxy.connections()
+    );
+}

@@ -1404,9 +1404,13 @@ impl QuorumHeld {
     /// majority confirmed, and the others' releases run on in the
     /// background.
     pub(crate) async fn release(self, count_all: bool) -> Result<usize> {
-        self.finish(Some(Phase::Released));
         let hold = Arc::clone(&self.hold);
+        // The turn first (a renewal may hold it): a release dropped while it
+        // waits leaves this guard to its drop, which releases everywhere in
+        // the background. From the finish on, the release below is sent to
+        // every master before this future yields.
         let _turn = hold.turn.lock().await;
+        self.finish(Some(Phase::Released));
         let masters = &hold.masters;
         let timeout = masters.command_timeout();
         let lease = hold.timing().lease;

@@ -242,6 +242,10 @@ impl LockWatch {
     /// call looks again, and reports what ended meanwhile (a lease gone
     /// without a record, before it could run out, as
     /// [`LeaseEnd::Vanished`]).
+    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the lock's
+    /// key holds something no leasehold lock writes (a Redis list, say): no
+    /// lease will end there, and every later call fails the same way until
+    /// the key is deleted.
     ///
     /// # Cancel safety
     ///
