@@ -231,7 +231,8 @@ impl RedlockBuilder {
     /// masters missed the deadline that no majority answered makes the
     /// next try of the same wait wait twice as long, up to a quarter of the
     /// lease (a loaded host, or masters farther away than a hundredth of
-    /// the lease); a deadline set here is kept as it is.
+    /// the lease), and a try that a majority answered in time goes back
+    /// to the default; a deadline set here is kept as it is.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = Some(timeout);
         self

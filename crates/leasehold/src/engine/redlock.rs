@@ -636,6 +636,10 @@ impl Masters {
                 Try::Busy(_) if once => return Ok(None),
                 Try::Busy(hint) => {
                     blocked_since = None;
+                    // A majority answered in time: back to the default
+                    // deadline, so that a master that stays silent does
+                    // not hold each next try for the widened one.
+                    node_timeout = self.node_timeout(ask.lease);
                     hint
                 }
             };

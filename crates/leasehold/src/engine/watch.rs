@@ -42,8 +42,8 @@ pub(crate) const LOOK_FREE: Duration = Duration::from_secs(1);
 const RETRY: Duration = Duration::from_millis(250);
 /// The least time between a look and the next one a message asks for: on
 /// a lock released many times a second, each watcher looks at most this
-/// often, not once per release (every end is recorded, and a look reads
-/// all those since the last).
+/// often, not once per release (the ends a release records are read by
+/// the next look, all those since the last).
 const MESSAGE_GAP: Duration = Duration::from_millis(10);
 
 /// How a lease that a [`LockWatch`] saw ended.
