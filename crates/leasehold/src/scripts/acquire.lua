@@ -5,7 +5,8 @@
 -- ARGV[9] 'f' for a waiter that has waited long enough to be handed the lock
 -- at the next release (it starves otherwise: a releaser that asks again at
 -- once wins nearly every race), 'm' to be woken to try;
--- ARGV[10] hand-off lease ms
+-- ARGV[10] hand-off lease ms, ARGV[11] '1' when a busy answer is to carry
+-- the last fence (a waiter that takes a hand-off from its message)
 -- The waiter's record keeps the mode it sent last.
 -- Returns the fence, as text, when this attempt took the free lock (the
 -- lease is ARGV[2]) with an unmarked value (see take_fence in lib.lua);
@@ -21,12 +22,20 @@ local holder
 if not sent_before then
   local now_text = server_text()
   local value = ARGV[1] .. ' ' .. now_text .. ' ' .. ARGV[8]
-  if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
+  if SET_NX_GET then
+    -- The holder, when busy, without a GET (an error for another type).
+    holder = redis.pcall('SET', KEYS[1], value, 'NX', 'PX', ARGV[2], 'GET')
+    if not holder then
+      return take_fence(KEYS[1], value, KEYS[2], ARGV[3], now_text, ARGV[2])
+    end
+  elseif redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
     return take_fence(KEYS[1], value, KEYS[2], ARGV[3], now_text, ARGV[2])
   end
 end
 local L = lib()
-holder = redis.pcall('GET', KEYS[1])
+if holder == nil then
+  holder = redis.pcall('GET', KEYS[1])
+end
 if not holder then
   -- Free, and this token was sent before: it may have queued, and others
   -- behind it.
@@ -80,5 +89,10 @@ end
 -- Its release reads the queue.
 mark_waited(KEYS[1], holder)
 -- The fence counter lets the waiter tell a hand-off after this attempt
--- (a larger fence) from a stale message about one before it.
-return {0, redis.call('PTTL', KEYS[1]), fence_of(redis.call('GET', KEYS[2])) or 0, holder}
+-- (a larger fence) from a stale message about one before it: only a
+-- waiter that takes a hand-off from its message asks for it (ARGV[11]).
+local last_fence = 0
+if ARGV[11] == '1' then
+  last_fence = fence_of(redis.call('GET', KEYS[2])) or 0
+end
+return {0, redis.call('PTTL', KEYS[1]), last_fence, holder}

@@ -2,12 +2,14 @@
 -- when nobody waits. A release hands it to the head of the queue itself
 -- (see wake_first in lib.lua); this script also reports such a hand-off.
 -- KEYS and ARGV as acquire.lua (ARGV[9] is always 'f'); ARGV[10] is the
--- lease a release hands over.
+-- lease a release hands over, ARGV[11] '1' when a busy answer is to carry
+-- the last fence.
 -- Returns the fence, as text, when this attempt took the free lock (the
 -- lease is ARGV[2]) with an unmarked value (see take_fence in lib.lua);
 -- {1, fence, lease ms} when it took it otherwise, or held it by a hand-off
 -- or an earlier attempt; {0, pttl of the holder
--- (-2 when free but promised to an earlier waiter), last fence, the
+-- (-2 when free but promised to an earlier waiter), last fence (0 without
+-- ARGV[11]), the
 -- holder's record} when busy, {-1, kind} when the key holds another kind
 -- of lock.
 local L = lib()
@@ -66,5 +68,10 @@ if holder then
   mark_waited(KEYS[1], holder)
 end
 -- The fence counter lets the waiter tell a hand-off after this attempt
--- (a larger fence) from a stale message about one before it.
-return {0, redis.call('PTTL', KEYS[1]), fence_of(redis.call('GET', KEYS[2])) or 0, holder or ''}
+-- (a larger fence) from a stale message about one before it: only a
+-- waiter that takes a hand-off from its message asks for it (ARGV[11]).
+local last_fence = 0
+if ARGV[11] == '1' then
+  last_fence = fence_of(redis.call('GET', KEYS[2])) or 0
+end
+return {0, redis.call('PTTL', KEYS[1]), last_fence, holder or ''}

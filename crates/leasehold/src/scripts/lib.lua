@@ -38,6 +38,11 @@
 -- attempt that does not queue sends ARGV[5] and ARGV[6] empty and nothing
 -- from ARGV[9] on.
 
+-- Whether SET takes NX and GET together (Redis 7.0 and later, and Valkey):
+-- a busy lock's holder then comes with the failed SET NX, without a GET.
+-- Redis 6.2 refuses the pair, and has no REDIS_VERSION_NUM.
+local SET_NX_GET = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
+
 -- The server's clock in µs, as a number and as its exact decimal text:
 -- formatting a float of 16 digits costs the server more than the rest of
 -- a lock's fast path, so the text is built from TIME's own digits.
@@ -193,6 +198,11 @@ local function lib()
     if type(kind) == 'string' then
       return kind
     end
+    return L.kind_of_type(key)
+  end
+
+  -- As `kind_of`, for a key whose `kind` field is known to be missing.
+  function L.kind_of_type(key)
     local t = redis.call('TYPE', key)['ok']
     if t == 'string' then
       return 'mutex'

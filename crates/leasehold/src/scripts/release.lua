@@ -28,14 +28,16 @@ if ARGV[7] then
   end
 end
 if type(holder) == 'table' then
-  -- A hash: a lease of a ReentrantMutex, an RwLock or a Semaphore.
+  -- A hash: a lease of a ReentrantMutex, an RwLock or a Semaphore. One
+  -- read gives its kind, a semaphore's count and the leases.
   local F = family()
-  local kind = redis.call('HGET', KEYS[1], 'kind')
+  local all = redis.call('HGETALL', KEYS[1])
+  local kind, permits = F.fields(all)
   if kind ~= 'reentrant' and kind ~= 'rwlock' and kind ~= 'semaphore' then
     return redis.error_reply('WRONGTYPE the lock key holds a hash leasehold did not write')
   end
   local now = math.floor(server_us() / 1000)
-  local live, pruned = F.live_holders(KEYS[1], now)
+  local live, pruned = F.live_holders(KEYS[1], now, all)
   local hold = token
   if kind == 'reentrant' then
     hold = F.marker(redis.call('HGET', KEYS[1], 'l:' .. token))
@@ -101,7 +103,7 @@ if type(holder) == 'table' then
     return 0
   end
   F.settle(KEYS[1], live, now, ARGV[3], kind)
-  F.wake_hash(kind, KEYS[1], KEYS[3], KEYS[4], ARGV[4], live)
+  F.wake_hash(kind, KEYS[1], KEYS[3], KEYS[4], ARGV[4], live, permits)
   return released
 end
 local released = 0
