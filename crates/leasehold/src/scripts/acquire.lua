@@ -39,11 +39,10 @@ end
 if not holder then
   -- Free, and this token was sent before: it may have queued, and others
   -- behind it.
-  local now_text = server_text()
-  local value = ARGV[1] .. ' ' .. now_text .. ' ' .. ARGV[8] .. WAITED
-  redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
+  local fence_us, fence = next_fence(KEYS[2], nil, ARGV[3], server_text())
+  redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. fence .. ' ' .. ARGV[8] .. WAITED, 'PX', ARGV[2])
   L.leave_queue(KEYS[3], KEYS[4], ARGV[1])
-  return {1, next_fence(KEYS[2], nil, ARGV[3], now_text), tonumber(ARGV[2])}
+  return {1, fence_us, tonumber(ARGV[2])}
 end
 if type(holder) ~= 'string' then
   local kind = L.kind_of(KEYS[1])
@@ -58,11 +57,9 @@ if type(holder) ~= 'string' then
     if sent_before then
       L.leave_queue(KEYS[3], KEYS[4], ARGV[1])
     end
-    local fence, _, waiting = next_fence(KEYS[2], nil, ARGV[3], now_text)
-    if waiting then
-      mark_waited(KEYS[1], value)
-    end
-    return {1, fence, tonumber(ARGV[2])}
+    local fence_us, fence, waiting = next_fence(KEYS[2], nil, ARGV[3], now_text)
+    fence_value(KEYS[1], value, now_text, fence, waiting)
+    return {1, fence_us, tonumber(ARGV[2])}
   end
   return {-1, kind}
 end
@@ -72,7 +69,7 @@ if sent_before and holds(holder, ARGV[1]) then
   -- short hand-off lease (and took it out of the queue): this attempt sets
   -- the lease it asks for.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, fence_of(redis.call('GET', KEYS[2])) or -1, tonumber(ARGV[2])}
+  return {1, held_fence(holder, KEYS[2]), tonumber(ARGV[2])}
 end
 if ARGV[4] == '0' then
   return {0, redis.call('PTTL', KEYS[1]), 0, holder}

@@ -26,7 +26,7 @@ if holder and holds(holder, ARGV[1]) then
   -- an attempt whose answer was lost: either took it out of the queue.
   -- This attempt sets the lease it asks for.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, fence_of(redis.call('GET', KEYS[2])) or -1, tonumber(ARGV[2])}
+  return {1, held_fence(holder, KEYS[2]), tonumber(ARGV[2])}
 end
 if not holder then
   local head = L.first_live(KEYS[3], KEYS[4])
@@ -39,13 +39,16 @@ if not holder then
     and redis.call('EXISTS', KEYS[4] .. ARGV[1]) == 1
   if not head or head.token == ARGV[1] or lapsed then
     local now_text = server_text()
-    local value = ARGV[1] .. ' ' .. now_text .. ' ' .. ARGV[8]
     if head then
-      -- Others may wait behind it.
-      redis.call('SET', KEYS[1], value .. WAITED, 'PX', ARGV[2])
+      -- Others may wait behind it. Its acquisition time is its fence (see
+      -- fence_value).
+      local fence_us, fence = next_fence(KEYS[2], nil, ARGV[3], now_text)
+      redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. fence .. ' ' .. ARGV[8] .. WAITED, 'PX',
+        ARGV[2])
       L.leave_queue(KEYS[3], KEYS[4], ARGV[1])
-      return {1, next_fence(KEYS[2], nil, ARGV[3], now_text), tonumber(ARGV[2])}
+      return {1, fence_us, tonumber(ARGV[2])}
     end
+    local value = ARGV[1] .. ' ' .. now_text .. ' ' .. ARGV[8]
     redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
     return take_fence(KEYS[1], value, KEYS[2], ARGV[3], now_text, ARGV[2])
   end
