@@ -71,6 +71,13 @@ local live, pruned = F.live_holders(lock, now, all)
 local function last_fence()
   return fence_of(redis.call('GET', KEYS[2])) or 0
 end
+-- Takes `token`, granted, out of the queue. Its waiter key runs out with
+-- its heartbeat: no hash lock reads the key of a token out of the queue.
+local function leave(t)
+  redis.call('ZREM', KEYS[3], t)
+end
+-- A token sent before may be queued; a newcomer is not, and asks no rank.
+local queued_token = ARGV[7] == '1' and token or nil
 -- The hold a reentrant level of this token belongs to.
 local level_of = mode == 'x' and F.marker(redis.call('HGET', lock, 'l:' .. token))
 
@@ -87,7 +94,7 @@ local mine, mine_w, mine_r, others = nil, nil, false, {}
 for _, e in ipairs(live) do
   if (mode == 'x' and e.token == level_of) or (mode ~= 'x' and e.token == token) then
     -- An earlier attempt with this token took it, and its answer was lost.
-    L.leave_queue(KEYS[3], KEYS[4], token)
+    leave(token)
     if mode == 'x' then
       return {1, e.fence, e.expiry - now, e.token, cap_left(e)}
     end
@@ -136,7 +143,7 @@ if mode == 'x' then
     end
     F.settle(lock, live, now, ARGV[3], ARGV[10])
     if ARGV[7] == '1' then
-      L.leave_queue(KEYS[3], KEYS[4], token)
+      leave(token)
     end
     return {1, mine.fence, mine.expiry - now, mine.token, cap_left(mine)}
   end
@@ -170,7 +177,7 @@ elseif mode == 'r' then
     -- rolls it back), and a reader must never report a fence older than
     -- a grant before it. A reader that joins others shares theirs.
     fence = 'new'
-    for _, w in ipairs(F.live_waiters(KEYS[3], KEYS[4], token)) do
+    for _, w in ipairs(F.live_waiters(KEYS[3], KEYS[4], queued_token)) do
       if w.mode == 'w' and w.token ~= token then
         fence = nil
         break
@@ -196,7 +203,7 @@ else
   for _, e in ipairs(others) do
     free = free - e.permits
   end
-  local waiting, queued = F.live_waiters(KEYS[3], KEYS[4], token)
+  local waiting, queued = F.live_waiters(KEYS[3], KEYS[4], queued_token)
   for _, w in ipairs(waiting) do
     if not queued or w.want > free then
       free = -1
@@ -228,7 +235,7 @@ if fence then
   live[#live + 1] = granted
   F.settle(lock, live, now, ARGV[3], ARGV[10])
   if ARGV[7] == '1' then
-    L.leave_queue(KEYS[3], KEYS[4], token)
+    leave(token)
   end
   if mode == 'x' then
     return {1, fence, tonumber(ARGV[2]), token, -1}
