@@ -203,16 +203,21 @@ else
   for _, e in ipairs(others) do
     free = free - e.permits
   end
-  local waiting, queued = F.live_waiters(KEYS[3], KEYS[4], queued_token)
-  for _, w in ipairs(waiting) do
-    if not queued or w.want > free then
-      free = -1
-      break
+  -- Waiters only take permits away: when the holders leave too few, the
+  -- queue is not read.
+  local want = tonumber(ARGV[12])
+  if want <= free then
+    local waiting, queued = F.live_waiters(KEYS[3], KEYS[4], queued_token)
+    for _, w in ipairs(waiting) do
+      if not queued or w.want > free then
+        free = -1
+        break
+      end
+      free = free - w.want
     end
-    free = free - w.want
-  end
-  if tonumber(ARGV[12]) <= free then
-    fence = 'new'
+    if want <= free then
+      fence = 'new'
+    end
   end
 end
 
