@@ -18,9 +18,12 @@
 -- the server work on every run. A token sent before reads the lock first:
 -- it is mostly queued behind a holder, or handed the lock.
 local sent_before = ARGV[7] == '1'
-local holder
+-- The server's clock as the first SET read it: a newcomer that queues
+-- arrives then.
+local holder, arrived
 if not sent_before then
   local now_text = server_text()
+  arrived = now_text
   local value = ARGV[1] .. ' ' .. now_text .. ' ' .. ARGV[8]
   if SET_NX_GET then
     -- The holder, when busy, without a GET (an error for another type).
@@ -77,8 +80,8 @@ end
 if ARGV[4] == '1' or ARGV[4] == '3' then
   -- Queued before, for a hand-off, and out of the queue: handed the lock,
   -- and the hand-off ran out before this attempt. Back to the front.
-  L.enqueue(KEYS[3], KEYS[4], ARGV[1], nil, ARGV[5], ARGV[10], ARGV[9], '1', ARGV[6], ARGV[8],
-    ARGV[4] == '3' and ARGV[9] == 'f')
+  L.enqueue(KEYS[3], KEYS[4], ARGV[1], arrived, ARGV[5], ARGV[10], ARGV[9], '1', ARGV[6],
+    ARGV[8], ARGV[4] == '3' and ARGV[9] == 'f')
 elseif ARGV[9] == 'f' and not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   -- As above, found by an attempt that does not refresh.
   L.requeue(KEYS[3], KEYS[4], ARGV[1], ARGV[5], ARGV[10] .. ' f 1 ' .. ARGV[6] .. ' ' .. ARGV[8])
