@@ -108,7 +108,10 @@ pub struct Holder {
     pub host: String,
     /// The holder's client name ([`ClientBuilder::name`](crate::ClientBuilder::name)).
     pub client_name: String,
-    /// When Redis granted the lease, by the Redis server's clock.
+    /// When Redis granted the lease, by the Redis server's clock. For a
+    /// `Mutex` or `FairMutex` this is its fence read as µs since the epoch:
+    /// the server's clock, or a few µs past it when the fence counter ran
+    /// ahead of the clock.
     pub acquired_at: Option<SystemTime>,
     /// The time left on this holder's lease.
     pub remaining: Option<Duration>,

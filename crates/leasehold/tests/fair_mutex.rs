@@ -384,6 +384,50 @@ async fn a_hand_off_without_the_watchdog_gives_the_whole_lease() {
     guard.release().await.unwrap();
 }
 
+/// A holder's fence is its value's acquisition time, also when the fence
+/// counter runs ahead of the server's clock (it is then the counter's next
+/// value, not the clock's): a waiter handed the lock without the watchdog
+/// learns its fence from the value when it makes its lease whole, and gets
+/// the hand-off's fence, not an older one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_ahead_of_the_clock_is_the_value_s_time_and_the_hand_off_s() {
+    let server = RedisServer::start();
+    // Far ahead of the clock (µs), below 2^53, marked WAITING as a release
+    // that woke a waiter leaves it.
+    let ahead: u64 = 9_000_000_000_000_000;
+    let _: () = cmd(
+        &server,
+        &["SET", "leasehold:{job}:fence", &format!("{ahead}w")],
+    )
+    .await;
+    let holder = fixed_lease_client(server.url(), LONG);
+    let held = holder.fair_mutex("job").unwrap().acquire().await.unwrap();
+    assert_eq!(held.fence(), ahead + 1);
+    let value: String = cmd(&server, &["GET", JOB]).await;
+    let time = value.split(' ').nth(1).unwrap();
+    assert_eq!(time, (ahead + 1).to_string(), "{value:?}");
+    // The counter's mark made the value say that waiters may be queued.
+    assert!(value.ends_with("\u{1f}w"), "{value:?}");
+
+    let lock = fixed_lease_client(server.url(), LONG)
+        .fair_mutex("job")
+        .unwrap();
+    let waiting = tokio::spawn(async move { lock.acquire().await });
+    eventually("the waiter to queue", || async {
+        cmd::<u64>(&server, &["ZCARD", "leasehold:{job}:q"]).await == 1
+    })
+    .await;
+    held.release().await.unwrap();
+    let guard = waiting.await.unwrap().unwrap();
+    assert_eq!(guard.fence(), ahead + 2);
+    let value: String = cmd(&server, &["GET", JOB]).await;
+    assert_eq!(value.split(' ').nth(1).unwrap(), (ahead + 2).to_string());
+    let counter: String = cmd(&server, &["GET", "leasehold:{job}:fence"]).await;
+    assert_eq!(counter, (ahead + 2).to_string());
+    assert!(guard.valid_for() > Duration::from_secs(20), "{guard:?}");
+    guard.release().await.unwrap();
+}
+
 /// A waiter handed the lock that lets the hand-off run out (it was held
 /// up) keeps its place at the front: its next attempt takes the lock still
 /// (or goes back to the front of the queue), instead of being left out of

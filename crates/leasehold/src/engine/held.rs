@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::engine::lease::{Lease, LossReason};
 use crate::engine::ops::renew_one;
-use crate::engine::release::{release, release_in_background, PendingRelease};
+use crate::engine::release::{release_held, release_in_background, PendingRelease};
 use crate::engine::Engine;
 use crate::engine::{Kind, Request};
 use crate::error::{Error, Result};
@@ -206,7 +206,14 @@ impl Held {
                     match self.compare_and_delete(route).await {
                         Ok(true) => Ok(true),
                         Ok(false) => {
-                            release(engine, &lease.keys, &self.token, false, lease.hold_until).await
+                            release_held(
+                                engine,
+                                &lease.keys,
+                                &self.token,
+                                self.holding.kind().is_hash(),
+                                lease.hold_until,
+                            )
+                            .await
                         }
                         Err(error) => Err(error),
                     },

@@ -27,12 +27,33 @@ pub(crate) async fn release(
     queued: bool,
     hold_until: Option<Instant>,
 ) -> Result<bool> {
-    let reply = run_release(engine, keys, token, queued, hold_until, None).await?;
-    match scripts::as_int(&reply) {
+    let queue: &[u8] = if queued { b"1" } else { b"0" };
+    let reply = run_release(engine, keys, token, queue, hold_until, None).await?;
+    read_release(&reply)
+}
+
+/// Releases the lease `token` of a guard as [`release`] does (its token is
+/// out of the queue); `hash` says the guard's lock is a hash kind's (a
+/// reentrant mutex, an rw-lock or a semaphore), whose hash the release
+/// then reads first.
+pub(crate) async fn release_held(
+    engine: &Engine,
+    keys: &LockKeys,
+    token: &str,
+    hash: bool,
+    hold_until: Option<Instant>,
+) -> Result<bool> {
+    let queue: &[u8] = if hash { b"h" } else { b"0" };
+    let reply = run_release(engine, keys, token, queue, hold_until, None).await?;
+    read_release(&reply)
+}
+
+fn read_release(reply: &redis::Value) -> Result<bool> {
+    match scripts::as_int(reply) {
         Some(0) => Ok(false),
         // 2: kept until the hold ends.
         Some(1 | 2) => Ok(true),
-        _ => Err(Error::unexpected_reply("release", &reply)),
+        _ => Err(Error::unexpected_reply("release", reply)),
     }
 }
 
@@ -46,7 +67,7 @@ pub(crate) async fn release_as(
     owner: &str,
     kind: Kind,
 ) -> Result<Option<bool>> {
-    let reply = run_release(engine, keys, token, false, None, Some((owner, kind))).await?;
+    let reply = run_release(engine, keys, token, b"0", None, Some((owner, kind))).await?;
     match scripts::as_int(&reply) {
         Some(0) => Ok(Some(false)),
         Some(1 | 2) => Ok(Some(true)),
@@ -63,11 +84,12 @@ pub(crate) async fn release_as(
     }
 }
 
+/// `queue` is the release script's ARGV[2] (see `scripts/release.lua`).
 async fn run_release(
     engine: &Engine,
     keys: &LockKeys,
     token: &str,
-    queued: bool,
+    queue: &[u8],
     hold_until: Option<Instant>,
     owner: Option<(&str, Kind)>,
 ) -> Result<redis::Value> {
@@ -87,7 +109,7 @@ async fn run_release(
     let keep = keep.to_string();
     let mut args: Vec<&[u8]> = vec![
         token.as_bytes(),
-        if queued { b"1" } else { b"0" },
+        queue,
         retention.as_bytes(),
         keys.channels.as_bytes(),
         keep.as_bytes(),

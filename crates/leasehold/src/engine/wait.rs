@@ -60,7 +60,9 @@ enum Outcome {
     },
     /// Held by someone else (or promised to an earlier waiter); the blocking
     /// lease runs out within `pttl` if known. `fence` is the last fence
-    /// handed out when the attempt ran.
+    /// handed out when the attempt ran, for a waiter that takes a hand-off
+    /// from its message (a `Mutex` or `FairMutex` with the watchdog); 0
+    /// for the others, which never do.
     Busy {
         pttl: Option<Duration>,
         sent_at: Instant,
@@ -603,10 +605,17 @@ async fn attempt<'k>(
             } else {
                 |s| &s.acquire
             };
+            // A busy answer carries the last fence only for a waiter that
+            // takes a hand-off from its message (with the watchdog): one
+            // without makes the lease whole by another attempt, whose
+            // answer has the fence.
             let own = if bare {
                 Vec::new()
             } else {
-                vec![millis(hand_off_lease(request)).to_string()]
+                vec![
+                    millis(hand_off_lease(request)).to_string(),
+                    if request.renew { "1" } else { "0" }.to_owned(),
+                ]
             };
             (pick, own)
         }

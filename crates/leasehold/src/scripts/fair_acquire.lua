@@ -2,12 +2,14 @@
 -- when nobody waits. A release hands it to the head of the queue itself
 -- (see wake_first in lib.lua); this script also reports such a hand-off.
 -- KEYS and ARGV as acquire.lua (ARGV[9] is always 'f'); ARGV[10] is the
--- lease a release hands over.
+-- lease a release hands over, ARGV[11] '1' when a busy answer is to carry
+-- the last fence.
 -- Returns the fence, as text, when this attempt took the free lock (the
 -- lease is ARGV[2]) with an unmarked value (see take_fence in lib.lua);
 -- {1, fence, lease ms} when it took it otherwise, or held it by a hand-off
 -- or an earlier attempt; {0, pttl of the holder
--- (-2 when free but promised to an earlier waiter), last fence, the
+-- (-2 when free but promised to an earlier waiter), last fence (0 without
+-- ARGV[11]), the
 -- holder's record} when busy, {-1, kind} when the key holds another kind
 -- of lock.
 local L = lib()
@@ -24,7 +26,7 @@ if holder and holds(holder, ARGV[1]) then
   -- an attempt whose answer was lost: either took it out of the queue.
   -- This attempt sets the lease it asks for.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, fence_of(redis.call('GET', KEYS[2])) or -1, tonumber(ARGV[2])}
+  return {1, held_fence(holder, KEYS[2]), tonumber(ARGV[2])}
 end
 if not holder then
   local head = L.first_live(KEYS[3], KEYS[4])
@@ -37,13 +39,16 @@ if not holder then
     and redis.call('EXISTS', KEYS[4] .. ARGV[1]) == 1
   if not head or head.token == ARGV[1] or lapsed then
     local now_text = server_text()
-    local value = ARGV[1] .. ' ' .. now_text .. ' ' .. ARGV[8]
     if head then
-      -- Others may wait behind it.
-      redis.call('SET', KEYS[1], value .. WAITED, 'PX', ARGV[2])
+      -- Others may wait behind it. Its acquisition time is its fence (see
+      -- fence_value).
+      local fence_us, fence = next_fence(KEYS[2], nil, ARGV[3], now_text)
+      redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. fence .. ' ' .. ARGV[8] .. WAITED, 'PX',
+        ARGV[2])
       L.leave_queue(KEYS[3], KEYS[4], ARGV[1])
-      return {1, next_fence(KEYS[2], nil, ARGV[3], now_text), tonumber(ARGV[2])}
+      return {1, fence_us, tonumber(ARGV[2])}
     end
+    local value = ARGV[1] .. ' ' .. now_text .. ' ' .. ARGV[8]
     redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
     return take_fence(KEYS[1], value, KEYS[2], ARGV[3], now_text, ARGV[2])
   end
@@ -66,5 +71,10 @@ if holder then
   mark_waited(KEYS[1], holder)
 end
 -- The fence counter lets the waiter tell a hand-off after this attempt
--- (a larger fence) from a stale message about one before it.
-return {0, redis.call('PTTL', KEYS[1]), fence_of(redis.call('GET', KEYS[2])) or 0, holder or ''}
+-- (a larger fence) from a stale message about one before it: only a
+-- waiter that takes a hand-off from its message asks for it (ARGV[11]).
+local last_fence = 0
+if ARGV[11] == '1' then
+  last_fence = fence_of(redis.call('GET', KEYS[2])) or 0
+end
+return {0, redis.call('PTTL', KEYS[1]), last_fence, holder or ''}

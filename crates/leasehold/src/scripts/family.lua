@@ -13,7 +13,8 @@ local function family()
   local L = lib()
 
   -- The live waiters in arrival order, after removing the dead ones; only
-  -- those that arrived before `token` when it is queued.
+  -- those that arrived before `token` when it is queued. Second, `token`'s
+  -- rank in the queue, or false when it is not queued (or not given).
   function F.live_waiters(queue, waiters, token)
     local tokens
     local rank = token and redis.call('ZRANK', queue, token)
@@ -41,7 +42,22 @@ local function family()
         end
       end
     end
-    return live
+    return live, rank
+  end
+
+  -- The `kind` and `permits` fields of a lock's hash from its HGETALL
+  -- (nil for those it lacks): one read gives them with the leases.
+  function F.fields(all)
+    local kind, permits
+    for i = 1, #all, 2 do
+      local field = all[i]
+      if field == 'kind' then
+        kind = all[i + 1]
+      elseif field == 'permits' then
+        permits = all[i + 1]
+      end
+    end
+    return kind, permits
   end
 
   function F.entry(token, value)
@@ -77,9 +93,9 @@ local function family()
   -- removed. The level markers of a reentrant hold that is gone go too,
   -- and so do levels that ran out: a hold whose last level ran out is gone
   -- with it (a hold kept past its last level counts none, and goes with its
-  -- own expiry).
-  function F.live_holders(lock, now_ms)
-    local all = redis.call('HGETALL', lock)
+  -- own expiry). `all`, when given, is the hash as HGETALL just gave it.
+  function F.live_holders(lock, now_ms, all)
+    all = all or redis.call('HGETALL', lock)
     local live, held, markers, pruned = {}, {}, {}, 0
     for i = 1, #all, 2 do
       local field = all[i]
@@ -182,14 +198,15 @@ local function family()
   -- Wakes every waiter at the front of the queue that can be admitted now:
   -- the first of a free reentrant lock; the readers at the front of an
   -- rw-lock no writer holds, or its first writer when nobody holds it; the
-  -- semaphore's waiters in order while their permits fit.
-  function F.wake_hash(kind, lock, queue, waiters, channels, live)
+  -- semaphore's waiters in order while their permits fit. `permits`, when
+  -- the caller has it, is the semaphore's count as stored.
+  function F.wake_hash(kind, lock, queue, waiters, channels, live, permits)
     local waiting = F.live_waiters(queue, waiters, nil)
     if #waiting == 0 then
       return
     end
     if kind == 'semaphore' then
-      local free = (tonumber(redis.call('HGET', lock, 'permits')) or 0)
+      local free = (tonumber(permits or redis.call('HGET', lock, 'permits')) or 0)
       for _, e in ipairs(live) do
         free = free - e.permits
       end

@@ -20,7 +20,7 @@
 -- Returns {1, fence, lease ms} when held, with the hold's token and the ms
 -- left until its max hold (-1 for none) as fourth and fifth items for a
 -- reentrant mutex; {0, pttl of what blocks it (-1
--- when only waiters ahead do), last fence, a holder's record} when busy;
+-- when only waiters ahead do), 0, a holder's record} when busy;
 -- {-1, kind} when the key holds another kind of lock ('hash' for a
 -- semaphore count leasehold did not write); {-2} for a read to
 -- write upgrade; {-3, permits} when the semaphore has another permit count
@@ -28,15 +28,29 @@
 local L = lib()
 local F = family()
 local lock, token, mode, owner = KEYS[1], ARGV[1], ARGV[9], ARGV[11]
-local kind = L.kind_of(lock)
-if kind ~= 'none' and kind ~= ARGV[10] and not F.drop_stale(lock, kind) then
-  return {-1, kind}
+-- The hash in one read: its kind, a semaphore's count and the leases.
+local all = redis.pcall('HGETALL', lock)
+local kind, stored
+if all.err then
+  -- Not a hash.
+  all = nil
+  kind = L.kind_of_type(lock)
+else
+  kind, stored = F.fields(all)
+  if not kind then
+    kind = #all == 0 and 'none' or 'hash'
+  end
+end
+if kind ~= 'none' and kind ~= ARGV[10] then
+  if not F.drop_stale(lock, kind) then
+    return {-1, kind}
+  end
+  all, stored = {}, nil
 end
 -- The semaphore's count: the one asked for, or the stored one for a waiter
 -- already queued when an admin changed it (if what it wants still fits).
 local permits = ARGV[13]
 if ARGV[10] == 'semaphore' then
-  local stored = redis.call('HGET', lock, 'permits')
   if stored and stored ~= ARGV[13] then
     local count = tonumber(stored)
     if not count or count < 1 or count ~= math.floor(count) then
@@ -52,8 +66,18 @@ if ARGV[10] == 'semaphore' then
 end
 local now_us, now_text = server_us()
 local now = math.floor(now_us / 1000)
-local live, pruned = F.live_holders(lock, now)
-local last_fence = fence_of(redis.call('GET', KEYS[2])) or 0
+local live, pruned = F.live_holders(lock, now, all)
+-- The last fence handed out: a reader that joins others shares it.
+local function last_fence()
+  return fence_of(redis.call('GET', KEYS[2])) or 0
+end
+-- Takes `token`, granted, out of the queue. Its waiter key runs out with
+-- its heartbeat: no hash lock reads the key of a token out of the queue.
+local function leave(t)
+  redis.call('ZREM', KEYS[3], t)
+end
+-- A token sent before may be queued; a newcomer is not, and asks no rank.
+local queued_token = ARGV[7] == '1' and token or nil
 -- The hold a reentrant level of this token belongs to.
 local level_of = mode == 'x' and F.marker(redis.call('HGET', lock, 'l:' .. token))
 
@@ -70,7 +94,7 @@ local mine, mine_w, mine_r, others = nil, nil, false, {}
 for _, e in ipairs(live) do
   if (mode == 'x' and e.token == level_of) or (mode ~= 'x' and e.token == token) then
     -- An earlier attempt with this token took it, and its answer was lost.
-    L.leave_queue(KEYS[3], KEYS[4], token)
+    leave(token)
     if mode == 'x' then
       return {1, e.fence, e.expiry - now, e.token, cap_left(e)}
     end
@@ -119,7 +143,7 @@ if mode == 'x' then
     end
     F.settle(lock, live, now, ARGV[3], ARGV[10])
     if ARGV[7] == '1' then
-      L.leave_queue(KEYS[3], KEYS[4], token)
+      leave(token)
     end
     return {1, mine.fence, mine.expiry - now, mine.token, cap_left(mine)}
   end
@@ -145,19 +169,22 @@ elseif mode == 'r' then
     end
   end
   if mine then
-    fence = last_fence
+    fence = last_fence()
   elseif not writer then
     -- Readers that hold together share one fence. The first reader of a
     -- read phase takes a new one, as a writer does: the counter it finds
     -- may be behind a write it never saw (a failover that lost writes
     -- rolls it back), and a reader must never report a fence older than
     -- a grant before it. A reader that joins others shares theirs.
-    fence = #others == 0 and 'new' or last_fence
-    for _, w in ipairs(F.live_waiters(KEYS[3], KEYS[4], token)) do
+    fence = 'new'
+    for _, w in ipairs(F.live_waiters(KEYS[3], KEYS[4], queued_token)) do
       if w.mode == 'w' and w.token ~= token then
         fence = nil
         break
       end
+    end
+    if fence and #others > 0 then
+      fence = last_fence()
     end
   end
   -- With the counter gone (a restart without persistence, its retention
@@ -176,16 +203,21 @@ else
   for _, e in ipairs(others) do
     free = free - e.permits
   end
-  local queued = redis.call('ZSCORE', KEYS[3], token)
-  for _, w in ipairs(F.live_waiters(KEYS[3], KEYS[4], token)) do
-    if not queued or w.want > free then
-      free = -1
-      break
+  -- Waiters only take permits away: when the holders leave too few, the
+  -- queue is not read.
+  local want = tonumber(ARGV[12])
+  if want <= free then
+    local waiting, queued = F.live_waiters(KEYS[3], KEYS[4], queued_token)
+    for _, w in ipairs(waiting) do
+      if not queued or w.want > free then
+        free = -1
+        break
+      end
+      free = free - w.want
     end
-    free = free - w.want
-  end
-  if tonumber(ARGV[12]) <= free then
-    fence = 'new'
+    if want <= free then
+      fence = 'new'
+    end
   end
 end
 
@@ -208,7 +240,7 @@ if fence then
   live[#live + 1] = granted
   F.settle(lock, live, now, ARGV[3], ARGV[10])
   if ARGV[7] == '1' then
-    L.leave_queue(KEYS[3], KEYS[4], token)
+    leave(token)
   end
   if mode == 'x' then
     return {1, fence, tonumber(ARGV[2]), token, -1}
@@ -232,4 +264,5 @@ for _, e in ipairs(others) do
     blocker = F.entry_value(e)
   end
 end
-return {0, until_ms and (until_ms - now) or -1, last_fence, blocker}
+-- No hash lock is handed over: its waiters need no last fence.
+return {0, until_ms and (until_ms - now) or -1, 0, blocker}

@@ -1,7 +1,8 @@
 -- Shared by every script (prepended to each): the server's clock, fences,
 -- lock records, and the waiter queue.
 --
--- A Mutex or FairMutex is a string: "<token> <acquired µs> <identity>",
+-- A Mutex or FairMutex is a string: "<token> <acquired µs> <identity>"
+-- (the acquisition time is the holder's fence: see fence_value),
 -- where the identity is "<pid> <host> <client name>" (a bare token, as
 -- written by hand, counts too), followed by WAITED once a waiter may be
 -- queued behind its holder (and by KEPT after that, see below). The other primitives keep one hash per
@@ -37,6 +38,11 @@
 -- mode; what follows is the script's own. A Mutex's or FairMutex's
 -- attempt that does not queue sends ARGV[5] and ARGV[6] empty and nothing
 -- from ARGV[9] on.
+
+-- Whether SET takes NX and GET together (Redis 7.0 and later, and Valkey):
+-- a busy lock's holder then comes with the failed SET NX, without a GET.
+-- Redis 6.2 refuses the pair, and has no REDIS_VERSION_NUM.
+local SET_NX_GET = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
 
 -- The server's clock in µs, as a number and as its exact decimal text:
 -- formatting a float of 16 digits costs the server more than the rest of
@@ -154,6 +160,34 @@ local function mark_waited(key, value)
   redis.call('SET', key, value .. WAITED, 'XX', 'KEEPTTL')
 end
 
+-- A string lock's acquisition time is its holder's fence: `value`, just
+-- written with the time `now_text`, is made to say `fence` instead when the
+-- counter was ahead of the clock (rare: one more SET), and marked WAITED
+-- when `waiting` (see next_fence). So the holder's fence is in its value
+-- (see held_fence). Returns the value as the key has it now.
+local function fence_value(key, value, now_text, fence, waiting)
+  if fence == now_text and not waiting then
+    return value
+  end
+  if fence ~= now_text then
+    local space = string.find(value, ' ', 1, true)
+    value = string.sub(value, 1, space) .. fence .. string.sub(value, space + 1 + #now_text)
+  end
+  if waiting and not string.find(value, '\31', 1, true) then
+    value = value .. WAITED
+  end
+  redis.call('SET', key, value, 'XX', 'KEEPTTL')
+  return value
+end
+
+-- The fence of the holder of a string lock whose value is `value`: its
+-- acquisition time (see fence_value); for a value without one (a bare
+-- token, written by hand) the counter's last fence, or -1.
+local function held_fence(value, fence_key)
+  return tonumber(string.match(value, '^%S+ (%d+)'))
+    or fence_of(redis.call('GET', fence_key)) or -1
+end
+
 -- Whether a string lock's value is held by `token`.
 local function holds(value, token)
   if value == token then
@@ -167,22 +201,19 @@ end
 
 -- The reply of an acquire script whose attempt took a free lock, writing
 -- the unmarked `value` made with `now_text` (see acquire.lua): hands out
--- the fence (see next_fence), and marks the value WAITED when the counter
--- says waiters may be queued. The reply tells the client the value when it
--- is unmarked, so that a release nobody waited for can delete it by
--- comparing (DELIFEQ): the fence, as text, when it is the value's
--- acquisition time too, else "<fence> <acquisition time>". A marked value
--- gets {1, fence, lease ms}.
+-- the fence (see next_fence), makes it the value's acquisition time (see
+-- fence_value), and marks the value WAITED when the counter says waiters
+-- may be queued. The reply tells the client the value when it is
+-- unmarked, so that a release nobody waited for can delete it by
+-- comparing (DELIFEQ): the fence, as text, which is the value's
+-- acquisition time too. A marked value gets {1, fence, lease ms}.
 local function take_fence(lock, value, fence_key, retention, now_text, lease)
   local fence_us, fence, waiting = next_fence(fence_key, nil, retention, now_text)
+  fence_value(lock, value, now_text, fence, waiting)
   if waiting then
-    mark_waited(lock, value)
     return {1, fence_us, tonumber(lease)}
   end
-  if fence == now_text then
-    return fence
-  end
-  return fence .. ' ' .. now_text
+  return fence
 end
 
 -- The queue's functions, made on the first call to `lib()`: a closure costs
@@ -205,6 +236,11 @@ local function lib()
     if type(kind) == 'string' then
       return kind
     end
+    return L.kind_of_type(key)
+  end
+
+  -- As `kind_of`, for a key whose `kind` field is known to be missing.
+  function L.kind_of_type(key)
     local t = redis.call('TYPE', key)['ok']
     if t == 'string' then
       return 'mutex'
@@ -297,14 +333,15 @@ local function lib()
     end
     if head.mode == 'f' then
       local now, now_text = server_us()
-      -- Others may wait behind it.
-      redis.call('SET', lock, head.token .. ' ' .. now_text .. ' ' .. head.identity .. WAITED,
+      local _, fence = next_fence(fence_key, now, retention, now_text)
+      -- Others may wait behind it. Its acquisition time is its fence (see
+      -- fence_value).
+      redis.call('SET', lock, head.token .. ' ' .. fence .. ' ' .. head.identity .. WAITED,
         'PX', head.hand_off)
       -- Out of the queue; its key expires with its heartbeat, and says
       -- until then that it was handed the lock (see `enqueue`).
       redis.call('ZREM', queue, head.token)
-      local fence = next_fence(fence_key, now, retention, now_text)
-      publish(channels .. head.client, string.format('%s %.0f', head.token, fence))
+      publish(channels .. head.client, head.token .. ' ' .. fence)
     else
       -- The lock is left free: whoever takes it marks it for the queue.
       mark_waiting(fence_key, retention)

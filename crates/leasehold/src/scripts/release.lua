@@ -5,7 +5,9 @@
 -- is released by its own token: the hold loses one level, and goes with
 -- the last.
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix
--- ARGV[1] token, ARGV[2] '1' when this token may be queued,
+-- ARGV[1] token, ARGV[2] '1' when this token may be queued, 'h' when it
+-- is not and its guard's lock is a hash (the hash is read first), '0'
+-- otherwise,
 -- ARGV[3] fence retention ms, ARGV[4] channel prefix,
 -- ARGV[5] ms to keep the lock held instead (its hold-at-least is not over), or 0,
 -- ARGV[6] (optional) the owner a hash lease must have to be released,
@@ -19,7 +21,20 @@
 -- hold's last level keeps it until then at least, whichever client or
 -- background release that is.
 local token = ARGV[1]
-local holder = redis.pcall('GET', KEYS[1])
+local holder, all
+if ARGV[2] == 'h' then
+  -- A hash kind's guard: its lock is read as a hash at once (and as a
+  -- string if it is one now).
+  all = redis.pcall('HGETALL', KEYS[1])
+  if all.err then
+    all = nil
+    holder = redis.pcall('GET', KEYS[1])
+  else
+    holder = #all > 0 and all
+  end
+else
+  holder = redis.pcall('GET', KEYS[1])
+end
 if ARGV[7] then
   local found = type(holder) == 'string' and 'mutex'
     or (type(holder) == 'table' and lib().kind_of(KEYS[1]))
@@ -28,14 +43,16 @@ if ARGV[7] then
   end
 end
 if type(holder) == 'table' then
-  -- A hash: a lease of a ReentrantMutex, an RwLock or a Semaphore.
+  -- A hash: a lease of a ReentrantMutex, an RwLock or a Semaphore. One
+  -- read gives its kind, a semaphore's count and the leases.
   local F = family()
-  local kind = redis.call('HGET', KEYS[1], 'kind')
+  all = all or redis.call('HGETALL', KEYS[1])
+  local kind, permits = F.fields(all)
   if kind ~= 'reentrant' and kind ~= 'rwlock' and kind ~= 'semaphore' then
     return redis.error_reply('WRONGTYPE the lock key holds a hash leasehold did not write')
   end
   local now = math.floor(server_us() / 1000)
-  local live, pruned = F.live_holders(KEYS[1], now)
+  local live, pruned = F.live_holders(KEYS[1], now, all)
   local hold = token
   if kind == 'reentrant' then
     hold = F.marker(redis.call('HGET', KEYS[1], 'l:' .. token))
@@ -101,7 +118,7 @@ if type(holder) == 'table' then
     return 0
   end
   F.settle(KEYS[1], live, now, ARGV[3], kind)
-  F.wake_hash(kind, KEYS[1], KEYS[3], KEYS[4], ARGV[4], live)
+  F.wake_hash(kind, KEYS[1], KEYS[3], KEYS[4], ARGV[4], live, permits)
   return released
 end
 local released = 0
