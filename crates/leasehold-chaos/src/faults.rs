@@ -455,11 +455,7 @@ impl fmt::Display for Fault {
                 f,
                 "latency {} ms {} for {} ms",
                 ms(latency),
-                if *replies_only {
-                    "on replies"
-                } else {
-                    "both ways"
-                },
+                direction(*replies_only),
                 ms(lasting)
             ),
             Fault::Blackhole(d) => write!(f, "blackhole {} ms", ms(d)),
@@ -505,11 +501,7 @@ impl fmt::Display for Fault {
                 f,
                 "latency {} ms {} to master {master} for {} ms",
                 ms(latency),
-                if *replies_only {
-                    "on replies"
-                } else {
-                    "both ways"
-                },
+                direction(*replies_only),
                 ms(lasting)
             ),
             Fault::MasterBlackhole { master, held } => {
@@ -641,6 +633,15 @@ impl Fault {
             },
             _ => bail!("not a fault: {code:?}"),
         })
+    }
+}
+
+/// Which way a latency fault delays the bytes, as messages say it.
+fn direction(replies_only: bool) -> &'static str {
+    if replies_only {
+        "on replies"
+    } else {
+        "both ways"
     }
 }
 

@@ -996,13 +996,7 @@ impl Run<'_> {
                 )
             }
         }
-        self.faults.push(Injected {
-            fault,
-            target,
-            at_holder,
-            start,
-            end: mono_ns(),
-        });
+        self.record(fault, target, at_holder, start);
         Ok(())
     }
 
@@ -1025,13 +1019,7 @@ impl Run<'_> {
                 (fault, at_holder)
             }
         };
-        self.faults.push(Injected {
-            fault,
-            target: None,
-            at_holder,
-            start,
-            end: mono_ns(),
-        });
+        self.record(fault, None, at_holder, start);
         Ok(())
     }
 
@@ -1151,14 +1139,20 @@ impl Run<'_> {
             }
             _ => bail!("{fault} is not a fault of sentinels"),
         }
+        self.record(fault, None, at_holder, start);
+        Ok(())
+    }
+
+    /// Notes `fault`, struck at `start` on `target` (`None`: Redis), as
+    /// ended now.
+    fn record(&mut self, fault: Fault, target: Option<String>, at_holder: bool, start: u64) {
         self.faults.push(Injected {
             fault,
-            target: None,
+            target,
             at_holder,
             start,
             end: mono_ns(),
         });
-        Ok(())
     }
 
     /// The masters that hold a grant of one of `locks` now, as each master
@@ -1283,13 +1277,7 @@ impl Run<'_> {
             }
             _ => bail!("{fault} is not a fault of a Redlock's masters"),
         }
-        self.faults.push(Injected {
-            fault,
-            target: None,
-            at_holder,
-            start,
-            end: mono_ns(),
-        });
+        self.record(fault, None, at_holder, start);
         Ok(())
     }
 

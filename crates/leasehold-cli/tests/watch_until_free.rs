@@ -32,6 +32,12 @@ fn watched(server: &RedisServer, name: &str) {
     panic!("nobody came to watch {name}");
 }
 
+/// No watcher is registered on `name` any more: the watch left nothing.
+fn assert_unwatched(server: &RedisServer, name: &str) {
+    let key = format!("leasehold:{{{name}}}:watch");
+    assert_eq!(server.command(&["EXISTS", &key]).unwrap().trim(), "0");
+}
+
 #[test]
 fn until_free_reports_the_release_and_exits_once_every_lock_is_free() {
     let server = RedisServer::start();
@@ -58,13 +64,7 @@ fn until_free_reports_the_release_and_exits_once_every_lock_is_free() {
     );
     assert!(watch.wait().unwrap().success());
     // The watcher left nothing behind.
-    assert_eq!(
-        server
-            .command(&["EXISTS", "leasehold:{job}:watch"])
-            .unwrap()
-            .trim(),
-        "0"
-    );
+    assert_unwatched(&server, "job");
 }
 
 #[test]
@@ -117,13 +117,7 @@ fn until_free_ended_by_ctrl_c_exits_130_and_unregisters() {
     assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
     let out = watch.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
-    assert_eq!(
-        server
-            .command(&["EXISTS", "leasehold:{job}:watch"])
-            .unwrap()
-            .trim(),
-        "0"
-    );
+    assert_unwatched(&server, "job");
 }
 
 /// A key at the lock's name that holds no lock is an error (exit 65) that

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::{cmd, command_calls, eventually, Servers};
-use leasehold::{LeaseEnd, LockEvent, LockWatch};
+use leasehold::{LeaseEnd, LeaseGuard, LockEvent, LockWatch};
 use leasehold_testkit::RedisServer;
 
 /// Far beyond any event's expected time: only a watch that never hears
@@ -26,6 +26,15 @@ common::on_both_topologies!(
     a_key_that_holds_no_lock_is_refused,
     a_busy_lock_costs_a_watcher_a_look_per_gap_not_per_release: multi_thread,
 );
+
+/// Releases `guard`, and checks that `watch` hears its lease end as
+/// released, with its fence.
+async fn released_and_heard(watch: &mut LockWatch, guard: LeaseGuard) {
+    let fence = guard.fence();
+    guard.release().await.unwrap();
+    let event = next(watch).await;
+    assert_eq!((event.ended, event.fence), (LeaseEnd::Released, fence));
+}
 
 async fn next(watch: &mut LockWatch) -> LockEvent {
     tokio::time::timeout(PATIENCE, watch.next())
@@ -68,10 +77,7 @@ async fn a_release_reaches_a_watcher_of_every_kind(servers: Servers) {
     let mut watch = watcher.fair_mutex("f").unwrap().watch().unwrap();
     let guard = fair.acquire().await.unwrap();
     assert_eq!(watch.holders().await.unwrap().len(), 1);
-    let fence = guard.fence();
-    guard.release().await.unwrap();
-    let event = next(&mut watch).await;
-    assert_eq!((event.ended, event.fence), (LeaseEnd::Released, fence));
+    released_and_heard(&mut watch, guard).await;
 
     let reentrant = holder.reentrant_mutex("r").unwrap();
     let mut watch = watcher.reentrant_mutex("r").unwrap().watch().unwrap();
@@ -81,35 +87,23 @@ async fn a_release_reaches_a_watcher_of_every_kind(servers: Servers) {
     inner.release().await.unwrap();
     // One level left: the lease goes on, nothing ends.
     assert_eq!(watch.holders().await.unwrap().len(), 1);
-    let fence = outer.fence();
-    outer.release().await.unwrap();
-    let event = next(&mut watch).await;
-    assert_eq!((event.ended, event.fence), (LeaseEnd::Released, fence));
+    released_and_heard(&mut watch, outer).await;
 
     let rw = holder.rw_lock("rw").unwrap();
     let mut watch = watcher.rw_lock("rw").unwrap().watch().unwrap();
     let writing = rw.write().acquire().await.unwrap();
     assert_eq!(watch.holders().await.unwrap().len(), 1);
-    let fence = writing.fence();
-    writing.release().await.unwrap();
-    let event = next(&mut watch).await;
-    assert_eq!((event.ended, event.fence), (LeaseEnd::Released, fence));
+    released_and_heard(&mut watch, writing).await;
     let reading = rw.read().acquire().await.unwrap();
     assert_eq!(watch.holders().await.unwrap().len(), 1);
-    let fence = reading.fence();
-    reading.release().await.unwrap();
-    let event = next(&mut watch).await;
-    assert_eq!((event.ended, event.fence), (LeaseEnd::Released, fence));
+    released_and_heard(&mut watch, reading).await;
 
     let sem = holder.semaphore("s", 2).unwrap();
     let mut watch = watcher.semaphore("s", 2).unwrap().watch().unwrap();
     let one = sem.acquire().await.unwrap();
     let two = sem.acquire().await.unwrap();
     assert_eq!(watch.holders().await.unwrap().len(), 2);
-    let fence = two.fence();
-    two.release().await.unwrap();
-    let event = next(&mut watch).await;
-    assert_eq!((event.ended, event.fence), (LeaseEnd::Released, fence));
+    released_and_heard(&mut watch, two).await;
     assert_eq!(watch.holders().await.unwrap().len(), 1);
     one.release().await.unwrap();
 }
@@ -124,14 +118,9 @@ async fn readers_that_share_a_fence_end_one_by_one(servers: Servers) {
     let two = second.read().acquire().await.unwrap();
     assert_eq!(one.fence(), two.fence());
     assert_eq!(watch.holders().await.unwrap().len(), 2);
-    let fence = one.fence();
-    one.release().await.unwrap();
-    let event = next(&mut watch).await;
-    assert_eq!((event.ended, event.fence), (LeaseEnd::Released, fence));
+    released_and_heard(&mut watch, one).await;
     assert_eq!(watch.holders().await.unwrap().len(), 1);
-    two.release().await.unwrap();
-    let event = next(&mut watch).await;
-    assert_eq!((event.ended, event.fence), (LeaseEnd::Released, fence));
+    released_and_heard(&mut watch, two).await;
     assert!(watch.holders().await.unwrap().is_empty());
 }
 
@@ -252,10 +241,7 @@ async fn a_lease_between_two_looks_is_not_lost_silently(servers: Servers) {
     let mut watch = servers.client().semaphore("s", 1).unwrap().watch().unwrap();
     assert!(watch.holders().await.unwrap().is_empty());
     let guard = holder.semaphore("s", 1).unwrap().acquire().await.unwrap();
-    let fence = guard.fence();
-    guard.release().await.unwrap();
-    let event = next(&mut watch).await;
-    assert_eq!((event.ended, event.fence), (LeaseEnd::Released, fence));
+    released_and_heard(&mut watch, guard).await;
 }
 
 async fn a_dropped_watch_leaves_nothing_behind(servers: Servers) {
@@ -409,10 +395,7 @@ async fn a_watch_across_a_restart_reports_the_loss_and_the_next_release() {
 
     let guard = holder.mutex("m").unwrap().acquire().await.unwrap();
     assert_eq!(watch.holders().await.unwrap().len(), 1);
-    let fence = guard.fence();
-    guard.release().await.unwrap();
-    let event = next(&mut watch).await;
-    assert_eq!((event.ended, event.fence), (LeaseEnd::Released, fence));
+    released_and_heard(&mut watch, guard).await;
 }
 
 /// A failover of the lock's shard moves its watch channel to the new
@@ -455,10 +438,7 @@ async fn a_watch_follows_a_cluster_failover() {
         let (_, listening) = subscribers(cluster.master_for_key(channel), channel).await;
         assert_eq!(listening, 1, "the watch does not listen on the new master");
     }
-    let fence = guard.fence();
-    guard.release().await.unwrap();
-    let event = next(&mut watch).await;
-    assert_eq!((event.ended, event.fence), (LeaseEnd::Released, fence));
+    released_and_heard(&mut watch, guard).await;
 }
 
 /// A key at the lock's name that no lock wrote (a list) is refused, where a

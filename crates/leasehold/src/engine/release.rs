@@ -27,9 +27,8 @@ pub(crate) async fn release(
     queued: bool,
     hold_until: Option<Instant>,
 ) -> Result<bool> {
-    let queue: &[u8] = if queued { b"1" } else { b"0" };
-    let reply = run_release(engine, keys, token, queue, hold_until, None).await?;
-    read_release(&reply)
+    let mode: &[u8] = if queued { b"1" } else { b"0" };
+    release_in_mode(engine, keys, token, mode, hold_until).await
 }
 
 /// Releases the lease `token` of a guard as [`release`] does (its token is
@@ -43,17 +42,25 @@ pub(crate) async fn release_held(
     hash: bool,
     hold_until: Option<Instant>,
 ) -> Result<bool> {
-    let queue: &[u8] = if hash { b"h" } else { b"0" };
-    let reply = run_release(engine, keys, token, queue, hold_until, None).await?;
-    read_release(&reply)
+    let mode: &[u8] = if hash { b"h" } else { b"0" };
+    release_in_mode(engine, keys, token, mode, hold_until).await
 }
 
-fn read_release(reply: &redis::Value) -> Result<bool> {
-    match scripts::as_int(reply) {
+/// The release script's run for [`release`] and [`release_held`]; `mode`
+/// is its ARGV[2] (see `release.lua`).
+async fn release_in_mode(
+    engine: &Engine,
+    keys: &LockKeys,
+    token: &str,
+    mode: &[u8],
+    hold_until: Option<Instant>,
+) -> Result<bool> {
+    let reply = run_release(engine, keys, token, mode, hold_until, None).await?;
+    match scripts::as_int(&reply) {
         Some(0) => Ok(false),
         // 2: kept until the hold ends.
         Some(1 | 2) => Ok(true),
-        _ => Err(Error::unexpected_reply("release", reply)),
+        _ => Err(Error::unexpected_reply("release", &reply)),
     }
 }
 
