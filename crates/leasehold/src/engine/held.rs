@@ -203,11 +203,12 @@ impl Held {
             // that went out can have been applied.
             let (attempt, sent) = match engine.route(&lease.keys).await {
                 Ok(route) => (
-                    match self.compare_and_delete(route).await {
+                    match self.compare_and_delete(route.clone()).await {
                         Ok(true) => Ok(true),
                         Ok(false) => {
                             release_held(
                                 engine,
+                                route,
                                 &lease.keys,
                                 &self.token,
                                 self.holding.kind().is_hash(),

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::deploy::Route;
 use crate::engine::lease::drift;
 use crate::engine::Engine;
 use crate::engine::{scripts, Kind};
@@ -27,35 +28,38 @@ pub(crate) async fn release(
     queued: bool,
     hold_until: Option<Instant>,
 ) -> Result<bool> {
+    let route = engine.route(keys).await?;
     let mode: &[u8] = if queued { b"1" } else { b"0" };
-    release_in_mode(engine, keys, token, mode, hold_until).await
+    release_in_mode(engine, route, keys, token, mode, hold_until).await
 }
 
 /// Releases the lease `token` of a guard as [`release`] does (its token is
-/// out of the queue); `hash` says the guard's lock is a hash kind's (a
-/// reentrant mutex, an rw-lock or a semaphore), whose hash the release
-/// then reads first.
+/// out of the queue), on `route`, taken for `keys`; `hash` says the
+/// guard's lock is a hash kind's (a reentrant mutex, an rw-lock or a
+/// semaphore), whose hash the release then reads first.
 pub(crate) async fn release_held(
     engine: &Engine,
+    route: Route,
     keys: &LockKeys,
     token: &str,
     hash: bool,
     hold_until: Option<Instant>,
 ) -> Result<bool> {
     let mode: &[u8] = if hash { b"h" } else { b"0" };
-    release_in_mode(engine, keys, token, mode, hold_until).await
+    release_in_mode(engine, route, keys, token, mode, hold_until).await
 }
 
 /// The release script's run for [`release`] and [`release_held`]; `mode`
 /// is its ARGV[2] (see `release.lua`).
 async fn release_in_mode(
     engine: &Engine,
+    route: Route,
     keys: &LockKeys,
     token: &str,
     mode: &[u8],
     hold_until: Option<Instant>,
 ) -> Result<bool> {
-    let reply = run_release(engine, keys, token, mode, hold_until, None).await?;
+    let reply = run_release(engine, route, keys, token, mode, hold_until, None).await?;
     match scripts::as_int(&reply) {
         Some(0) => Ok(false),
         // 2: kept until the hold ends.
@@ -74,7 +78,8 @@ pub(crate) async fn release_as(
     owner: &str,
     kind: Kind,
 ) -> Result<Option<bool>> {
-    let reply = run_release(engine, keys, token, b"0", None, Some((owner, kind))).await?;
+    let route = engine.route(keys).await?;
+    let reply = run_release(engine, route, keys, token, b"0", None, Some((owner, kind))).await?;
     match scripts::as_int(&reply) {
         Some(0) => Ok(Some(false)),
         Some(1 | 2) => Ok(Some(true)),
@@ -91,9 +96,12 @@ pub(crate) async fn release_as(
     }
 }
 
-/// `queue` is the release script's ARGV[2] (see `scripts/release.lua`).
+/// The release script on `route`, taken for `keys`; `queue` is its
+/// ARGV[2] (see `scripts/release.lua`).
+#[allow(clippy::too_many_arguments)]
 async fn run_release(
     engine: &Engine,
+    route: Route,
     keys: &LockKeys,
     token: &str,
     queue: &[u8],
@@ -101,7 +109,6 @@ async fn run_release(
     owner: Option<(&str, Kind)>,
 ) -> Result<redis::Value> {
     let retention = millis(engine.config.fence_retention).to_string();
-    let route = engine.route(keys).await?;
     // Measured after the connect, as late as can be: the lock is then kept
     // a little longer than asked, never shorter.
     let keep = hold_until.map_or(Duration::ZERO, |until| {
