@@ -101,6 +101,12 @@ pub struct RedlockBuilder {
 }
 
 impl Redlock {
+    /// The masters, for the engine's own tests.
+    #[cfg(test)]
+    pub(crate) fn masters(&self) -> &Arc<Masters> {
+        &self.masters
+    }
+
     /// A builder over the masters `urls` (each `redis://` or `rediss://`,
     /// one independent server each).
     pub fn builder<I, S>(urls: I) -> RedlockBuilder
@@ -374,6 +380,7 @@ impl RedlockBuilder {
                 },
                 inflight: Arc::default(),
                 mine: std::sync::Mutex::default(),
+                clocks: urls.iter().map(|_| Arc::default()).collect(),
             }),
             prefix: self.prefix,
             lease: self.lease,

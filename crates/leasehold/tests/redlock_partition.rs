@@ -85,15 +85,11 @@ async fn a_round_one_request_delivered_after_the_release_leaves_no_lock_behind()
 /// it is released: the round-one request's connection is given up by
 /// then, and no new connection to the third master can be made while the
 /// partition lasts, so the release and its retries never leave the client
-/// there (a SLOWLOG after the heal shows the round-one FCALL alone). The
-/// round-one bytes held in the network are delivered when it heals, after
-/// every retry gave up: the third master grants the released token and
-/// holds it for a whole lease. The lease bounds it; closing it would take
-/// a release that keeps trying that master while a round-one request may
-/// still arrive, and a mark left by a release that found nothing there
-/// which refuses the token's later grant.
+/// there. The round-one bytes held in the network are delivered when it
+/// heals, after every retry gave up: the third master must refuse them as
+/// too late by its own clock (the client read that clock in the warm-up's
+/// replies), or it would hold the released token's lock for a whole lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known: a round one delivered after its release could not get through holds its master for a lease"]
 async fn a_round_one_request_delivered_after_a_release_that_never_got_through() {
     let (masters, proxy, redlock, mutex) = third_behind_a_proxy().await;
 

@@ -128,6 +128,66 @@ pub(crate) fn widened_deadline(current: Duration, lease: Duration) -> Duration {
     current.saturating_mul(2).min(lease / 4).max(current)
 }
 
+/// How much faster or slower than this host's clock a master's clock may
+/// run, in parts per million: 500, the most NTP slews a clock.
+pub(crate) const CLOCK_RATE_PPM: u64 = 500;
+
+fn rate_slack(over: Duration) -> Duration {
+    Duration::from_nanos(
+        u64::try_from(over.as_nanos().saturating_mul(u128::from(CLOCK_RATE_PPM)) / 1_000_000)
+            .unwrap_or(u64::MAX),
+    )
+}
+
+/// When a round-one request stops being able to take the lock, so that a
+/// request held in the network (a partition that heals after its release
+/// gave up) cannot grant to a token nobody holds any more.
+///
+/// The client learns each master's clock from round one's replies: a
+/// master ran a request at `sampled_us` on its clock, between the
+/// request's sending and its reply, `loose` apart. A request sent `since`
+/// after that sample takes the lock only up to [`RoundOneLimit::master_us`]
+/// on the master's clock: the sample plus `since` plus `window`, plus what
+/// a master clock running [`CLOCK_RATE_PPM`] fast gains over `since`. Past
+/// that the master refuses it.
+///
+/// A release (or any request) sent [`RoundOneLimit::refused_after`] after
+/// the round-one request runs on its master after that instant, whatever
+/// the master's rate within [`CLOCK_RATE_PPM`] and wherever in the sample's
+/// round trip the master read its clock: a round-one request that has not
+/// run by the time that release runs is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RoundOneLimit {
+    /// On the master's clock, µs: the request is refused past this.
+    pub(crate) master_us: u64,
+    /// On this host's clock, after the request is sent: a request sent from
+    /// then on runs on the master past [`master_us`](Self::master_us).
+    pub(crate) refused_after: Duration,
+}
+
+impl RoundOneLimit {
+    pub(crate) fn new(sampled_us: u64, loose: Duration, since: Duration, window: Duration) -> Self {
+        let ahead = since
+            .saturating_add(window)
+            .saturating_add(rate_slack(since));
+        let master_us =
+            sampled_us.saturating_add(u64::try_from(ahead.as_micros()).unwrap_or(u64::MAX));
+        // The master's clock may have read `loose` early, and may run slow
+        // by the rate over everything since the sample: waiting `window`
+        // plus those, scaled for the slow rate, lands past `master_us`.
+        let gap = window
+            .saturating_add(loose)
+            .saturating_add(rate_slack(since).saturating_mul(2));
+        let refused_after = gap
+            .saturating_add(rate_slack(gap.saturating_add(since)).saturating_mul(2))
+            .saturating_add(Duration::from_millis(1));
+        RoundOneLimit {
+            master_us,
+            refused_after,
+        }
+    }
+}
+
 /// The fence of a grant, from the fences the granting masters computed in
 /// round one (each `max(stored + 1, its clock in µs)`): the largest. `None`
 /// when no master granted.
@@ -250,11 +310,107 @@ mod tests {
             }
         }
 
+        // A master whose clock runs at any rate within CLOCK_RATE_PPM of
+        // this host's, and read it anywhere in the sample's round trip:
+        // a round-one request that runs within (most of) the window after
+        // it was sent is not refused, and a request sent `refused_after`
+        // after it runs past the limit, so a round one that has not run by
+        // then is refused.
+        #[test]
+        fn a_round_one_limit_holds_for_any_clock_within_the_rate(
+            sampled_us in 0u64..1 << 52,
+            loose_us in 0u64..2_000_000,
+            at_permille in 0u64..=1000,
+            since_us in prop_oneof![0u64..10_000_000, 0u64..86_400_000_000],
+            window_us in 1_000u64..10_000_000,
+            rate_ppm in -(CLOCK_RATE_PPM as i64)..=CLOCK_RATE_PPM as i64,
+        ) {
+            let limit = RoundOneLimit::new(
+                sampled_us,
+                Duration::from_micros(loose_us),
+                Duration::from_micros(since_us),
+                Duration::from_micros(window_us),
+            );
+            let (on_time, late) = limit_seen_by(
+                sampled_us,
+                limit,
+                (loose_us, at_permille),
+                since_us,
+                window_us,
+                rate_ppm,
+            );
+            prop_assert!(on_time, "a request on time is refused");
+            prop_assert!(late, "a release sent refused_after later runs before the limit");
+        }
+
         #[test]
         fn fence_is_the_largest(fences in proptest::collection::vec(0u64..1 << 53, 0..9)) {
             match fence(&fences) {
                 None => prop_assert!(fences.is_empty()),
                 Some(f) => prop_assert!(fences.iter().all(|&x| x <= f) && fences.contains(&f)),
+            }
+        }
+    }
+
+    /// Where a master's clock stands against a round-one limit: whether a
+    /// request that runs at the end of the window (less the rate) is still
+    /// on time, and whether one sent `refused_after` after the request runs
+    /// past the limit. The master read `sampled_us` at `at_permille` of the
+    /// sample's round trip of `loose_us`, and runs `rate_ppm` fast.
+    fn limit_seen_by(
+        sampled_us: u64,
+        limit: RoundOneLimit,
+        (loose_us, at_permille): (u64, u64),
+        since_us: u64,
+        window_us: u64,
+        rate_ppm: i64,
+    ) -> (bool, bool) {
+        // Nanoseconds on this host's clock from the sample's sending.
+        let t0 = i128::from(loose_us * at_permille / 1000) * 1000;
+        let master_at = |t: i128| {
+            i128::from(sampled_us) * 1000
+                + (t - t0) * (1_000_000 + i128::from(rate_ppm)) / 1_000_000
+        };
+        let sent = i128::from(since_us) * 1000;
+        let limit_ns = i128::from(limit.master_us) * 1000;
+        let rate = 1_000_000 + i128::from(CLOCK_RATE_PPM);
+        let on_time = i128::from(window_us) * 1000 * 1_000_000 / rate - 1000;
+        let release = sent + i128::try_from(limit.refused_after.as_nanos()).unwrap_or(i128::MAX);
+        (
+            master_at(sent + on_time) <= limit_ns,
+            master_at(release) > limit_ns,
+        )
+    }
+
+    #[test]
+    fn a_round_one_limit_holds_at_the_corners() {
+        let rate = CLOCK_RATE_PPM as i64;
+        for since_us in [0, 1_000_000, 86_400_000_000] {
+            for window_us in [1_000, 10_000_000] {
+                for (loose_us, at) in [(0, 0), (2_000_000, 0), (2_000_000, 1000)] {
+                    for rate_ppm in [-rate, 0, rate] {
+                        let limit = RoundOneLimit::new(
+                            1 << 50,
+                            Duration::from_micros(loose_us),
+                            Duration::from_micros(since_us),
+                            Duration::from_micros(window_us),
+                        );
+                        let seen = limit_seen_by(
+                            1 << 50,
+                            limit,
+                            (loose_us, at),
+                            since_us,
+                            window_us,
+                            rate_ppm,
+                        );
+                        assert_eq!(
+                            seen,
+                            (true, true),
+                            "since {since_us} µs, window {window_us} µs, loose {loose_us} µs \
+                             read at {at}‰, rate {rate_ppm} ppm: {limit:?}"
+                        );
+                    }
+                }
             }
         }
     }

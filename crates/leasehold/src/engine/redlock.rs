@@ -22,6 +22,11 @@
 //! validity (lease − elapsed − drift) above the floor left. Any later
 //! majority shares a master with that one, whose counter is at least the
 //! fence, so the next fence is larger (see docs/SAFETY.md).
+//!
+//! A round-one request takes the lock only up to a limit on its master's
+//! clock, which this client reads from every round-one reply
+//! ([`MasterClock`], [`quorum::RoundOneLimit`]): a request the network held
+//! until after its release cannot grant to a token nobody holds.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -76,6 +81,53 @@ pub(crate) struct Masters {
     /// The holds this process has, by lock key, each with its holder: what
     /// tells a holder's own second acquisition.
     pub(crate) mine: StdMutex<HoldMap>,
+    /// What this client last read of each master's clock, by master.
+    pub(crate) clocks: Vec<Arc<MasterClock>>,
+}
+
+/// What a client last read of one master's clock: the master's time in a
+/// round-one reply, and when (and how long) that request was out. Every
+/// round-one request carries the instant on the master's clock past which
+/// it is too late to take the lock ([`quorum::RoundOneLimit`]).
+#[derive(Debug, Default)]
+pub(crate) struct MasterClock {
+    sample: StdMutex<Option<ClockSample>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ClockSample {
+    /// The master's clock, µs, when it ran the request.
+    master_us: u64,
+    /// When the request was sent, on this host's clock.
+    sent: Instant,
+    /// From the request's sending to its reply.
+    loose: Duration,
+}
+
+impl MasterClock {
+    /// The limit of a round-one request sent now, once the master's clock
+    /// was read; `window` is how long after sending it may still take the
+    /// lock.
+    fn limit(&self, now: Instant, window: Duration) -> Option<quorum::RoundOneLimit> {
+        let sample = (*self.sample.lock().unwrap_or_else(PoisonError::into_inner))?;
+        Some(quorum::RoundOneLimit::new(
+            sample.master_us,
+            sample.loose,
+            now.saturating_duration_since(sample.sent),
+            window,
+        ))
+    }
+
+    /// The master ran a request sent at `sent` at `master_us` on its
+    /// clock, and its reply came now.
+    fn read(&self, master_us: u64, sent: Instant) {
+        let sample = ClockSample {
+            master_us,
+            sent,
+            loose: sent.elapsed(),
+        };
+        *self.sample.lock().unwrap_or_else(PoisonError::into_inner) = Some(sample);
+    }
 }
 
 /// The holds of one process, by lock key, each with its holder.
@@ -175,6 +227,8 @@ enum Grant {
     Granted(u64),
     Busy(Option<Duration>),
     InGrace(Duration),
+    /// The request reached the master past its limit, and took nothing.
+    TooLate,
 }
 
 /// One try over every master, as the caller of [`Masters::attempt`] sees it.
@@ -319,12 +373,25 @@ impl Masters {
             let lease = ask.lease;
             let shared = &shared;
             let proposed = proposal();
+            let masters = Arc::clone(self);
             self.fan_out(
                 |_| true,
                 move |i, engine| {
                     let (keys, token, shared) = (keys.clone(), token.clone(), Arc::clone(shared));
+                    let masters = Arc::clone(&masters);
                     async move {
-                        let answer = take_on(&engine, &keys, &token, lease, proposed).await;
+                        let clock = masters.clocks.get(i).cloned().unwrap_or_default();
+                        let mut refused_by = None;
+                        let answer = take_on(
+                            &engine,
+                            &clock,
+                            &keys,
+                            &token,
+                            lease,
+                            proposed,
+                            &mut refused_by,
+                        )
+                        .await;
                         // A grant, or an error after which the master may
                         // have run the script (its reply lost): either may
                         // hold the lock there, and a try that fails must
@@ -376,6 +443,15 @@ impl Masters {
                                 }
                                 LateGrant::Counted => {}
                             }
+                            if answer.is_err() {
+                                release_once_refused(
+                                    &masters,
+                                    &engine,
+                                    &shared,
+                                    (&keys, &token),
+                                    refused_by,
+                                );
+                            }
                         }
                         answer
                     }
@@ -424,6 +500,16 @@ impl Masters {
                 Ok(Grant::InGrace(left)) => {
                     tally.no += 1;
                     busy.push(left);
+                }
+                Ok(Grant::TooLate) => {
+                    // The master's clock ran ahead of what this client
+                    // read of it (its reply refreshed that): a miss.
+                    tally.failed += 1;
+                    last_error = Some(Error::new(
+                        ErrorKind::Connection,
+                        "a master took the request as too late by its clock, which ran ahead \
+                         of this host's reading of it (read again from the reply)",
+                    ));
                 }
                 Err(error) if error.is_conflict() => {
                     tally.no += 1;
@@ -959,6 +1045,138 @@ mod tests {
         Error::new(ErrorKind::Connection, "reset").transient()
     }
 
+    /// Three masters of the test kit, and a Redlock over them whose lock
+    /// "job" was taken and released once (every master's clock read).
+    async fn read_masters() -> (leasehold_testkit::Masters, crate::Redlock, LockKeys) {
+        let servers = leasehold_testkit::Masters::start(3);
+        let redlock = crate::Redlock::builder(servers.urls())
+            .lease(Duration::from_secs(60))
+            .watchdog(false)
+            .build()
+            .expect("a Redlock");
+        let mutex = redlock.mutex("job").expect("a mutex");
+        let warm = mutex.acquire().await.expect("the lock");
+        warm.release_counted().await.expect("released");
+        redlock.flush().await;
+        let keys = LockKeys::new("leasehold", "job").expect("keys");
+        (servers, redlock, keys)
+    }
+
+    async fn holder(url: &str, key: &str) -> Option<String> {
+        let mut conn = redis::Client::open(url)
+            .expect("a valid URL")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a connection");
+        redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .expect("GET")
+    }
+
+    fn reading(masters: &Masters, i: usize) -> ClockSample {
+        let sample = masters.clocks[i].sample.lock().expect("a reading");
+        sample.expect("read")
+    }
+
+    /// A master whose clock ran past what the client read of it (here the
+    /// reading is set 10 s back) refuses round one as too late and takes
+    /// nothing; the others grant; its reply is read, and the next try is
+    /// granted by every master.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_master_past_the_limit_takes_nothing_and_is_read_again() {
+        let (servers, redlock, keys) = read_masters().await;
+        let masters = Arc::clone(redlock.masters());
+        let before = reading(&masters, 0).master_us;
+        if let Some(sample) = masters.clocks[0].sample.lock().expect("a reading").as_mut() {
+            sample.master_us -= 10_000_000;
+        }
+        let mutex = redlock.mutex("job").expect("a mutex");
+        let guard = mutex.acquire().await.expect("a majority grants");
+        redlock.flush().await;
+        let urls = servers.urls();
+        assert_eq!(
+            holder(&urls[0], &keys.lock).await,
+            None,
+            "the late master took it"
+        );
+        for url in &urls[1..] {
+            let value = holder(url, &keys.lock).await.unwrap_or_default();
+            assert!(value.starts_with(guard.token()), "{value:?}");
+        }
+        assert!(
+            reading(&masters, 0).master_us >= before,
+            "the refusal was not read"
+        );
+        guard.release_counted().await.expect("released");
+        let guard = mutex.acquire().await.expect("the lock");
+        redlock.flush().await;
+        for url in &urls {
+            let value = holder(url, &keys.lock).await.unwrap_or_default();
+            assert!(value.starts_with(guard.token()), "{value:?}");
+        }
+        guard.release_counted().await.expect("released");
+    }
+
+    /// A round one that failed before it would be refused may still run on
+    /// its master (held on a connection given up): once it would be
+    /// refused, the token is released there once more, if the try is over
+    /// or the hold released; a hold still live releases when it ends.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_round_one_that_failed_early_is_released_again_once_refused() {
+        let (servers, redlock, keys) = read_masters().await;
+        let masters = Arc::clone(redlock.masters());
+        let url = &servers.urls()[0];
+        for (state, stays) in [
+            (Phase::Released, false),
+            (Phase::Over, false),
+            (Phase::Held, true),
+        ] {
+            let token = new_token().expect("a token");
+            // What the held round one did when it arrived.
+            let mut conn = redis::Client::open(url.as_str())
+                .expect("a valid URL")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("a connection");
+            let _: () = redis::cmd("SET")
+                .arg(&keys.lock)
+                .arg(format!("{token} 1 test"))
+                .arg("PX")
+                .arg(60_000)
+                .query_async(&mut conn)
+                .await
+                .expect("SET");
+            let shared = Arc::new(StdMutex::new(PhaseState {
+                phase: state,
+                ..released()
+            }));
+            let at = Instant::now() + Duration::from_millis(200);
+            release_once_refused(
+                &masters,
+                &masters.nodes[0],
+                &shared,
+                (&keys, &token),
+                Some(at),
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert!(
+                holder(url, &keys.lock).await.is_some(),
+                "released before the limit"
+            );
+            redlock.flush().await;
+            assert!(Instant::now() >= at);
+            let left = holder(url, &keys.lock).await;
+            assert_eq!(left.is_some(), stays, "{state:?}: {left:?}");
+            let _: () = redis::cmd("DEL")
+                .arg(&keys.lock)
+                .query_async(&mut conn)
+                .await
+                .expect("DEL");
+        }
+    }
+
     fn released() -> PhaseState {
         PhaseState {
             phase: Phase::Released,
@@ -1111,12 +1329,21 @@ impl Drop for Attempt {
 
 /// Round one on one master: the mutex acquire script, which never queues
 /// here. A master in its restart grace is not asked.
+///
+/// Once the master's clock was read (from an earlier reply), the request
+/// carries its limit: past half a command timeout after sending, it takes
+/// nothing. `refused_by` is then set, before the request leaves, to when
+/// a request sent to this master surely runs after that limit: a release
+/// sent earlier (on a new connection, the request's own given up) may
+/// run before a round one that the network still holds.
 async fn take_on(
     engine: &Engine,
+    clock: &MasterClock,
     keys: &LockKeys,
     token: &str,
     lease: Duration,
     proposed: u64,
+    refused_by: &mut Option<Instant>,
 ) -> Result<Grant> {
     let route = engine.route(keys).await?;
     if let Some(left) = engine.grace_left(&keys.lock, route.server()) {
@@ -1126,13 +1353,18 @@ async fn take_on(
     let retention = millis(engine.config.fence_retention).to_string();
     let proposed = proposed.to_string();
     let ahead = PROPOSAL_AHEAD_US.to_string();
-    let args: [&[u8]; 6] = [
+    let sent = Instant::now();
+    let limit = clock.limit(sent, engine.command_timeout() / 2);
+    *refused_by = limit.and_then(|limit| sent.checked_add(limit.refused_after));
+    let limit = limit.map(|limit| limit.master_us.to_string());
+    let args: [&[u8]; 7] = [
         token.as_bytes(),
         lease_ms.as_bytes(),
         retention.as_bytes(),
         engine.config.identity.as_bytes(),
         proposed.as_bytes(),
         ahead.as_bytes(),
+        limit.as_deref().unwrap_or_default().as_bytes(),
     ];
     let reply = match engine
         .send(
@@ -1154,12 +1386,29 @@ async fn take_on(
         return Err(unexpected());
     };
     let int = |i: usize| items.get(i).and_then(scripts::as_int);
+    // The master's clock, last in every reply but a conflict's.
+    let read_clock = |i: usize| {
+        let master_us = int(i).and_then(|us| u64::try_from(us).ok());
+        master_us
+            .map(|us| clock.read(us, sent))
+            .ok_or_else(unexpected)
+    };
     match (int(0), items.len()) {
-        (Some(1), 2) => int(1)
-            .and_then(|fence| u64::try_from(fence).ok())
-            .map(Grant::Granted)
-            .ok_or_else(unexpected),
-        (Some(0), 2) => Ok(Grant::Busy(int(1).and_then(crate::engine::pttl))),
+        (Some(1), 3) => {
+            read_clock(2)?;
+            int(1)
+                .and_then(|fence| u64::try_from(fence).ok())
+                .map(Grant::Granted)
+                .ok_or_else(unexpected)
+        }
+        (Some(0), 3) => {
+            read_clock(2)?;
+            Ok(Grant::Busy(int(1).and_then(crate::engine::pttl)))
+        }
+        (Some(2), 2) => {
+            read_clock(1)?;
+            Ok(Grant::TooLate)
+        }
         (Some(-1), 2) => {
             let found = items
                 .get(1)
@@ -1169,6 +1418,37 @@ async fn take_on(
         }
         _ => Err(unexpected()),
     }
+}
+
+/// A round-one request to `engine` failed (no answer in time, a
+/// connection lost) and may still run there: held in the network, on a
+/// connection given up, it can arrive after a release sent on a new one.
+/// Once it would surely be refused (`refused_by`), the token is released
+/// there once more if the try is over or the hold released by then
+/// (a hold still live releases on every master when it ends).
+fn release_once_refused(
+    masters: &Arc<Masters>,
+    engine: &Arc<Engine>,
+    shared: &SharedPhase,
+    (keys, token): (&LockKeys, &str),
+    refused_by: Option<Instant>,
+) {
+    let Some(at) = refused_by.filter(|&at| Instant::now() < at) else {
+        return;
+    };
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let tracked = Tracked::new(&masters.inflight);
+    let (engine, shared) = (Arc::clone(engine), Arc::clone(shared));
+    let (keys, token) = (keys.clone(), token.to_owned());
+    runtime.spawn(async move {
+        let _tracked = tracked;
+        tokio::time::sleep_until(at).await;
+        if matches!(phase(&shared).phase, Phase::Over | Phase::Released) {
+            release_in_background(engine, keys, token, false, None);
+        }
+    });
 }
 
 /// The fence a try proposes: this host's clock in µs, a little ahead. A
