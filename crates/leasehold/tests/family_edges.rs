@@ -1138,3 +1138,102 @@ async fn a_strangers_release_wakes_nobody() {
     assert!(after <= pttl, "{after} > {pttl}");
     assert_eq!(waiter.attempt(&mut conn, true).await, 1);
 }
+
+/// Sets a semaphore key's expiry to `ms` from now, and its record of it
+/// (`x`, on the server's clock) to match, as if that much were left.
+async fn semaphore_expiry_left(server: &RedisServer, key: &str, ms: u64) {
+    let (secs, micros): (u64, u64) = cmd(server, &["TIME"]).await;
+    let now_ms = secs * 1000 + micros / 1000;
+    let _: i64 = cmd(server, &["PEXPIRE", key, &ms.to_string()]).await;
+    let _: i64 = cmd(server, &["HSET", key, "x", &(now_ms + ms).to_string()]).await;
+}
+
+/// A semaphore's count outlives its leases by the fence retention. Its
+/// key's expiry is set again only once it covers less than 63/64 of that
+/// from now, or less than a lease (the hash records when it runs out):
+/// not on every acquisition and release, and never left short.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_s_expiry_is_set_again_only_when_it_runs_short() {
+    const WEEK_MS: i64 = 7 * 24 * 3600 * 1000;
+    const MINUTE_MS: i64 = 60_000;
+    let server = RedisServer::start();
+    let key = "leasehold:{s}";
+    let sem = client(&server).semaphore("s", 2).unwrap();
+    let cycle = || async {
+        sem.acquire().await.unwrap().release().await.unwrap();
+        cmd::<i64>(&server, &["PTTL", key]).await
+    };
+    let first = cycle().await;
+    assert!(first > WEEK_MS - MINUTE_MS, "{first} ms");
+    let x: Option<String> = cmd(&server, &["HGET", key, "x"]).await;
+    assert!(x.is_some(), "the hash does not record its expiry");
+
+    // Less than 63/64 of the retention left: set again.
+    semaphore_expiry_left(&server, key, 500_000_000).await;
+    let after = cycle().await;
+    assert!(after > WEEK_MS - MINUTE_MS, "left short: {after} ms");
+    // More than that left: left as it is.
+    semaphore_expiry_left(&server, key, 600_000_000).await;
+    let after = cycle().await;
+    assert!(after <= 600_000_000, "set again: {after} ms");
+    assert!(after > 600_000_000 - MINUTE_MS, "{after} ms");
+    // No record: set again, and recorded.
+    let _: i64 = cmd(&server, &["HDEL", key, "x"]).await;
+    let after = cycle().await;
+    assert!(after > WEEK_MS - MINUTE_MS, "{after} ms");
+    let x: Option<String> = cmd(&server, &["HGET", key, "x"]).await;
+    assert!(x.is_some(), "the hash does not record its expiry");
+
+    // A lease past the key's expiry sets it again, however much of the
+    // retention is left: the key never runs out before a lease.
+    let day = Duration::from_secs(24 * 3600);
+    let long = leasehold::Client::builder(server.url())
+        .lease(day)
+        .fence_retention(day)
+        .watchdog(false)
+        .build()
+        .unwrap()
+        .semaphore("s", 2)
+        .unwrap();
+    let day_ms = i64::try_from(day.as_millis()).unwrap();
+    semaphore_expiry_left(&server, key, u64::try_from(day_ms - MINUTE_MS).unwrap()).await;
+    let permit = long.acquire().await.unwrap();
+    let pttl: i64 = cmd(&server, &["PTTL", key]).await;
+    assert!(
+        pttl > day_ms - MINUTE_MS / 2,
+        "the key runs out before the lease: {pttl} ms"
+    );
+    permit.release().await.unwrap();
+}
+
+/// A semaphore waiter far back in a long queue (past the first 64, which
+/// one read covers) counts every waiter ahead of it: it goes first when
+/// they all still fit after it, and waits when they would not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_past_the_first_64_counts_every_waiter_ahead() {
+    let server = RedisServer::start();
+    let sem = client(&server).semaphore("long", 100).unwrap();
+    let held = sem.acquire_many(100).await.unwrap();
+    let mut conn = raw(&server).await;
+    let tokens: Vec<String> = (0..70).map(|i| format!("w{i:02}")).collect();
+    let clients: Vec<String> = (0..70).map(|i| format!("c{i:02}")).collect();
+    // Each wants one permit, but the last 33.
+    let fake = |i: usize| Fake {
+        name: "long",
+        token: &tokens[i],
+        client: &clients[i],
+        kind: "semaphore",
+        mode: "s",
+        want: if i == 69 { 33 } else { 1 },
+        total: 100,
+    };
+    for i in 0..70 {
+        assert_eq!(fake(i).attempt(&mut conn, false).await, 0, "waiter {i}");
+    }
+    held.release().await.unwrap();
+    // The 66 ahead of it and it fit in the 100 free permits.
+    assert_eq!(fake(66).attempt(&mut conn, true).await, 1, "waiter 66");
+    // 99 free, 68 of them for the waiters ahead: 31 left, not 33.
+    assert_eq!(fake(69).attempt(&mut conn, true).await, 0, "waiter 69");
+    assert_eq!(fake(0).attempt(&mut conn, true).await, 1, "waiter 0");
+}

@@ -15,13 +15,31 @@ local function family()
   -- The live waiters in arrival order, after removing the dead ones; only
   -- those that arrived before `token` when it is queued. Second, `token`'s
   -- rank in the queue, or false when it is not queued (or not given).
+  --
+  -- A queue of fewer than 64 is read in one ZRANGE, `token` found in it;
+  -- a longer one, only up to `token` (its rank asked first).
   function F.live_waiters(queue, waiters, token)
-    local tokens
-    local rank = token and redis.call('ZRANK', queue, token)
+    local tokens = redis.call('ZRANGE', queue, 0, 63)
+    local rank = false
+    if token then
+      for i, t in ipairs(tokens) do
+        if t == token then
+          rank = i - 1
+          break
+        end
+      end
+    end
     if rank then
-      tokens = rank > 0 and redis.call('ZRANGE', queue, 0, rank - 1) or {}
-    else
-      tokens = redis.call('ZRANGE', queue, 0, -1)
+      for i = #tokens, rank + 1, -1 do
+        tokens[i] = nil
+      end
+    elseif #tokens == 64 then
+      rank = token and redis.call('ZRANK', queue, token) or false
+      if rank then
+        tokens = rank > 0 and redis.call('ZRANGE', queue, 0, rank - 1) or {}
+      else
+        tokens = redis.call('ZRANGE', queue, 0, -1)
+      end
     end
     local live = {}
     -- One MGET per batch, not a GET per waiter; a batch stays well within
@@ -45,19 +63,22 @@ local function family()
     return live, rank
   end
 
-  -- The `kind` and `permits` fields of a lock's hash from its HGETALL
-  -- (nil for those it lacks): one read gives them with the leases.
+  -- The `kind`, `permits` and `x` fields of a lock's hash from its
+  -- HGETALL (nil for those it lacks): one read gives them with the leases.
+  -- `x` is when a semaphore's key expires, as `settle` last set it.
   function F.fields(all)
-    local kind, permits
+    local kind, permits, expires
     for i = 1, #all, 2 do
       local field = all[i]
       if field == 'kind' then
         kind = all[i + 1]
       elseif field == 'permits' then
         permits = all[i + 1]
+      elseif field == 'x' then
+        expires = tonumber(all[i + 1])
       end
     end
-    return kind, permits
+    return kind, permits, expires
   end
 
   function F.entry(token, value)
@@ -169,7 +190,13 @@ local function family()
   -- Sets the key's expiry to the last lease's, or removes a lock nobody
   -- holds; a semaphore keeps its permit count for `retention` ms. `kind`,
   -- when the caller knows it, spares reading it.
-  function F.settle(lock, live, now_ms, retention, kind)
+  --
+  -- A semaphore's expiry, far past its leases, is set again only when it
+  -- covers less than the last lease or than 63/64 of `retention` from
+  -- now, not on every call; the hash keeps when it runs out (`x`, on the
+  -- server's clock), and `expires` is that field as the caller read it
+  -- (nil: set it).
+  function F.settle(lock, live, now_ms, retention, kind, expires)
     local semaphore = function()
       if kind then
         return kind == 'semaphore'
@@ -182,14 +209,20 @@ local function family()
         last = e.expiry
       end
     end
-    if last > now_ms then
-      local keep = last - now_ms
-      if tonumber(retention) > keep and semaphore() then
-        keep = tonumber(retention)
+    local keep = last - now_ms
+    if semaphore() then
+      keep = math.max(keep, tonumber(retention))
+      if keep <= 0 then
+        redis.call('DEL', lock)
+        return
+      end
+      if expires and expires >= last and expires >= now_ms + keep - math.floor(keep / 64) then
+        return
       end
       redis.call('PEXPIRE', lock, string.format('%.0f', keep))
-    elseif semaphore() then
-      redis.call('PEXPIRE', lock, retention)
+      redis.call('HSET', lock, 'x', string.format('%.0f', now_ms + keep))
+    elseif keep > 0 then
+      redis.call('PEXPIRE', lock, string.format('%.0f', keep))
     else
       redis.call('DEL', lock)
     end

@@ -30,13 +30,13 @@ local F = family()
 local lock, token, mode, owner = KEYS[1], ARGV[1], ARGV[9], ARGV[11]
 -- The hash in one read: its kind, a semaphore's count and the leases.
 local all = redis.pcall('HGETALL', lock)
-local kind, stored
+local kind, stored, expires
 if all.err then
   -- Not a hash.
   all = nil
   kind = L.kind_of_type(lock)
 else
-  kind, stored = F.fields(all)
+  kind, stored, expires = F.fields(all)
   if not kind then
     kind = #all == 0 and 'none' or 'hash'
   end
@@ -45,7 +45,7 @@ if kind ~= 'none' and kind ~= ARGV[10] then
   if not F.drop_stale(lock, kind) then
     return {-1, kind}
   end
-  all, stored = {}, nil
+  all, stored, expires = {}, nil, nil
 end
 -- The semaphore's count: the one asked for, or the stored one for a waiter
 -- already queued when an admin changed it (if what it wants still fits).
@@ -141,7 +141,7 @@ if mode == 'x' then
         redis.call('HSET', lock, 'l:' .. level, marker)
       end
     end
-    F.settle(lock, live, now, ARGV[3], ARGV[10])
+    F.settle(lock, live, now, ARGV[3], ARGV[10], expires)
     if ARGV[7] == '1' then
       leave(token)
     end
@@ -238,7 +238,7 @@ if fence then
     redis.call('HSET', lock, 'l:' .. token, F.marker_value(token, granted.expiry))
   end
   live[#live + 1] = granted
-  F.settle(lock, live, now, ARGV[3], ARGV[10])
+  F.settle(lock, live, now, ARGV[3], ARGV[10], expires)
   if ARGV[7] == '1' then
     leave(token)
   end
@@ -250,7 +250,7 @@ end
 
 if pruned > 0 then
   -- The leases that ran out may have been the last: the key goes with them.
-  F.settle(lock, live, now, ARGV[3], ARGV[10])
+  F.settle(lock, live, now, ARGV[3], ARGV[10], expires)
 end
 
 if ARGV[4] == '1' then

@@ -47,7 +47,7 @@ if type(holder) == 'table' then
   -- read gives its kind, a semaphore's count and the leases.
   local F = family()
   all = all or redis.call('HGETALL', KEYS[1])
-  local kind, permits = F.fields(all)
+  local kind, permits, expires = F.fields(all)
   if kind ~= 'reentrant' and kind ~= 'rwlock' and kind ~= 'semaphore' then
     return redis.error_reply('WRONGTYPE the lock key holds a hash leasehold did not write')
   end
@@ -96,7 +96,7 @@ if type(holder) == 'table' then
             'l:' .. token, F.marker_value(hold, e.expiry))
         end
         redis.call('HSET', KEYS[1], 'h:' .. hold, F.entry_value(e))
-        F.settle(KEYS[1], live, now, ARGV[3], kind)
+        F.settle(KEYS[1], live, now, ARGV[3], kind, expires)
         watched_end(KEYS[1], KEYS[2], ARGV[4], 'k', e.fence, e.acquired)
         return 2
       end
@@ -117,7 +117,7 @@ if type(holder) == 'table' then
     -- nobody to wake.
     return 0
   end
-  F.settle(KEYS[1], live, now, ARGV[3], kind)
+  F.settle(KEYS[1], live, now, ARGV[3], kind, expires)
   F.wake_hash(kind, KEYS[1], KEYS[3], KEYS[4], ARGV[4], live, permits)
   return released
 end
