@@ -1206,9 +1206,9 @@ async fn a_semaphore_s_expiry_is_set_again_only_when_it_runs_short() {
     permit.release().await.unwrap();
 }
 
-/// A semaphore waiter far back in a long queue (past the first 64, which
-/// one read covers) counts every waiter ahead of it: it goes first when
-/// they all still fit after it, and waits when they would not.
+/// A semaphore waiter far back in a long queue counts every waiter ahead
+/// of it: it goes first when they all still fit after it, and waits when
+/// they would not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_past_the_first_64_counts_every_waiter_ahead() {
     let server = RedisServer::start();

@@ -15,31 +15,13 @@ local function family()
   -- The live waiters in arrival order, after removing the dead ones; only
   -- those that arrived before `token` when it is queued. Second, `token`'s
   -- rank in the queue, or false when it is not queued (or not given).
-  --
-  -- A queue of fewer than 64 is read in one ZRANGE, `token` found in it;
-  -- a longer one, only up to `token` (its rank asked first).
   function F.live_waiters(queue, waiters, token)
-    local tokens = redis.call('ZRANGE', queue, 0, 63)
-    local rank = false
-    if token then
-      for i, t in ipairs(tokens) do
-        if t == token then
-          rank = i - 1
-          break
-        end
-      end
-    end
+    local tokens
+    local rank = token and redis.call('ZRANK', queue, token)
     if rank then
-      for i = #tokens, rank + 1, -1 do
-        tokens[i] = nil
-      end
-    elseif #tokens == 64 then
-      rank = token and redis.call('ZRANK', queue, token) or false
-      if rank then
-        tokens = rank > 0 and redis.call('ZRANGE', queue, 0, rank - 1) or {}
-      else
-        tokens = redis.call('ZRANGE', queue, 0, -1)
-      end
+      tokens = rank > 0 and redis.call('ZRANGE', queue, 0, rank - 1) or {}
+    else
+      tokens = redis.call('ZRANGE', queue, 0, -1)
     end
     local live = {}
     -- One MGET per batch, not a GET per waiter; a batch stays well within
