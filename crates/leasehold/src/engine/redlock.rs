@@ -244,6 +244,9 @@ enum Try {
         error: Option<Error>,
         missed: usize,
     },
+    /// Not held, and masters refused the request as too late by their
+    /// clocks, which ran past this client's readings (now read again).
+    Stale,
 }
 
 impl Masters {
@@ -473,6 +476,7 @@ impl Masters {
         let mut last_error = None;
         let mut conflict = None;
         let mut missed = 0;
+        let mut too_late = 0;
         let until = start + node_timeout;
         while !tally.decided() {
             let Ok(Some((i, answer))) = attempt.rx.recv_until(until).await else {
@@ -503,13 +507,10 @@ impl Masters {
                 }
                 Ok(Grant::TooLate) => {
                     // The master's clock ran ahead of what this client
-                    // read of it (its reply refreshed that): a miss.
-                    tally.failed += 1;
-                    last_error = Some(Error::new(
-                        ErrorKind::Connection,
-                        "a master took the request as too late by its clock, which ran ahead \
-                         of this host's reading of it (read again from the reply)",
-                    ));
+                    // read of it (its reply read it again): it took
+                    // nothing.
+                    tally.no += 1;
+                    too_late += 1;
                 }
                 Err(error) if error.is_conflict() => {
                     tally.no += 1;
@@ -527,6 +528,9 @@ impl Masters {
         }
         if !tally.won() {
             attempt.give_up().await;
+            if too_late > 0 {
+                return Ok(Try::Stale);
+            }
             if tally.blocked_by_failures() {
                 return Ok(Try::Blocked {
                     tally,
@@ -695,10 +699,18 @@ impl Masters {
         let deadline = wait.map(|wait| started + wait);
         let mut blocked_since: Option<Instant> = None;
         let mut node_timeout = self.node_timeout(ask.lease);
+        let mut stale = false;
         loop {
             let tried_at = Instant::now();
             let hint = match self.attempt(ask, node_timeout).await? {
                 Try::Held(held) => return Ok(Some(held)),
+                // The clocks are read again: tried again at once, one time.
+                Try::Stale if !stale => {
+                    stale = true;
+                    continue;
+                }
+                Try::Stale if once => return Ok(None),
+                Try::Stale => None,
                 Try::Blocked {
                     tally,
                     error,
@@ -1116,6 +1128,40 @@ mod tests {
             let value = holder(url, &keys.lock).await.unwrap_or_default();
             assert!(value.starts_with(guard.token()), "{value:?}");
         }
+        guard.release_counted().await.expect("released");
+    }
+
+    /// Every master's clock ran past what the client read of it (a host
+    /// suspended, whose monotonic clock stood still while the masters'
+    /// ran on): every master refuses round one as too late, and the try
+    /// is made again at once with the clocks read from those refusals,
+    /// for `try_acquire` as for `acquire`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_master_past_the_limit_is_tried_again_at_once() {
+        let (_servers, redlock, _keys) = read_masters().await;
+        let masters = Arc::clone(redlock.masters());
+        let set_back = || {
+            for clock in &masters.clocks {
+                if let Some(sample) = clock.sample.lock().expect("a reading").as_mut() {
+                    sample.master_us -= 10_000_000;
+                }
+            }
+        };
+        let mutex = redlock.mutex("job").expect("a mutex");
+        set_back();
+        let guard = mutex
+            .try_acquire()
+            .await
+            .expect("no error")
+            .expect("the lock");
+        guard.release_counted().await.expect("released");
+        set_back();
+        let started = Instant::now();
+        let guard = mutex.acquire().await.expect("the lock");
+        assert!(
+            started.elapsed() < masters.config.retry_delay,
+            "waited a retry's pause"
+        );
         guard.release_counted().await.expect("released");
     }
 
