@@ -20,8 +20,23 @@ async fn held_on(server: &RedisServer, name: &str) -> Option<String> {
 
 /// Three masters, the third behind a fault proxy, and a Redlock mutex
 /// "job" over them with a 400 ms command timeout, connected to every master
-/// once (a lock taken and released everywhere).
+/// once (a lock taken and released everywhere, which reads every master's
+/// clock).
 async fn third_behind_a_proxy() -> (Masters, FaultProxy, Redlock, RedlockMutex) {
+    let (masters, proxy, redlock, mutex) = third_behind_a_proxy_unread().await;
+    let warm = tokio::time::timeout(NO_HANG, mutex.acquire())
+        .await
+        .unwrap()
+        .unwrap();
+    warm.release_counted().await.unwrap();
+    redlock.flush().await;
+    (masters, proxy, redlock, mutex)
+}
+
+/// As [`third_behind_a_proxy`], connected to every master by a release of
+/// a token nobody holds, which reads no master's clock (and loads the
+/// library of scripts where the server has functions).
+async fn third_behind_a_proxy_unread() -> (Masters, FaultProxy, Redlock, RedlockMutex) {
     let masters = Masters::start(3);
     let proxy = FaultProxy::start(masters.servers()[2].addr());
     let urls = vec![
@@ -36,12 +51,13 @@ async fn third_behind_a_proxy() -> (Masters, FaultProxy, Redlock, RedlockMutex) 
         .build()
         .unwrap();
     let mutex = redlock.mutex("job").unwrap();
-    let warm = tokio::time::timeout(NO_HANG, mutex.acquire())
+    let released = tokio::time::timeout(NO_HANG, mutex.release_token("nobody"))
         .await
-        .unwrap()
         .unwrap();
-    warm.release_counted().await.unwrap();
-    redlock.flush().await;
+    assert!(
+        released.as_ref().is_err_and(|e| e.is_not_held()),
+        "{released:?}"
+    );
     (masters, proxy, redlock, mutex)
 }
 
@@ -114,5 +130,39 @@ async fn a_round_one_request_delivered_after_a_release_that_never_got_through() 
          ({connections} connections before the release, {} after)",
         cmd::<i64>(&masters.servers()[2], &["PTTL", "leasehold:{job}"]).await,
         proxy.connections()
+    );
+}
+
+/// As above, for a client that has not read the third master's clock yet
+/// (its first round one there is the one held, as for a new CLI process):
+/// the request's limit is then on this host's clock, with room for the
+/// master's to run a second ahead, and the third master refuses it when it
+/// arrives seconds later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_round_one_delivered_after_a_release_that_never_got_through() {
+    let (masters, proxy, redlock, mutex) = third_behind_a_proxy_unread().await;
+
+    proxy.blackhole(true);
+    let guard = tokio::time::timeout(NO_HANG, mutex.acquire())
+        .await
+        .unwrap()
+        .unwrap();
+    let token = guard.token().to_owned();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    guard.release().await.unwrap();
+    redlock.flush().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = common::script_calls(&masters.servers()[2]).await;
+    proxy.heal();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = common::script_calls(&masters.servers()[2]).await;
+    assert!(
+        after > before,
+        "the held round one never reached the third master"
+    );
+    let left = held_on(&masters.servers()[2], "job").await;
+    assert!(
+        !left.as_deref().is_some_and(|v| v.starts_with(&token)),
+        "the third master holds the released token's lock: {left:?}"
     );
 }

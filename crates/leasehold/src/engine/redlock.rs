@@ -1376,12 +1376,15 @@ impl Drop for Attempt {
 /// Round one on one master: the mutex acquire script, which never queues
 /// here. A master in its restart grace is not asked.
 ///
-/// Once the master's clock was read (from an earlier reply), the request
-/// carries its limit: past half a command timeout after sending, it takes
-/// nothing. `refused_by` is then set, before the request leaves, to when
-/// a request sent to this master surely runs after that limit: a release
-/// sent earlier (on a new connection, the request's own given up) may
-/// run before a round one that the network still holds.
+/// The request carries its limit: past half a command timeout after
+/// sending, it takes nothing. Once the master's clock was read (from an
+/// earlier reply), the limit is on that reading, and `refused_by` is set,
+/// before the request leaves, to when a request sent to this master surely
+/// runs after the limit: a release sent earlier (on a new connection, the
+/// request's own given up) may run before a round one that the network
+/// still holds. Before that, the limit is on this host's clock, with room
+/// for the master's to run [`PROPOSAL_AHEAD_US`] ahead, and nothing is
+/// sure of when it passes.
 async fn take_on(
     engine: &Engine,
     clock: &MasterClock,
@@ -1400,9 +1403,21 @@ async fn take_on(
     let proposed = proposed.to_string();
     let ahead = PROPOSAL_AHEAD_US.to_string();
     let sent = Instant::now();
-    let limit = clock.limit(sent, engine.command_timeout() / 2);
+    let window = engine.command_timeout() / 2;
+    let limit = clock.limit(sent, window);
     *refused_by = limit.and_then(|limit| sent.checked_add(limit.refused_after));
-    let limit = limit.map(|limit| limit.master_us.to_string());
+    let limit = match limit {
+        Some(limit) => Some(limit.master_us),
+        // A master not read yet (a new client's first request to it): a
+        // limit on this host's clock, with room for the master's to run up
+        // to PROPOSAL_AHEAD_US ahead. A master further ahead refuses, and
+        // its clock is read from that.
+        None => wall_us().map(|now| {
+            let window = u64::try_from(window.as_micros()).unwrap_or(u64::MAX);
+            now.saturating_add(window).saturating_add(PROPOSAL_AHEAD_US)
+        }),
+    };
+    let limit = limit.map(|limit| limit.to_string());
     let args: [&[u8]; 7] = [
         token.as_bytes(),
         lease_ms.as_bytes(),
@@ -1502,10 +1517,16 @@ fn release_once_refused(
 /// and not more than [`PROPOSAL_AHEAD_US`] past its clock; masters whose
 /// clocks are that close to this host's then agree on one fence.
 fn proposal() -> u64 {
-    let now = std::time::SystemTime::now()
+    wall_us().unwrap_or(0).saturating_add(PROPOSAL_LEAD_US)
+}
+
+/// This host's clock in µs since the epoch, when it has one.
+fn wall_us() -> Option<u64> {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(0));
-    now.saturating_add(PROPOSAL_LEAD_US)
+        .ok()
+        .and_then(|d| u64::try_from(d.as_micros()).ok())
+        .filter(|&us| us > 0)
 }
 
 /// Round two on one master: stores `fence` if `token` holds the lock there.

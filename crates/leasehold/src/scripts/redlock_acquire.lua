@@ -5,7 +5,7 @@
 -- ARGV[4] the holder's identity, ARGV[5] the fence the client proposes (µs),
 -- ARGV[6] how far past this server's clock a proposal may be (µs),
 -- ARGV[7] this server's clock (µs) past which the request is too late to
--- take the lock, or '' when the client has no reading of this clock yet
+-- take the lock, or '' for none
 -- The fence here is max(counter + 1, this server's clock in µs), as a
 -- single-server lock's (see next_fence in lib.lua); the proposal replaces it
 -- when it is at least that and not too far ahead of the clock, so that the
@@ -14,7 +14,8 @@
 -- A request that arrives past ARGV[7] (held in the network while its
 -- client gave up on it, and released the token without it) takes
 -- nothing: its client reads this server's clock from every reply, and
--- sends the limit in it (see RoundOneLimit in quorum.rs).
+-- sends the limit in it (see RoundOneLimit in quorum.rs; before its first
+-- reading, on its own clock with a second to spare).
 -- Returns {1, fence, now} when held, {0, pttl of the holder, now} when
 -- busy, {2, now} when too late, {-1, kind} when the key holds another
 -- kind of lock; now is this server's clock in µs.
