@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::{cmd, command_calls, eventually, Servers};
-use leasehold::{LeaseEnd, LeaseGuard, LockEvent, LockWatch};
+use leasehold::{LeaseEnd, LeaseGuard, LockEvent, LockWatch, WATCH_EVENTS_KEPT};
 use leasehold_testkit::RedisServer;
 
 /// Far beyond any event's expected time: only a watch that never hears
@@ -25,6 +25,7 @@ common::on_both_topologies!(
     only_a_watched_release_publishes,
     a_key_that_holds_no_lock_is_refused,
     a_busy_lock_costs_a_watcher_a_look_per_gap_not_per_release: multi_thread,
+    a_watch_nobody_reads_keeps_the_newest_ends: multi_thread,
 );
 
 /// Releases `guard`, and checks that `watch` hears its lease end as
@@ -515,5 +516,38 @@ async fn a_busy_lock_costs_a_watcher_a_look_per_gap_not_per_release(servers: Ser
             "{looks} looks for {CYCLES} releases in {ms} ms (at most {bound})"
         );
     }
+    watch.close().await.unwrap();
+}
+
+/// A watch nobody reads keeps looking in the background, and keeps the
+/// newest `WATCH_EVENTS_KEPT` ends: the older ones are dropped, and
+/// counted.
+async fn a_watch_nobody_reads_keeps_the_newest_ends(servers: Servers) {
+    let c = servers.client();
+    let sem = c.semaphore("s", 1).unwrap();
+    let mut watch = sem.watch().unwrap();
+    // The first look: registered, and looking in the background from now.
+    assert!(watch.holders().await.unwrap().is_empty());
+    let cycles = WATCH_EVENTS_KEPT + 100;
+    let mut last = 0;
+    for _ in 0..cycles {
+        let permit = sem.acquire().await.unwrap();
+        last = permit.fence();
+        permit.release().await.unwrap();
+    }
+    // A look that reads the last ends.
+    assert!(watch.holders().await.unwrap().is_empty());
+    let mut kept = Vec::new();
+    while let Some(event) = watch.try_next().await {
+        kept.push(event);
+    }
+    assert_eq!(kept.len(), WATCH_EVENTS_KEPT, "kept");
+    assert_eq!(kept.last().map(|e| e.fence), Some(last), "the newest end");
+    let dropped = watch.dropped().await;
+    assert_eq!(
+        usize::try_from(dropped).unwrap() + kept.len(),
+        cycles,
+        "every end kept or counted"
+    );
     watch.close().await.unwrap();
 }

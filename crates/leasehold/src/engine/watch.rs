@@ -45,6 +45,11 @@ const RETRY: Duration = Duration::from_millis(250);
 /// often, not once per release (the ends a release records are read by
 /// the next look, all those since the last).
 const MESSAGE_GAP: Duration = Duration::from_millis(10);
+/// The most ends a watch keeps for [`LockWatch::next`]: a watch whose
+/// consumer does not call it keeps looking in the background, and on a
+/// lock released many times a second would keep every end otherwise. The
+/// oldest go first, counted by [`LockWatch::dropped`].
+pub const WATCH_EVENTS_KEPT: usize = 4096;
 
 /// How a lease that a [`LockWatch`] saw ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -160,6 +165,8 @@ struct Watcher {
     /// Ends the last look reported (the next may read them again).
     reported: HashSet<LeaseId>,
     events: VecDeque<LockEvent>,
+    /// Ends dropped from `events`, the oldest, past [`WATCH_EVENTS_KEPT`].
+    dropped: u64,
     /// A message came, or the connection was lost: look now.
     due: bool,
     /// When the last look was sent.
@@ -234,6 +241,10 @@ impl LockWatch {
     /// watch looks then (Redis cannot publish it without keyspace
     /// notifications).
     ///
+    /// The watch keeps looking in the background between calls, and keeps
+    /// up to [`WATCH_EVENTS_KEPT`] ends for them; past that the oldest are
+    /// dropped, and counted ([`dropped`](Self::dropped)).
+    ///
     /// # Errors
     ///
     /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
@@ -265,6 +276,17 @@ impl LockWatch {
     /// Cancel safe.
     pub async fn try_next(&mut self) -> Option<LockEvent> {
         self.state.lock().await.events.pop_front()
+    }
+
+    /// How many ends this watch dropped, the oldest first, because
+    /// [`WATCH_EVENTS_KEPT`] were waiting for [`next`](Self::next) already
+    /// (its looks go on in the background while nobody calls it).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn dropped(&self) -> u64 {
+        self.state.lock().await.dropped
     }
 
     /// Looks at the lock now, and returns who holds it (none when it is
@@ -330,6 +352,7 @@ impl Watcher {
             last_look: None,
             reported: HashSet::new(),
             events: VecDeque::new(),
+            dropped: 0,
             due: true,
             last_sent: None,
             next_look: Instant::now(),
@@ -534,6 +557,10 @@ impl Watcher {
                 holder,
                 taken_by,
             });
+        }
+        while self.events.len() > WATCH_EVENTS_KEPT {
+            self.events.pop_front();
+            self.dropped += 1;
         }
         self.counter = look.counter.or(self.counter);
         let now = Instant::now();
