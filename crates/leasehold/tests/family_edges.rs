@@ -1210,7 +1210,7 @@ async fn a_semaphore_s_expiry_is_set_again_only_when_it_runs_short() {
 /// of it: it goes first when they all still fit after it, and waits when
 /// they would not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_past_the_first_64_counts_every_waiter_ahead() {
+async fn a_waiter_far_back_in_a_long_queue_counts_every_waiter_ahead() {
     let server = RedisServer::start();
     let sem = client(&server).semaphore("long", 100).unwrap();
     let held = sem.acquire_many(100).await.unwrap();
