@@ -35,6 +35,10 @@ pub(crate) struct Scripts {
     pub(crate) fair_acquire: redis::Script,
     pub(crate) family_acquire: redis::Script,
     pub(crate) release: redis::Script,
+    /// A Mutex's or FairMutex's release by comparing the whole value,
+    /// where the server has no compare-and-delete command: bare, without
+    /// `lib.lua`.
+    pub(crate) delete_if_equal: redis::Script,
     pub(crate) force_release: redis::Script,
     pub(crate) semaphore_permits: redis::Script,
     pub(crate) renew: redis::Script,
@@ -122,6 +126,7 @@ impl Scripts {
         const FAIR_ACQUIRE: &str = include_str!("../scripts/fair_acquire.lua");
         const FAMILY_ACQUIRE: &str = include_str!("../scripts/family_acquire.lua");
         const RELEASE: &str = include_str!("../scripts/release.lua");
+        const DELETE_IF_EQUAL: &str = include_str!("../scripts/delete_if_equal.lua");
         const REDLOCK_ACQUIRE: &str = include_str!("../scripts/redlock_acquire.lua");
         const REDLOCK_FENCE: &str = include_str!("../scripts/redlock_fence.lua");
         let acquire = with_family(ACQUIRE);
@@ -129,6 +134,7 @@ impl Scripts {
         let fair_acquire = with_family(FAIR_ACQUIRE);
         let family_acquire = with_family(FAMILY_ACQUIRE);
         let release = with_watched(RELEASE);
+        let delete_if_equal = redis::Script::new(DELETE_IF_EQUAL);
         let redlock_acquire = with_lib(REDLOCK_ACQUIRE);
         let redlock_fence = with_lib(REDLOCK_FENCE);
         // A release runs under maxmemory too, as its EVAL does (a DEL is
@@ -141,6 +147,7 @@ impl Scripts {
                 ("fair_acquire", &fair_acquire, FAIR_ACQUIRE, ""),
                 ("family_acquire", &family_acquire, FAMILY_ACQUIRE, ""),
                 ("release", &release, RELEASE, "'allow-oom'"),
+                ("delete_if_equal", &delete_if_equal, DELETE_IF_EQUAL, "'allow-oom'"),
                 ("redlock_acquire", &redlock_acquire, REDLOCK_ACQUIRE, ""),
                 ("redlock_fence", &redlock_fence, REDLOCK_FENCE, ""),
             ],
@@ -151,6 +158,7 @@ impl Scripts {
             fair_acquire,
             family_acquire,
             release,
+            delete_if_equal,
             library,
             force_release: with_watched(include_str!("../scripts/force_release.lua")),
             semaphore_permits: with_family(include_str!("../scripts/semaphore_permits.lua")),
