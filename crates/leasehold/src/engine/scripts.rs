@@ -147,7 +147,12 @@ impl Scripts {
                 ("fair_acquire", &fair_acquire, FAIR_ACQUIRE, ""),
                 ("family_acquire", &family_acquire, FAMILY_ACQUIRE, ""),
                 ("release", &release, RELEASE, "'allow-oom'"),
-                ("delete_if_equal", &delete_if_equal, DELETE_IF_EQUAL, "'allow-oom'"),
+                (
+                    "delete_if_equal",
+                    &delete_if_equal,
+                    DELETE_IF_EQUAL,
+                    "'allow-oom'",
+                ),
                 ("redlock_acquire", &redlock_acquire, REDLOCK_ACQUIRE, ""),
                 ("redlock_fence", &redlock_fence, REDLOCK_FENCE, ""),
             ],
@@ -191,8 +196,20 @@ impl Scripts {
 
 /// The FCALL command for `function`.
 pub(crate) fn fcall(function: &str, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
-    let mut cmd = redis::cmd("FCALL");
-    cmd.arg(function).arg(keys.len()).arg(keys);
+    script_call("FCALL", function, keys, args)
+}
+
+/// `command` (FCALL or EVALSHA) of `name` (a function or a script's hash),
+/// its buffers sized up front: growing them argument by argument cost the
+/// client more than the rest of a fast path's request.
+fn script_call(command: &str, name: &str, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
+    let data = command.len()
+        + name.len()
+        + 4
+        + keys.iter().map(|key| key.len()).sum::<usize>()
+        + args.iter().map(|arg| arg.len()).sum::<usize>();
+    let mut cmd = redis::Cmd::with_capacity(3 + keys.len() + args.len(), data);
+    cmd.arg(command).arg(name).arg(keys.len()).arg(keys);
     for arg in args {
         cmd.arg(*arg);
     }
@@ -246,12 +263,7 @@ pub(crate) fn is_functions_refused(err: &redis::RedisError) -> bool {
 
 /// The EVALSHA command for `script`, for use in a pipeline.
 pub(crate) fn evalsha(script: &redis::Script, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
-    for arg in args {
-        cmd.arg(*arg);
-    }
-    cmd
+    script_call("EVALSHA", script.get_hash(), keys, args)
 }
 
 /// Whether a command failed because the server lost the script.
