@@ -219,7 +219,7 @@ end
 -- fence_value), and marks the value WAITED when the counter says waiters
 -- may be queued. The reply tells the client the value when it is
 -- unmarked, so that a release nobody waited for can delete it by
--- comparing (DELIFEQ): the fence, as text, which is the value's
+-- comparing (DELIFEQ, or delete_if_equal.lua): the fence, as text, which is the value's
 -- acquisition time too. A marked value gets {1, fence, lease ms}.
 local function take_fence(lock, value, fence_key, retention, now_text, lease)
   local fence_us, fence, waiting = next_fence(fence_key, nil, retention, now_text)
