@@ -10,6 +10,7 @@
 //! cargo bench -p leasehold --bench workloads -- --quick   short counts and durations, small K
 //! cargo bench -p leasehold --bench workloads -- --skip-w5 all but W5 (its targets: not run)
 //! cargo bench -p leasehold --bench workloads -- --sentinel-only   the Sentinel figures alone
+//! cargo bench -p leasehold --bench workloads -- --only-w1 the floor and W1 alone, with W1's targets
 //! cargo bench -p leasehold --bench workloads -- --only-w4 W4 (Redlock, five masters) alone
 //! cargo bench -p leasehold --bench workloads -- --per-script  calls and Redis µs per script, a pass of its own
 //! ```
@@ -144,6 +145,29 @@ fn run() -> Result<ExitCode> {
     let single = Servers::single(&bench);
     if plan.per_script {
         per_script::per_script(&bench, &single)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if plan.only_w1 {
+        let ping = bench.rt.block_on(floor_ping(&bench))?;
+        let bare = bench.rt.block_on(floor_bare(&bench))?;
+        let w1 = [w1::<LeaseholdMutex>(&bench)?, w1::<Rslock>(&bench)?];
+        println!(
+            "leasehold lock workloads ({} run), the floor and W1 alone, redis-server on port {}",
+            if plan.quick { "quick" } else { "full" },
+            server.port()
+        );
+        print_floor(plan, &ping, &bare);
+        print_w1(plan, &w1);
+        let targets = w1_targets(plan, &bare, &w1)?;
+        print_targets(plan, &targets);
+        println!();
+        for line in [
+            floor_json(plan, &ping, &bare),
+            w1_json(plan, &w1),
+            targets_json(plan, &targets),
+        ] {
+            println!("{line}");
+        }
         return Ok(ExitCode::SUCCESS);
     }
     if plan.sentinel_only {
@@ -304,6 +328,8 @@ struct Plan {
     skip_w5: bool,
     /// `--sentinel-only`: the Sentinel figures alone.
     sentinel_only: bool,
+    /// `--only-w1`: the floor and W1 alone.
+    only_w1: bool,
     /// `--per-script`: W1, W2 and W3 once more with every command logged,
     /// for calls and Redis µs per script (see `workloads/per_script.rs`).
     per_script: bool,
@@ -324,6 +350,7 @@ impl Plan {
         let mut bench = false;
         let mut skip_w5 = false;
         let mut sentinel_only = false;
+        let mut only_w1 = false;
         let mut per_script = false;
         for arg in std::env::args().skip(1) {
             match arg.as_str() {
@@ -331,12 +358,13 @@ impl Plan {
                 "--quick" => quick = true,
                 "--skip-w5" => skip_w5 = true,
                 "--sentinel-only" => sentinel_only = true,
+                "--only-w1" => only_w1 = true,
                 "--per-script" => per_script = true,
                 other => {
                     return Err(format!(
                         "unknown argument {other:?}: the options are --quick \
-                         (or LEASEHOLD_BENCH_QUICK=1), --skip-w5, --sentinel-only \
-                         and --per-script"
+                         (or LEASEHOLD_BENCH_QUICK=1), --skip-w5, --sentinel-only, \
+                         --only-w1, --only-w4 and --per-script"
                     )
                     .into())
                 }
@@ -348,6 +376,7 @@ impl Plan {
                 quick: true,
                 skip_w5,
                 sentinel_only,
+                only_w1,
                 per_script,
                 warmup: 10,
                 cycles: 500,
@@ -362,6 +391,7 @@ impl Plan {
                 quick: false,
                 skip_w5,
                 sentinel_only,
+                only_w1,
                 per_script,
                 warmup: 100,
                 cycles: 5_000,
@@ -2337,32 +2367,8 @@ fn targets(
     w3: &[W3Run],
     w5: &[W5Row],
 ) -> Result<Vec<Target>> {
-    let mut out = Vec::new();
+    let mut out = w1_targets(plan, bare, w1)?;
     let peer = Rslock::NAME;
-
-    let floor = cycles_per_s(plan, bare);
-    let w1_ours = w1
-        .iter()
-        .find(|r| r.library == LeaseholdMutex::NAME)
-        .ok_or("no W1 run of leasehold")?;
-    out.push(Target::new(
-        "W1",
-        "Mutex ops/s ≥ 0.9 × floor (SET NX PX + Lua release)",
-        Some(cycles_per_s(plan, &w1_ours.run)),
-        Bound::AtLeast(0.9 * floor),
-        format!("floor {}/s", number(round1(floor))),
-    ));
-    let w1_peer = w1
-        .iter()
-        .find(|r| r.library == peer)
-        .ok_or("no W1 run of rslock")?;
-    out.push(Target::new(
-        "W1",
-        "Mutex ops/s ≥ rslock's",
-        Some(cycles_per_s(plan, &w1_ours.run)),
-        Bound::AtLeast(cycles_per_s(plan, &w1_peer.run)),
-        "rslock's",
-    ));
 
     let rslock = w2_run(w2, peer)?;
     let mutex = w2_run(w2, LeaseholdMutex::NAME)?;
@@ -2511,6 +2517,36 @@ fn targets(
             || not_run.to_owned(),
             |r| format!("none held: p50 {} µs", number(r.probe.p50_us())),
         ),
+    ));
+    Ok(out)
+}
+
+/// W1's targets, from this run's floor and W1 figures.
+fn w1_targets(plan: &Plan, bare: &CycleRun, w1: &[W1Run]) -> Result<Vec<Target>> {
+    let mut out = Vec::new();
+    let peer = Rslock::NAME;
+    let floor = cycles_per_s(plan, bare);
+    let w1_ours = w1
+        .iter()
+        .find(|r| r.library == LeaseholdMutex::NAME)
+        .ok_or("no W1 run of leasehold")?;
+    out.push(Target::new(
+        "W1",
+        "Mutex ops/s ≥ 0.9 × floor (SET NX PX + Lua release)",
+        Some(cycles_per_s(plan, &w1_ours.run)),
+        Bound::AtLeast(0.9 * floor),
+        format!("floor {}/s", number(round1(floor))),
+    ));
+    let w1_peer = w1
+        .iter()
+        .find(|r| r.library == peer)
+        .ok_or("no W1 run of rslock")?;
+    out.push(Target::new(
+        "W1",
+        "Mutex ops/s ≥ rslock's",
+        Some(cycles_per_s(plan, &w1_ours.run)),
+        Bound::AtLeast(cycles_per_s(plan, &w1_peer.run)),
+        "rslock's",
     ));
     Ok(out)
 }

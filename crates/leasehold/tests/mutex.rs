@@ -697,9 +697,9 @@ async fn next_wake(
 
 /// Where the server has a compare-and-delete (Valkey 9's DELIFEQ, Redis
 /// 8.4's DELEX), a release that nobody waited for is that one command, not
-/// a script; elsewhere the script releases, as it always did. A lock a
-/// waiter marked is released by the script either way, which wakes the
-/// waiter.
+/// a script; elsewhere it is a bare script that does the same (one key and
+/// the value), not the release script. A lock a waiter marked is released
+/// by the release script either way, which wakes the waiter.
 #[tokio::test]
 async fn a_release_nobody_waited_for_compares_and_deletes_where_the_server_can() {
     let server = RedisServer::start();
@@ -723,6 +723,9 @@ async fn a_release_nobody_waited_for_compares_and_deletes_where_the_server_can()
         .await
         .unwrap();
     let _: () = cmd(&server, &["CONFIG", "RESETSTAT"]).await;
+    // Every command in the log, with its arguments.
+    let _: () = cmd(&server, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]).await;
+    let _: () = cmd(&server, &["SLOWLOG", "RESET"]).await;
     const ROUNDS: u64 = 5;
     for _ in 0..ROUNDS {
         let guard = mutex.try_acquire().await.unwrap().expect("free");
@@ -741,7 +744,38 @@ async fn a_release_nobody_waited_for_compares_and_deletes_where_the_server_can()
         );
     } else {
         assert_eq!((scripts, deletes), (2 * ROUNDS, 0));
+        // The tries send two keys; the releases one (the lock) and its value.
+        let log: Vec<Vec<leasehold::redis::Value>> =
+            cmd(&server, &["SLOWLOG", "GET", "1000"]).await;
+        let mut keys_sent = Vec::new();
+        for entry in &log {
+            let Some(leasehold::redis::Value::Array(args)) = entry.get(3) else {
+                continue;
+            };
+            let text = |i: usize| match args.get(i) {
+                Some(leasehold::redis::Value::BulkString(b)) => {
+                    String::from_utf8_lossy(b).into_owned()
+                }
+                _ => String::new(),
+            };
+            let command = text(0).to_ascii_uppercase();
+            if command == "FCALL" || command == "EVALSHA" {
+                keys_sent.push((text(2), args.len() - 3));
+            }
+        }
+        keys_sent.sort();
+        let mut expected = vec![("1".to_owned(), 2); ROUNDS as usize];
+        expected.extend(vec![("2".to_owned(), 6); ROUNDS as usize]);
+        assert_eq!(
+            keys_sent, expected,
+            "(keys, keys and arguments) of each script call: {log:?}"
+        );
     }
+    let _: () = cmd(
+        &server,
+        &["CONFIG", "SET", "slowlog-log-slower-than", "10000"],
+    )
+    .await;
 
     // Waited for: the compare fails on the marked value, and the script
     // releases and wakes the waiter.

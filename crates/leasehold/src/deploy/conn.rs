@@ -95,14 +95,15 @@ pub(crate) struct Connection {
 
 /// The command that deletes a key only if it holds a given value, where the
 /// server has one: Valkey 9's `DELIFEQ key value`, Redis 8.4's `DELEX key
-/// IFEQ value`. Releasing a lock nobody waited for then needs no script.
+/// IFEQ value`. Releasing a lock nobody waited for then needs no script
+/// (elsewhere it is the bare `delete_if_equal.lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CompareAndDelete {
     /// Not asked yet.
     Unknown = 0,
     DelIfEq = 1,
     DelEx = 2,
-    /// Neither: releases go through the script.
+    /// Neither: such releases go through the bare script.
     None = 3,
 }
 

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use crate::engine::lease::{Lease, LossReason};
 use crate::engine::ops::renew_one;
 use crate::engine::release::{release_held, release_in_background, PendingRelease};
+use crate::engine::scripts;
 use crate::engine::Engine;
 use crate::engine::{Kind, Request};
 use crate::error::{Error, Result};
@@ -266,12 +267,12 @@ impl Held {
         }
     }
 
-    /// Deletes the lock's value by comparing, where the server has a
-    /// compare-and-delete and the value is known unmarked (nobody waited
-    /// for it, and the hold-at-least is over): `Ok(true)` when that
-    /// released it; `Ok(false)` when the release script is to run (the
-    /// value is marked, kept, not this lease's, or the server has no such
-    /// command).
+    /// Deletes the lock's value by comparing, when the value is known
+    /// unmarked (nobody waited for it, and the hold-at-least is over): with
+    /// the server's compare-and-delete where it has one, else with a script
+    /// that does only that (a fraction of the release script's work).
+    /// `Ok(true)` when that released it; `Ok(false)` when the release
+    /// script is to run (the value is marked, kept, or not this lease's).
     async fn compare_and_delete(&self, route: crate::deploy::Route) -> Result<bool> {
         let Some(acquired) = &self.acquired else {
             return Ok(false);
@@ -287,10 +288,21 @@ impl Held {
         value.extend_from_slice(acquired.as_bytes());
         value.push(b' ');
         value.extend_from_slice(identity.as_bytes());
-        Ok(route
-            .compare_and_delete(&lease.keys.lock, &value)
-            .await?
-            .unwrap_or(false))
+        if let Some(deleted) = route.compare_and_delete(&lease.keys.lock, &value).await? {
+            return Ok(deleted);
+        }
+        let reply = self
+            .engine
+            .eval_on(
+                route,
+                &lease.keys.lock,
+                "release",
+                |s| &s.delete_if_equal,
+                &[&lease.keys.lock],
+                &[&value],
+            )
+            .await?;
+        scripts::flag("release", &reply)
     }
 
     /// Stops renewing and forgets the lease without releasing it.

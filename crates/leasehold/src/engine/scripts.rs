@@ -35,6 +35,10 @@ pub(crate) struct Scripts {
     pub(crate) fair_acquire: redis::Script,
     pub(crate) family_acquire: redis::Script,
     pub(crate) release: redis::Script,
+    /// A Mutex's or FairMutex's release by comparing the whole value,
+    /// where the server has no compare-and-delete command: bare, without
+    /// `lib.lua`.
+    pub(crate) delete_if_equal: redis::Script,
     pub(crate) force_release: redis::Script,
     pub(crate) semaphore_permits: redis::Script,
     pub(crate) renew: redis::Script,
@@ -122,6 +126,7 @@ impl Scripts {
         const FAIR_ACQUIRE: &str = include_str!("../scripts/fair_acquire.lua");
         const FAMILY_ACQUIRE: &str = include_str!("../scripts/family_acquire.lua");
         const RELEASE: &str = include_str!("../scripts/release.lua");
+        const DELETE_IF_EQUAL: &str = include_str!("../scripts/delete_if_equal.lua");
         const REDLOCK_ACQUIRE: &str = include_str!("../scripts/redlock_acquire.lua");
         const REDLOCK_FENCE: &str = include_str!("../scripts/redlock_fence.lua");
         let acquire = with_family(ACQUIRE);
@@ -129,6 +134,7 @@ impl Scripts {
         let fair_acquire = with_family(FAIR_ACQUIRE);
         let family_acquire = with_family(FAMILY_ACQUIRE);
         let release = with_watched(RELEASE);
+        let delete_if_equal = redis::Script::new(DELETE_IF_EQUAL);
         let redlock_acquire = with_lib(REDLOCK_ACQUIRE);
         let redlock_fence = with_lib(REDLOCK_FENCE);
         // A release runs under maxmemory too, as its EVAL does (a DEL is
@@ -141,6 +147,12 @@ impl Scripts {
                 ("fair_acquire", &fair_acquire, FAIR_ACQUIRE, ""),
                 ("family_acquire", &family_acquire, FAMILY_ACQUIRE, ""),
                 ("release", &release, RELEASE, "'allow-oom'"),
+                (
+                    "delete_if_equal",
+                    &delete_if_equal,
+                    DELETE_IF_EQUAL,
+                    "'allow-oom'",
+                ),
                 ("redlock_acquire", &redlock_acquire, REDLOCK_ACQUIRE, ""),
                 ("redlock_fence", &redlock_fence, REDLOCK_FENCE, ""),
             ],
@@ -151,6 +163,7 @@ impl Scripts {
             fair_acquire,
             family_acquire,
             release,
+            delete_if_equal,
             library,
             force_release: with_watched(include_str!("../scripts/force_release.lua")),
             semaphore_permits: with_family(include_str!("../scripts/semaphore_permits.lua")),
@@ -183,8 +196,20 @@ impl Scripts {
 
 /// The FCALL command for `function`.
 pub(crate) fn fcall(function: &str, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
-    let mut cmd = redis::cmd("FCALL");
-    cmd.arg(function).arg(keys.len()).arg(keys);
+    script_call("FCALL", function, keys, args)
+}
+
+/// `command` (FCALL or EVALSHA) of `name` (a function or a script's hash),
+/// its buffers sized up front: growing them argument by argument cost the
+/// client more than the rest of a fast path's request.
+fn script_call(command: &str, name: &str, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
+    let data = command.len()
+        + name.len()
+        + 4
+        + keys.iter().map(|key| key.len()).sum::<usize>()
+        + args.iter().map(|arg| arg.len()).sum::<usize>();
+    let mut cmd = redis::Cmd::with_capacity(3 + keys.len() + args.len(), data);
+    cmd.arg(command).arg(name).arg(keys.len()).arg(keys);
     for arg in args {
         cmd.arg(*arg);
     }
@@ -238,12 +263,7 @@ pub(crate) fn is_functions_refused(err: &redis::RedisError) -> bool {
 
 /// The EVALSHA command for `script`, for use in a pipeline.
 pub(crate) fn evalsha(script: &redis::Script, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
-    for arg in args {
-        cmd.arg(*arg);
-    }
-    cmd
+    script_call("EVALSHA", script.get_hash(), keys, args)
 }
 
 /// Whether a command failed because the server lost the script.

@@ -45,7 +45,7 @@ if not holder then
   local fence_us, fence = next_fence(KEYS[2], nil, ARGV[3], server_text())
   redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. fence .. ' ' .. ARGV[8] .. WAITED, 'PX', ARGV[2])
   L.leave_queue(KEYS[3], KEYS[4], ARGV[1])
-  return {1, fence_us, tonumber(ARGV[2])}
+  return {1, fence_us or tonumber(fence), tonumber(ARGV[2])}
 end
 if type(holder) ~= 'string' then
   local kind = L.kind_of(KEYS[1])
@@ -62,7 +62,7 @@ if type(holder) ~= 'string' then
     end
     local fence_us, fence, waiting = next_fence(KEYS[2], nil, ARGV[3], now_text)
     fence_value(KEYS[1], value, now_text, fence, waiting)
-    return {1, fence_us, tonumber(ARGV[2])}
+    return {1, fence_us or tonumber(fence), tonumber(ARGV[2])}
   end
   return {-1, kind}
 end

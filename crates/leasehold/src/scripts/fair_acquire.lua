@@ -46,7 +46,7 @@ if not holder then
       redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. fence .. ' ' .. ARGV[8] .. WAITED, 'PX',
         ARGV[2])
       L.leave_queue(KEYS[3], KEYS[4], ARGV[1])
-      return {1, fence_us, tonumber(ARGV[2])}
+      return {1, fence_us or tonumber(fence), tonumber(ARGV[2])}
     end
     local value = ARGV[1] .. ' ' .. now_text .. ' ' .. ARGV[8]
     redis.call('SET', KEYS[1], value, 'PX', ARGV[2])

@@ -50,7 +50,10 @@ local SET_NX_GET = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
 local function server_text()
   local time = redis.call('TIME')
   local us = time[2]
-  return time[1] .. string.rep('0', 6 - #us) .. us
+  if #us < 6 then
+    us = string.rep('0', 6 - #us) .. us
+  end
+  return time[1] .. us
 end
 
 local function server_us()
@@ -58,26 +61,37 @@ local function server_us()
   return tonumber(text), text
 end
 
+-- Whether the fence counter's value `old` (without its WAITING mark) is
+-- behind the clock's text `now_text`: digits only and no longer, so that
+-- they compare as their numbers (the common case, without arithmetic).
+local function clock_ahead(old, now_text)
+  return (#old < #now_text or (#old == #now_text and old < now_text))
+    and string.find(old, '^%d+$') ~= nil
+end
+
 -- The next fence: a hybrid logical clock, max(stored + 1, server time in
 -- µs), so fences stay monotonic when the counter is lost (restart without
 -- persistence, failover, or its retention running out) as long as the server
 -- clock does not step back. The counter expires after `retention` ms without
 -- an acquisition. `now_text` is `now_us` as text, when the caller has it.
--- The third value says whether the counter carried the WAITING mark (see
--- below): waiters may be queued, and the new holder's value is to say so.
+-- Returns the fence as a number (nil when the caller gave no `now_us`
+-- and the clock is the fence: it is `now_text` then), as text, and
+-- whether the counter carried the WAITING mark (see below): waiters may
+-- be queued, and the new holder's value is to say so.
 local function next_fence(key, now_us, retention, now_text)
   now_text = now_text or string.format('%.0f', now_us)
   local old = redis.call('SET', key, now_text, 'PX', retention, 'GET')
+  -- Digits only: no mark either.
+  if not old or clock_ahead(old, now_text) then
+    return now_us, now_text, false
+  end
   local waiting = false
-  if old and string.byte(old, -1) == 119 then
+  if string.byte(old, -1) == 119 then
     waiting = true
     old = string.match(old, '^(.-)w*$')
-  end
-  -- Digits only and no longer than the clock's text: they compare as their
-  -- numbers, and the clock is ahead (the common case, without arithmetic).
-  if not old or ((#old < #now_text or (#old == #now_text and old < now_text))
-      and not string.find(old, '%D')) then
-    return now_us or tonumber(now_text), now_text, waiting
+    if clock_ahead(old, now_text) then
+      return now_us, now_text, waiting
+    end
   end
   now_us = now_us or tonumber(now_text)
   local stored = tonumber(old)
@@ -205,13 +219,13 @@ end
 -- fence_value), and marks the value WAITED when the counter says waiters
 -- may be queued. The reply tells the client the value when it is
 -- unmarked, so that a release nobody waited for can delete it by
--- comparing (DELIFEQ): the fence, as text, which is the value's
+-- comparing (DELIFEQ, or delete_if_equal.lua): the fence, as text, which is the value's
 -- acquisition time too. A marked value gets {1, fence, lease ms}.
 local function take_fence(lock, value, fence_key, retention, now_text, lease)
   local fence_us, fence, waiting = next_fence(fence_key, nil, retention, now_text)
   fence_value(lock, value, now_text, fence, waiting)
   if waiting then
-    return {1, fence_us, tonumber(lease)}
+    return {1, fence_us or tonumber(fence), tonumber(lease)}
   end
   return fence
 end
