@@ -238,11 +238,14 @@ enum Try {
     Busy(Option<Duration>),
     /// Too many masters failed for a majority to be possible; `missed` of
     /// them did not answer within the per-node deadline (a connection
-    /// being made, or a slow master), the others answered an error.
+    /// being made, or a slow master), `too_late` refused the request as
+    /// past its limit (their clocks read again from the refusal), the
+    /// others answered an error.
     Blocked {
         tally: Tally,
         error: Option<Error>,
         missed: usize,
+        too_late: usize,
     },
 }
 
@@ -473,6 +476,7 @@ impl Masters {
         let mut last_error = None;
         let mut conflict = None;
         let mut missed = 0;
+        let mut too_late = 0;
         let until = start + node_timeout;
         while !tally.decided() {
             let Ok(Some((i, answer))) = attempt.rx.recv_until(until).await else {
@@ -502,9 +506,12 @@ impl Masters {
                     busy.push(left);
                 }
                 Ok(Grant::TooLate) => {
-                    // The master's clock ran ahead of what this client
-                    // read of it (its reply refreshed that): a miss.
+                    // The request ran later than the limit allowed (a
+                    // stalled master, or its clock ran ahead of this
+                    // client's reading, which its reply refreshed): a
+                    // miss, and the next try is not refused for it.
                     tally.failed += 1;
+                    too_late += 1;
                     last_error = Some(Error::new(
                         ErrorKind::Connection,
                         "a master took the request as too late by its clock, which ran ahead \
@@ -532,6 +539,7 @@ impl Masters {
                     tally,
                     error: last_error,
                     missed,
+                    too_late,
                 });
             }
             // The lock frees on a majority once the shortest leases in the
@@ -683,8 +691,9 @@ impl Masters {
     /// elsewhere at the end. Masters that answer errors (refused, out of
     /// reach) so that no majority is possible end it at once with the
     /// quorum error; masters that only miss the per-node deadline (a
-    /// connection being made, a slow or paused master) are given up to the
-    /// command timeout first.
+    /// connection being made, a slow or paused master), or refuse a
+    /// request as past its limit (a master that stalled, its clock read
+    /// again from the refusal), are given up to the command timeout first.
     async fn tries(
         self: &Arc<Self>,
         ask: &Ask<'_>,
@@ -703,9 +712,10 @@ impl Masters {
                     tally,
                     error,
                     missed,
+                    too_late,
                 } => {
                     let since = *blocked_since.get_or_insert(tried_at);
-                    if missed == 0
+                    if missed + too_late == 0
                         || since.elapsed() >= self.command_timeout()
                         || deadline.is_some_and(|deadline| Instant::now() >= deadline)
                     {
@@ -714,7 +724,7 @@ impl Masters {
                     // Too many masters missed the deadline: on a loaded
                     // host, or with masters slower than the default
                     // deadline, the next try waits longer for them.
-                    if self.config.node_timeout.is_none() {
+                    if missed > 0 && self.config.node_timeout.is_none() {
                         node_timeout = quorum::widened_deadline(node_timeout, ask.lease);
                     }
                     None
@@ -1113,6 +1123,30 @@ mod tests {
         let guard = mutex.acquire().await.expect("the lock");
         redlock.flush().await;
         for url in &urls {
+            let value = holder(url, &keys.lock).await.unwrap_or_default();
+            assert!(value.starts_with(guard.token()), "{value:?}");
+        }
+        guard.release_counted().await.expect("released");
+    }
+
+    /// Two of three masters whose clocks ran past what the client read of
+    /// them (here the readings are set 10 s back, as after a step forward)
+    /// refuse round one as too late: a majority refused, yet the refusals
+    /// read the clocks again, so the acquire tries once more and gets the
+    /// lock instead of ending in a `Quorum` error.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_majority_past_the_limit_is_asked_again() {
+        let (servers, redlock, keys) = read_masters().await;
+        let masters = Arc::clone(redlock.masters());
+        for clock in &masters.clocks[..2] {
+            if let Some(sample) = clock.sample.lock().expect("a reading").as_mut() {
+                sample.master_us -= 10_000_000;
+            }
+        }
+        let mutex = redlock.mutex("job").expect("a mutex");
+        let guard = mutex.acquire().await.expect("granted on the next try");
+        redlock.flush().await;
+        for url in &servers.urls() {
             let value = holder(url, &keys.lock).await.unwrap_or_default();
             assert!(value.starts_with(guard.token()), "{value:?}");
         }
