@@ -673,32 +673,9 @@ async fn a_release_dropped_while_a_renewal_runs_still_releases() {
     }
 }
 
-/// Keeps `server` busy for `ms` milliseconds with a script that spins on its
-/// clock: every command sent meanwhile waits, and is answered once it ends.
-async fn busy_for(url: String, ms: u64) {
-    const SPIN: &str = "local function us() local t = redis.call('TIME') \
-                        return t[1] * 1000000 + t[2] end \
-                        local stop = us() + tonumber(ARGV[1]) * 1000 \
-                        while us() < stop do end \
-                        return 1";
-    let config = leasehold::redis::AsyncConnectionConfig::new().set_response_timeout(None);
-    let mut conn = leasehold::redis::Client::open(url)
-        .unwrap()
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .unwrap();
-    let _: i64 = leasehold::redis::cmd("EVAL")
-        .arg(SPIN)
-        .arg(0)
-        .arg(ms)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-}
-
 /// Two of three masters stall for longer than half the command timeout
-/// (a slow script of another client, a fork) but answer well within the
-/// per-node deadline: their round-one requests run past their limits and
+/// (`CLIENT PAUSE`, as under a slow script of another client, or a fork)
+/// but answer well within the per-node deadline: their round-one requests run past their limits and
 /// are refused as too late. The refusals read their clocks again, so the
 /// acquire tries once more and gets the lock, as a slow grant got it
 /// before requests had limits; it must not end in a `Quorum` error that
@@ -716,19 +693,14 @@ async fn masters_that_stall_past_the_limit_are_asked_again() {
     // Every master's clock read once.
     mutex.acquire().await.unwrap().release().await.unwrap();
     redlock.flush().await;
-    let stalls: Vec<_> = masters.urls()[1..]
-        .iter()
-        .map(|url| tokio::spawn(busy_for(url.clone(), 800)))
-        .collect();
-    // The stalls run by the time round one is sent.
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let taken = tokio::time::timeout(NO_HANG, mutex.acquire())
-        .await
-        .unwrap();
-    for stall in stalls {
-        stall.await.unwrap();
+    // Every command sent to them meanwhile waits, and runs once it ends.
+    for server in &masters.servers()[1..] {
+        let _: () = cmd(server, &["CLIENT", "PAUSE", "800"]).await;
     }
-    let guard = taken.unwrap();
+    let guard = tokio::time::timeout(NO_HANG, mutex.acquire())
+        .await
+        .unwrap()
+        .unwrap();
     assert!(guard.servers() >= 2);
     guard.release().await.unwrap();
     redlock.flush().await;
