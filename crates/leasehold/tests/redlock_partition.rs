@@ -22,6 +22,13 @@ async fn held_on(server: &RedisServer, name: &str) -> Option<String> {
 /// "job" over them with a 400 ms command timeout, connected to every master
 /// once (a lock taken and released everywhere).
 async fn third_behind_a_proxy() -> (Masters, FaultProxy, Redlock, RedlockMutex) {
+    third_behind_a_proxy_after(true).await
+}
+
+/// As [`third_behind_a_proxy`]; without `taken`, another client took and
+/// released the lock, and this one only connected to every master (an
+/// inspect): none ran a round one of this client.
+async fn third_behind_a_proxy_after(taken: bool) -> (Masters, FaultProxy, Redlock, RedlockMutex) {
     let masters = Masters::start(3);
     let proxy = FaultProxy::start(masters.servers()[2].addr());
     let urls = vec![
@@ -29,18 +36,35 @@ async fn third_behind_a_proxy() -> (Masters, FaultProxy, Redlock, RedlockMutex) 
         masters.urls()[1].clone(),
         proxy.url(),
     ];
-    let redlock = Redlock::builder(urls)
+    let redlock = Redlock::builder(urls.clone())
         .lease(LEASE)
         .watchdog(false)
         .command_timeout(Duration::from_millis(400))
         .build()
         .unwrap();
     let mutex = redlock.mutex("job").unwrap();
-    let warm = tokio::time::timeout(NO_HANG, mutex.acquire())
-        .await
-        .unwrap()
-        .unwrap();
-    warm.release_counted().await.unwrap();
+    if taken {
+        let warm = tokio::time::timeout(NO_HANG, mutex.acquire())
+            .await
+            .unwrap()
+            .unwrap();
+        warm.release_counted().await.unwrap();
+    } else {
+        // Another client took it (the masters know the scripts); this one
+        // only looks.
+        let other = Redlock::builder(urls.clone()).lease(LEASE).build().unwrap();
+        let warm = tokio::time::timeout(NO_HANG, other.mutex("job").unwrap().acquire())
+            .await
+            .unwrap()
+            .unwrap();
+        warm.release_counted().await.unwrap();
+        other.flush().await;
+        let info = tokio::time::timeout(NO_HANG, mutex.inspect())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(info.holders.is_empty(), "{info:?}");
+    }
     redlock.flush().await;
     (masters, proxy, redlock, mutex)
 }
@@ -91,8 +115,22 @@ async fn a_round_one_request_delivered_after_the_release_leaves_no_lock_behind()
 /// replies), or it would hold the released token's lock for a whole lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_round_one_request_delivered_after_a_release_that_never_got_through() {
-    let (masters, proxy, redlock, mutex) = third_behind_a_proxy().await;
+    held_past_a_release_that_never_got_through(third_behind_a_proxy().await).await;
+}
 
+/// As above, with the client's first round one on every master: it only
+/// connected to them before. The third master's clock is read when the
+/// connection is made, so that its first round one carries a limit too
+/// (a command-line run takes the lock once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_round_one_delivered_after_a_release_that_never_got_through() {
+    held_past_a_release_that_never_got_through(third_behind_a_proxy_after(false).await).await;
+}
+
+async fn held_past_a_release_that_never_got_through(
+    (masters, proxy, redlock, mutex): (Masters, FaultProxy, Redlock, RedlockMutex),
+) {
+    let before = common::script_calls(&masters.servers()[2]).await;
     proxy.blackhole(true);
     let guard = tokio::time::timeout(NO_HANG, mutex.acquire())
         .await
@@ -108,6 +146,11 @@ async fn a_round_one_request_delivered_after_a_release_that_never_got_through() 
     proxy.heal();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let left = held_on(&masters.servers()[2], "job").await;
+    let after = common::script_calls(&masters.servers()[2]).await;
+    assert!(
+        after > before,
+        "the round one never reached the third master"
+    );
     assert!(
         !left.as_deref().is_some_and(|v| v.starts_with(&token)),
         "the third master holds the released token's lock: {left:?}, ttl {} ms \

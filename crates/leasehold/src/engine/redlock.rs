@@ -24,9 +24,10 @@
 //! fence, so the next fence is larger (see docs/SAFETY.md).
 //!
 //! A round-one request takes the lock only up to a limit on its master's
-//! clock, which this client reads from every round-one reply
-//! ([`MasterClock`], [`quorum::RoundOneLimit`]): a request the network held
-//! until after its release cannot grant to a token nobody holds.
+//! clock, which this client reads when it connects and from every
+//! round-one reply ([`MasterClock`], [`quorum::RoundOneLimit`]): a request
+//! the network held until after its release cannot grant to a token
+//! nobody holds.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -38,6 +39,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
+use crate::deploy::conn::ClockReading;
 use crate::engine::lease::LossReason;
 use crate::engine::ops::renew_one;
 use crate::engine::quorum::{self, Clocks, Tally};
@@ -116,6 +118,23 @@ impl MasterClock {
             now.saturating_duration_since(sample.sent),
             window,
         ))
+    }
+
+    /// The master's clock as read when this client's connection to it
+    /// was made, until a reply is read: so that the client's first round
+    /// one there carries a limit too.
+    fn first(&self, reading: Option<ClockReading>) {
+        let Some(reading) = reading else {
+            return;
+        };
+        let mut sample = self.sample.lock().unwrap_or_else(PoisonError::into_inner);
+        if sample.is_none() {
+            *sample = Some(ClockSample {
+                master_us: reading.server_us,
+                sent: reading.sent,
+                loose: reading.loose,
+            });
+        }
     }
 
     /// The master ran a request sent at `sent` at `master_us` on its
@@ -1090,42 +1109,59 @@ mod tests {
         sample.expect("read")
     }
 
+    /// How many round-one requests (scripts or functions) `url` ran.
+    async fn script_calls(url: &str) -> u64 {
+        let mut conn = redis::Client::open(url)
+            .expect("a valid URL")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a connection");
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await
+            .expect("INFO");
+        stats
+            .lines()
+            .filter_map(|line| {
+                line.strip_prefix("cmdstat_fcall:calls=")
+                    .or_else(|| line.strip_prefix("cmdstat_evalsha:calls="))
+            })
+            .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
     /// A master whose clock ran past what the client read of it (here the
     /// reading is set 10 s back) refuses round one as too late and takes
-    /// nothing; the others grant; its reply is read, and the next try is
-    /// granted by every master.
+    /// nothing; the refusal reads its clock, and the request sent again at
+    /// once, with a limit from that reading, is granted: that master ran
+    /// two requests, the others one, and every master holds the lock.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_master_past_the_limit_takes_nothing_and_is_read_again() {
+    async fn a_master_past_the_limit_is_read_again_and_asked_again() {
         let (servers, redlock, keys) = read_masters().await;
         let masters = Arc::clone(redlock.masters());
         let before = reading(&masters, 0).master_us;
         if let Some(sample) = masters.clocks[0].sample.lock().expect("a reading").as_mut() {
             sample.master_us -= 10_000_000;
         }
+        let urls = servers.urls();
+        let mut calls = Vec::new();
+        for url in &urls {
+            calls.push(script_calls(url).await);
+        }
         let mutex = redlock.mutex("job").expect("a mutex");
         let guard = mutex.acquire().await.expect("a majority grants");
         redlock.flush().await;
-        let urls = servers.urls();
-        assert_eq!(
-            holder(&urls[0], &keys.lock).await,
-            None,
-            "the late master took it"
-        );
-        for url in &urls[1..] {
+        for (i, url) in urls.iter().enumerate() {
             let value = holder(url, &keys.lock).await.unwrap_or_default();
             assert!(value.starts_with(guard.token()), "{value:?}");
+            let ran = script_calls(url).await - calls[i];
+            assert_eq!(ran, if i == 0 { 2 } else { 1 }, "master {i}");
         }
         assert!(
             reading(&masters, 0).master_us >= before,
             "the refusal was not read"
         );
-        guard.release_counted().await.expect("released");
-        let guard = mutex.acquire().await.expect("the lock");
-        redlock.flush().await;
-        for url in &urls {
-            let value = holder(url, &keys.lock).await.unwrap_or_default();
-            assert!(value.starts_with(guard.token()), "{value:?}");
-        }
         guard.release_counted().await.expect("released");
     }
 
@@ -1364,12 +1400,14 @@ impl Drop for Attempt {
 /// Round one on one master: the mutex acquire script, which never queues
 /// here. A master in its restart grace is not asked.
 ///
-/// Once the master's clock was read (from an earlier reply), the request
-/// carries its limit: past half a command timeout after sending, it takes
-/// nothing. `refused_by` is then set, before the request leaves, to when
+/// Once the master's clock was read (when the connection was made, or
+/// from an earlier reply), the request carries its limit: past half a
+/// command timeout after sending, it takes nothing. `refused_by` is then set, before the request leaves, to when
 /// a request sent to this master surely runs after that limit: a release
 /// sent earlier (on a new connection, the request's own given up) may
-/// run before a round one that the network still holds.
+/// run before a round one that the network still holds. A request
+/// refused as too late is sent once more at once, with a limit from the
+/// refusal's reading of the clock.
 async fn take_on(
     engine: &Engine,
     clock: &MasterClock,
@@ -1380,6 +1418,7 @@ async fn take_on(
     refused_by: &mut Option<Instant>,
 ) -> Result<Grant> {
     let route = engine.route(keys).await?;
+    clock.first(route.server().clock);
     if let Some(left) = engine.grace_left(&keys.lock, route.server()) {
         return Ok(Grant::InGrace(left));
     }
@@ -1387,36 +1426,54 @@ async fn take_on(
     let retention = millis(engine.config.fence_retention).to_string();
     let proposed = proposed.to_string();
     let ahead = PROPOSAL_AHEAD_US.to_string();
-    let sent = Instant::now();
-    let limit = clock.limit(sent, engine.command_timeout() / 2);
-    *refused_by = limit.and_then(|limit| sent.checked_add(limit.refused_after));
-    let limit = limit.map(|limit| limit.master_us.to_string());
-    let args: [&[u8]; 7] = [
+    let fixed: [&[u8]; 6] = [
         token.as_bytes(),
         lease_ms.as_bytes(),
         retention.as_bytes(),
         engine.config.identity.as_bytes(),
         proposed.as_bytes(),
         ahead.as_bytes(),
-        limit.as_deref().unwrap_or_default().as_bytes(),
     ];
-    let reply = match engine
-        .send(
-            route,
-            &keys.lock,
-            "acquire",
-            |s| &s.redlock_acquire,
-            &[&keys.lock, &keys.fence],
-            &args,
-            true,
-        )
-        .await?
-    {
-        Answer::Reply(reply, _, _) => reply,
-        Answer::InGrace(left) => return Ok(Grant::InGrace(left)),
-    };
-    let unexpected = || Error::unexpected_reply("acquire", &reply);
-    let redis::Value::Array(items) = &reply else {
+    // A refusal read the master's clock when it ran, after whatever held
+    // the request (round trips to load the scripts on a master that had
+    // lost them, a stall): sent again with a limit from that reading, the
+    // request is on time unless it is held as long once more.
+    let mut refused = false;
+    loop {
+        let sent = Instant::now();
+        let limit = clock.limit(sent, engine.command_timeout() / 2);
+        *refused_by = limit.and_then(|limit| sent.checked_add(limit.refused_after));
+        let limit = limit.map(|limit| limit.master_us.to_string());
+        let mut args = [&b""[..]; 7];
+        args[..6].copy_from_slice(&fixed);
+        args[6] = limit.as_deref().unwrap_or_default().as_bytes();
+        let reply = match engine
+            .send(
+                route.clone(),
+                &keys.lock,
+                "acquire",
+                |s| &s.redlock_acquire,
+                &[&keys.lock, &keys.fence],
+                &args,
+                true,
+            )
+            .await?
+        {
+            Answer::Reply(reply, _, _) => reply,
+            Answer::InGrace(left) => return Ok(Grant::InGrace(left)),
+        };
+        match grant_of(&reply, clock, sent, &keys.name)? {
+            Grant::TooLate if !refused => refused = true,
+            grant => return Ok(grant),
+        }
+    }
+}
+
+/// What a round-one reply says, its reading of the master's clock noted
+/// (`sent`: when its request was sent).
+fn grant_of(reply: &redis::Value, clock: &MasterClock, sent: Instant, name: &str) -> Result<Grant> {
+    let unexpected = || Error::unexpected_reply("acquire", reply);
+    let redis::Value::Array(items) = reply else {
         return Err(unexpected());
     };
     let int = |i: usize| items.get(i).and_then(scripts::as_int);
@@ -1448,7 +1505,7 @@ async fn take_on(
                 .get(1)
                 .and_then(scripts::as_text)
                 .ok_or_else(unexpected)?;
-            Err(crate::engine::Kind::Mutex.conflict(&keys.name, &found))
+            Err(crate::engine::Kind::Mutex.conflict(name, &found))
         }
         _ => Err(unexpected()),
     }
