@@ -404,13 +404,16 @@ impl Masters {
                     async move {
                         let clock = masters.clocks.get(i).cloned().unwrap_or_default();
                         let mut refused_by = None;
+                        // A grant is still of use: the try, or its hold,
+                        // goes on.
+                        let wanted = || matches!(phase(&shared).phase, Phase::Trying | Phase::Held);
                         let answer = take_on(
                             &engine,
                             &clock,
-                            &keys,
-                            &token,
+                            (&keys, &token),
                             lease,
                             proposed,
+                            &wanted,
                             &mut refused_by,
                         )
                         .await;
@@ -1407,14 +1410,14 @@ impl Drop for Attempt {
 /// sent earlier (on a new connection, the request's own given up) may
 /// run before a round one that the network still holds. A request
 /// refused as too late is sent once more at once, with a limit from the
-/// refusal's reading of the clock.
+/// refusal's reading of the clock, while a grant is still `wanted`.
 async fn take_on(
     engine: &Engine,
     clock: &MasterClock,
-    keys: &LockKeys,
-    token: &str,
+    (keys, token): (&LockKeys, &str),
     lease: Duration,
     proposed: u64,
+    wanted: &(dyn Fn() -> bool + Sync),
     refused_by: &mut Option<Instant>,
 ) -> Result<Grant> {
     let route = engine.route(keys).await?;
@@ -1463,7 +1466,7 @@ async fn take_on(
             Answer::InGrace(left) => return Ok(Grant::InGrace(left)),
         };
         match grant_of(&reply, clock, sent, &keys.name)? {
-            Grant::TooLate if !refused => refused = true,
+            Grant::TooLate if !refused && wanted() => refused = true,
             grant => return Ok(grant),
         }
     }
