@@ -122,9 +122,17 @@ async fn a_round_one_request_delivered_after_a_release_that_never_got_through() 
 /// connected to them before. The third master's clock is read when the
 /// connection is made, so that its first round one carries a limit too
 /// (a command-line run takes the lock once).
+///
+/// Where the server has no functions (Redis 6.2), a client's first round
+/// one there is a function call the server refuses, sent again as a script
+/// only once refused: the request held is that call, which takes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_round_one_delivered_after_a_release_that_never_got_through() {
-    held_past_a_release_that_never_got_through(third_behind_a_proxy_after(false).await).await;
+    let setup = third_behind_a_proxy_after(false).await;
+    if !common::has_functions(&setup.0.servers()[2]).await {
+        return;
+    }
+    held_past_a_release_that_never_got_through(setup).await;
 }
 
 async fn held_past_a_release_that_never_got_through(
