@@ -19,8 +19,9 @@ const CHUNK_SIZE: usize = 16 * 1024;
 /// A TCP proxy on a free loopback port that forwards every connection to a
 /// target (typically [`RedisServer::addr`](crate::RedisServer::addr)) and
 /// injects network faults on demand: latency, a partition that heals
-/// ([`blackhole`](Self::blackhole)), connection resets, and half-open
-/// connections ([`freeze_existing`](Self::freeze_existing)).
+/// ([`blackhole`](Self::blackhole)), one that holds only the connections
+/// open now ([`hold_existing`](Self::hold_existing)), connection resets,
+/// and half-open connections ([`freeze_existing`](Self::freeze_existing)).
 ///
 /// Hand [`url`](Self::url) to the client under test instead of the server's.
 /// Each accepted connection gets its own connection to the target; a
@@ -40,6 +41,8 @@ const CHUNK_SIZE: usize = 16 * 1024;
 /// proxy.set_reply_latency(Duration::from_millis(50)); // slow replies
 /// proxy.blackhole(true); // a partition: bytes are held...
 /// proxy.heal(); // ...and delivered once it heals
+/// proxy.hold_existing(); // today's connections are held, new ones work
+/// proxy.heal(); // ...and the held bytes delivered
 /// proxy.freeze_existing(); // today's connections go silent, new ones work
 /// proxy.reset(); // every connection is aborted with a TCP RST
 /// ```
@@ -188,13 +191,28 @@ impl FaultProxy {
         }
     }
 
-    /// Ends latency and blackhole, delivering held bytes. Frozen connections
-    /// stay frozen: they model sockets whose peer is gone.
+    /// Holds the bytes of every connection open now, in both directions,
+    /// as a partition would, while connections accepted afterwards work
+    /// normally: a TCP flow stalled in retransmission while a new one gets
+    /// through. [`heal`](Self::heal) delivers what was held, in order.
+    pub fn hold_existing(&self) {
+        self.shared.update(|state| {
+            for link in state.links.values_mut() {
+                link.held = true;
+            }
+        });
+    }
+
+    /// Ends latency, blackhole and held connections, delivering held bytes.
+    /// Frozen connections stay frozen: they model sockets whose peer is gone.
     pub fn heal(&self) {
         self.shared.update(|state| {
             state.latency = Duration::ZERO;
             state.reply_latency = Duration::ZERO;
             state.blackhole = false;
+            for link in state.links.values_mut() {
+                link.held = false;
+            }
         });
     }
 
@@ -308,6 +326,8 @@ impl State {
 struct Link {
     sockets: Arc<Sockets>,
     frozen: bool,
+    /// Its bytes are held until the proxy heals (see `hold_existing`).
+    held: bool,
     /// Indexed by [`Direction`].
     flows: [Flow; 2],
     threads: Vec<JoinHandle<()>>,
@@ -431,6 +451,7 @@ fn add_link(shared: &Arc<Shared>, id: u64, sockets: Sockets) {
             Link {
                 sockets,
                 frozen: false,
+                held: false,
                 flows: Default::default(),
                 threads,
             },
@@ -538,7 +559,7 @@ fn next_due(shared: &Shared, id: u64, direction: Direction) -> Option<Chunk> {
         let link = state.live(id)?;
         let flow = &mut link.flows[direction as usize];
         let timeout = match flow.queue.front() {
-            Some(_) if link.frozen || held => None,
+            Some(_) if link.frozen || link.held || held => None,
             None => None,
             Some(chunk) => {
                 let now = Instant::now();

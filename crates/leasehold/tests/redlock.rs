@@ -381,9 +381,12 @@ async fn plant_far_ahead(masters: &Masters) {
 
 /// A grant that arrives after the majority decided, while the hold is
 /// live, gets the fence written to its master too (docs/SAFETY.md, step 2).
+/// (Replies 300 ms late: the client's first request to a master runs
+/// after up to three round trips that find and load the scripts, which
+/// must stay within its limit, half the command timeout of 2 s.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_grant_gets_the_fence() {
-    let (masters, slow, redlock) = late_third(Duration::from_millis(500));
+    let (masters, slow, redlock) = late_third(Duration::from_millis(300));
     plant_far_ahead(&masters).await;
     let mutex = redlock.mutex("job").unwrap();
     let guard = tokio::time::timeout(NO_HANG, mutex.acquire())
@@ -671,4 +674,37 @@ async fn a_release_dropped_while_a_renewal_runs_still_releases() {
             if dropped.is_err() { "dropped" } else { "done" }
         );
     }
+}
+
+/// Two of three masters stall for longer than half the command timeout
+/// (`CLIENT PAUSE`, as under a slow script of another client, or a fork)
+/// but answer well within the per-node deadline: their round-one requests run past their limits and
+/// are refused as too late. The refusals read their clocks again, so the
+/// acquire tries once more and gets the lock, as a slow grant got it
+/// before requests had limits; it must not end in a `Quorum` error that
+/// says the masters did not answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn masters_that_stall_past_the_limit_are_asked_again() {
+    let masters = Masters::start(3);
+    let redlock = Redlock::builder(masters.urls())
+        .lease(LEASE)
+        .command_timeout(Duration::from_secs(1))
+        .node_timeout(Duration::from_millis(950))
+        .build()
+        .unwrap();
+    let mutex = redlock.mutex("job").unwrap();
+    // Every master's clock read once.
+    mutex.acquire().await.unwrap().release().await.unwrap();
+    redlock.flush().await;
+    // Every command sent to them meanwhile waits, and runs once it ends.
+    for server in &masters.servers()[1..] {
+        let _: () = cmd(server, &["CLIENT", "PAUSE", "800"]).await;
+    }
+    let guard = tokio::time::timeout(NO_HANG, mutex.acquire())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(guard.servers() >= 2);
+    guard.release().await.unwrap();
+    redlock.flush().await;
 }

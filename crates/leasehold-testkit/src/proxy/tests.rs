@@ -183,6 +183,26 @@ fn blackhole_holds_bytes_until_it_heals() {
 }
 
 #[test]
+fn hold_existing_holds_old_connections_while_new_ones_work() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let mut old = connect(&proxy);
+    assert_eq!(old.ping(), "PONG");
+
+    proxy.hold_existing();
+    old.send(&["SET", "k", "v"]);
+    let mut new = connect(&proxy);
+    assert_eq!(new.ping(), "PONG");
+    old.assert_silent();
+    assert_eq!(server.command(&["GET", "k"]).unwrap(), "(nil)");
+
+    proxy.heal();
+    assert_eq!(old.reply(), "OK");
+    assert_eq!(server.command(&["GET", "k"]).unwrap(), "v");
+    assert_eq!(new.ping(), "PONG");
+}
+
+#[test]
 fn reset_sends_rst_and_later_connections_work() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.addr());

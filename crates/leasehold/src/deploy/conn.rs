@@ -48,6 +48,22 @@ pub(crate) struct ServerInfo {
     /// (`master_replid2`), when it was: a replica promoted in place of a
     /// master carries that master's replication id here.
     pub(crate) promoted_from: Option<u64>,
+    /// The server's clock as `INFO` read it when the connection was made
+    /// (`server_time_usec`, Redis 6.2 on and Valkey): where a client has
+    /// not read it from a script's reply yet, it still knows it.
+    pub(crate) clock: Option<ClockReading>,
+}
+
+/// A server's clock, and when this host asked for it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClockReading {
+    /// The server's clock in µs, somewhere between the request's sending
+    /// and its reply.
+    pub(crate) server_us: u64,
+    /// When the request was sent, on this host's clock.
+    pub(crate) sent: Instant,
+    /// From the request's sending to its reply.
+    pub(crate) loose: Duration,
 }
 
 #[derive(Clone)]
@@ -261,6 +277,7 @@ impl Connection {
                 .redis
                 .get_multiplexed_async_connection_with_config(&config)
                 .await?;
+            let asked = Instant::now();
             let (server, cluster, replication): (String, String, String) = redis::pipe()
                 .cmd("INFO")
                 .arg("server")
@@ -270,9 +287,16 @@ impl Connection {
                 .arg("replication")
                 .query_async(&mut conn)
                 .await?;
-            Ok::<_, redis::RedisError>((conn, server, cluster, replication))
+            let clock = info_field(&server, "server_time_usec")
+                .and_then(|us| us.parse::<u64>().ok())
+                .map(|server_us| ClockReading {
+                    server_us,
+                    sent: asked,
+                    loose: asked.elapsed(),
+                });
+            Ok::<_, redis::RedisError>((conn, server, cluster, replication, clock))
         };
-        let (conn, server, cluster, replication) =
+        let (conn, server, cluster, replication, clock) =
             match tokio::time::timeout_at(deadline, connect).await {
                 Ok(Ok(made)) => made,
                 Ok(Err(e)) => {
@@ -325,6 +349,7 @@ impl Connection {
             promoted_from: info_field(&replication, "master_replid2")
                 .filter(|id| id.bytes().any(|b| b != b'0'))
                 .map(|id| digest(&[id])),
+            clock,
         };
         Ok((conn, info))
     }

@@ -24,9 +24,10 @@
 //! fence, so the next fence is larger (see docs/SAFETY.md).
 //!
 //! A round-one request takes the lock only up to a limit on its master's
-//! clock, which this client reads from every round-one reply
-//! ([`MasterClock`], [`quorum::RoundOneLimit`]): a request the network held
-//! until after its release cannot grant to a token nobody holds.
+//! clock, which this client reads when it connects and from every
+//! round-one reply ([`MasterClock`], [`quorum::RoundOneLimit`]): a request
+//! the network held until after its release cannot grant to a token
+//! nobody holds.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -38,6 +39,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
+use crate::deploy::conn::ClockReading;
 use crate::engine::lease::LossReason;
 use crate::engine::ops::renew_one;
 use crate::engine::quorum::{self, Clocks, Tally};
@@ -116,6 +118,23 @@ impl MasterClock {
             now.saturating_duration_since(sample.sent),
             window,
         ))
+    }
+
+    /// The master's clock as read when this client's connection to it
+    /// was made, until a reply is read: so that the client's first round
+    /// one there carries a limit too.
+    fn first(&self, reading: Option<ClockReading>) {
+        let Some(reading) = reading else {
+            return;
+        };
+        let mut sample = self.sample.lock().unwrap_or_else(PoisonError::into_inner);
+        if sample.is_none() {
+            *sample = Some(ClockSample {
+                master_us: reading.server_us,
+                sent: reading.sent,
+                loose: reading.loose,
+            });
+        }
     }
 
     /// The master ran a request sent at `sent` at `master_us` on its
@@ -238,15 +257,15 @@ enum Try {
     Busy(Option<Duration>),
     /// Too many masters failed for a majority to be possible; `missed` of
     /// them did not answer within the per-node deadline (a connection
-    /// being made, or a slow master), the others answered an error.
+    /// being made, or a slow master), `too_late` refused the request as
+    /// past its limit (their clocks read again from the refusal), the
+    /// others answered an error.
     Blocked {
         tally: Tally,
         error: Option<Error>,
         missed: usize,
+        too_late: usize,
     },
-    /// Not held, and masters refused the request as too late by their
-    /// clocks, which ran past this client's readings (now read again).
-    Stale,
 }
 
 impl Masters {
@@ -385,13 +404,16 @@ impl Masters {
                     async move {
                         let clock = masters.clocks.get(i).cloned().unwrap_or_default();
                         let mut refused_by = None;
+                        // A grant is still of use: the try, or its hold,
+                        // goes on.
+                        let wanted = || matches!(phase(&shared).phase, Phase::Trying | Phase::Held);
                         let answer = take_on(
                             &engine,
                             &clock,
-                            &keys,
-                            &token,
+                            (&keys, &token),
                             lease,
                             proposed,
+                            &wanted,
                             &mut refused_by,
                         )
                         .await;
@@ -506,11 +528,17 @@ impl Masters {
                     busy.push(left);
                 }
                 Ok(Grant::TooLate) => {
-                    // The master's clock ran ahead of what this client
-                    // read of it (its reply read it again): it took
-                    // nothing.
-                    tally.no += 1;
+                    // The request ran later than the limit allowed (a
+                    // stalled master, or its clock ran ahead of this
+                    // client's reading, which its reply refreshed): a
+                    // miss, and the next try is not refused for it.
+                    tally.failed += 1;
                     too_late += 1;
+                    last_error = Some(Error::new(
+                        ErrorKind::Connection,
+                        "a master took the request as too late by its clock, which ran ahead \
+                         of this host's reading of it (read again from the reply)",
+                    ));
                 }
                 Err(error) if error.is_conflict() => {
                     tally.no += 1;
@@ -528,14 +556,12 @@ impl Masters {
         }
         if !tally.won() {
             attempt.give_up().await;
-            if too_late > 0 {
-                return Ok(Try::Stale);
-            }
             if tally.blocked_by_failures() {
                 return Ok(Try::Blocked {
                     tally,
                     error: last_error,
                     missed,
+                    too_late,
                 });
             }
             // The lock frees on a majority once the shortest leases in the
@@ -687,8 +713,9 @@ impl Masters {
     /// elsewhere at the end. Masters that answer errors (refused, out of
     /// reach) so that no majority is possible end it at once with the
     /// quorum error; masters that only miss the per-node deadline (a
-    /// connection being made, a slow or paused master) are given up to the
-    /// command timeout first.
+    /// connection being made, a slow or paused master), or refuse a
+    /// request as past its limit (a master that stalled, its clock read
+    /// again from the refusal), are given up to the command timeout first.
     async fn tries(
         self: &Arc<Self>,
         ask: &Ask<'_>,
@@ -699,25 +726,18 @@ impl Masters {
         let deadline = wait.map(|wait| started + wait);
         let mut blocked_since: Option<Instant> = None;
         let mut node_timeout = self.node_timeout(ask.lease);
-        let mut stale = false;
         loop {
             let tried_at = Instant::now();
             let hint = match self.attempt(ask, node_timeout).await? {
                 Try::Held(held) => return Ok(Some(held)),
-                // The clocks are read again: tried again at once, one time.
-                Try::Stale if !stale => {
-                    stale = true;
-                    continue;
-                }
-                Try::Stale if once => return Ok(None),
-                Try::Stale => None,
                 Try::Blocked {
                     tally,
                     error,
                     missed,
+                    too_late,
                 } => {
                     let since = *blocked_since.get_or_insert(tried_at);
-                    if missed == 0
+                    if missed + too_late == 0
                         || since.elapsed() >= self.command_timeout()
                         || deadline.is_some_and(|deadline| Instant::now() >= deadline)
                     {
@@ -726,7 +746,7 @@ impl Masters {
                     // Too many masters missed the deadline: on a loaded
                     // host, or with masters slower than the default
                     // deadline, the next try waits longer for them.
-                    if self.config.node_timeout.is_none() {
+                    if missed > 0 && self.config.node_timeout.is_none() {
                         node_timeout = quorum::widened_deadline(node_timeout, ask.lease);
                     }
                     None
@@ -1092,39 +1112,80 @@ mod tests {
         sample.expect("read")
     }
 
+    /// How many round-one requests (scripts or functions) `url` ran.
+    async fn script_calls(url: &str) -> u64 {
+        let mut conn = redis::Client::open(url)
+            .expect("a valid URL")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a connection");
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await
+            .expect("INFO");
+        stats
+            .lines()
+            .filter_map(|line| {
+                line.strip_prefix("cmdstat_fcall:calls=")
+                    .or_else(|| line.strip_prefix("cmdstat_evalsha:calls="))
+            })
+            .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
     /// A master whose clock ran past what the client read of it (here the
     /// reading is set 10 s back) refuses round one as too late and takes
-    /// nothing; the others grant; its reply is read, and the next try is
-    /// granted by every master.
+    /// nothing; the refusal reads its clock, and the request sent again at
+    /// once, with a limit from that reading, is granted: that master ran
+    /// two requests, the others one, and every master holds the lock.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_master_past_the_limit_takes_nothing_and_is_read_again() {
+    async fn a_master_past_the_limit_is_read_again_and_asked_again() {
         let (servers, redlock, keys) = read_masters().await;
         let masters = Arc::clone(redlock.masters());
         let before = reading(&masters, 0).master_us;
         if let Some(sample) = masters.clocks[0].sample.lock().expect("a reading").as_mut() {
             sample.master_us -= 10_000_000;
         }
+        let urls = servers.urls();
+        let mut calls = Vec::new();
+        for url in &urls {
+            calls.push(script_calls(url).await);
+        }
         let mutex = redlock.mutex("job").expect("a mutex");
         let guard = mutex.acquire().await.expect("a majority grants");
         redlock.flush().await;
-        let urls = servers.urls();
-        assert_eq!(
-            holder(&urls[0], &keys.lock).await,
-            None,
-            "the late master took it"
-        );
-        for url in &urls[1..] {
+        for (i, url) in urls.iter().enumerate() {
             let value = holder(url, &keys.lock).await.unwrap_or_default();
             assert!(value.starts_with(guard.token()), "{value:?}");
+            let ran = script_calls(url).await - calls[i];
+            assert_eq!(ran, if i == 0 { 2 } else { 1 }, "master {i}");
         }
         assert!(
             reading(&masters, 0).master_us >= before,
             "the refusal was not read"
         );
         guard.release_counted().await.expect("released");
-        let guard = mutex.acquire().await.expect("the lock");
+    }
+
+    /// Two of three masters whose clocks ran past what the client read of
+    /// them (here the readings are set 10 s back, as after a step forward)
+    /// refuse round one as too late: a majority refused, yet the refusals
+    /// read the clocks again, so the acquire tries once more and gets the
+    /// lock instead of ending in a `Quorum` error.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_majority_past_the_limit_is_asked_again() {
+        let (servers, redlock, keys) = read_masters().await;
+        let masters = Arc::clone(redlock.masters());
+        for clock in &masters.clocks[..2] {
+            if let Some(sample) = clock.sample.lock().expect("a reading").as_mut() {
+                sample.master_us -= 10_000_000;
+            }
+        }
+        let mutex = redlock.mutex("job").expect("a mutex");
+        let guard = mutex.acquire().await.expect("granted on the next try");
         redlock.flush().await;
-        for url in &urls {
+        for url in &servers.urls() {
             let value = holder(url, &keys.lock).await.unwrap_or_default();
             assert!(value.starts_with(guard.token()), "{value:?}");
         }
@@ -1133,9 +1194,9 @@ mod tests {
 
     /// Every master's clock ran past what the client read of it (a host
     /// suspended, whose monotonic clock stood still while the masters'
-    /// ran on): every master refuses round one as too late, and the try
-    /// is made again at once with the clocks read from those refusals,
-    /// for `try_acquire` as for `acquire`.
+    /// ran on): every master refuses round one as too late, and each
+    /// request is sent again at once with the clock its refusal read, for
+    /// `try_acquire` as for `acquire`: no error, no retry's pause.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn every_master_past_the_limit_is_tried_again_at_once() {
         let (_servers, redlock, _keys) = read_masters().await;
@@ -1376,25 +1437,25 @@ impl Drop for Attempt {
 /// Round one on one master: the mutex acquire script, which never queues
 /// here. A master in its restart grace is not asked.
 ///
-/// The request carries its limit: past half a command timeout after
-/// sending, it takes nothing. Once the master's clock was read (from an
-/// earlier reply), the limit is on that reading, and `refused_by` is set,
-/// before the request leaves, to when a request sent to this master surely
-/// runs after the limit: a release sent earlier (on a new connection, the
-/// request's own given up) may run before a round one that the network
-/// still holds. Before that, the limit is on this host's clock, with room
-/// for the master's to run [`PROPOSAL_AHEAD_US`] ahead, and nothing is
-/// sure of when it passes.
+/// Once the master's clock was read (when the connection was made, or
+/// from an earlier reply), the request carries its limit: past half a
+/// command timeout after sending, it takes nothing. `refused_by` is then set, before the request leaves, to when
+/// a request sent to this master surely runs after that limit: a release
+/// sent earlier (on a new connection, the request's own given up) may
+/// run before a round one that the network still holds. A request
+/// refused as too late is sent once more at once, with a limit from the
+/// refusal's reading of the clock, while a grant is still `wanted`.
 async fn take_on(
     engine: &Engine,
     clock: &MasterClock,
-    keys: &LockKeys,
-    token: &str,
+    (keys, token): (&LockKeys, &str),
     lease: Duration,
     proposed: u64,
+    wanted: &(dyn Fn() -> bool + Sync),
     refused_by: &mut Option<Instant>,
 ) -> Result<Grant> {
     let route = engine.route(keys).await?;
+    clock.first(route.server().clock);
     if let Some(left) = engine.grace_left(&keys.lock, route.server()) {
         return Ok(Grant::InGrace(left));
     }
@@ -1402,48 +1463,54 @@ async fn take_on(
     let retention = millis(engine.config.fence_retention).to_string();
     let proposed = proposed.to_string();
     let ahead = PROPOSAL_AHEAD_US.to_string();
-    let sent = Instant::now();
-    let window = engine.command_timeout() / 2;
-    let limit = clock.limit(sent, window);
-    *refused_by = limit.and_then(|limit| sent.checked_add(limit.refused_after));
-    let limit = match limit {
-        Some(limit) => Some(limit.master_us),
-        // A master not read yet (a new client's first request to it): a
-        // limit on this host's clock, with room for the master's to run up
-        // to PROPOSAL_AHEAD_US ahead. A master further ahead refuses, and
-        // its clock is read from that.
-        None => wall_us().map(|now| {
-            let window = u64::try_from(window.as_micros()).unwrap_or(u64::MAX);
-            now.saturating_add(window).saturating_add(PROPOSAL_AHEAD_US)
-        }),
-    };
-    let limit = limit.map(|limit| limit.to_string());
-    let args: [&[u8]; 7] = [
+    let fixed: [&[u8]; 6] = [
         token.as_bytes(),
         lease_ms.as_bytes(),
         retention.as_bytes(),
         engine.config.identity.as_bytes(),
         proposed.as_bytes(),
         ahead.as_bytes(),
-        limit.as_deref().unwrap_or_default().as_bytes(),
     ];
-    let reply = match engine
-        .send(
-            route,
-            &keys.lock,
-            "acquire",
-            |s| &s.redlock_acquire,
-            &[&keys.lock, &keys.fence],
-            &args,
-            true,
-        )
-        .await?
-    {
-        Answer::Reply(reply, _, _) => reply,
-        Answer::InGrace(left) => return Ok(Grant::InGrace(left)),
-    };
-    let unexpected = || Error::unexpected_reply("acquire", &reply);
-    let redis::Value::Array(items) = &reply else {
+    // A refusal read the master's clock when it ran, after whatever held
+    // the request (round trips to load the scripts on a master that had
+    // lost them, a stall): sent again with a limit from that reading, the
+    // request is on time unless it is held as long once more.
+    let mut refused = false;
+    loop {
+        let sent = Instant::now();
+        let limit = clock.limit(sent, engine.command_timeout() / 2);
+        *refused_by = limit.and_then(|limit| sent.checked_add(limit.refused_after));
+        let limit = limit.map(|limit| limit.master_us.to_string());
+        let mut args = [&b""[..]; 7];
+        args[..6].copy_from_slice(&fixed);
+        args[6] = limit.as_deref().unwrap_or_default().as_bytes();
+        let reply = match engine
+            .send(
+                route.clone(),
+                &keys.lock,
+                "acquire",
+                |s| &s.redlock_acquire,
+                &[&keys.lock, &keys.fence],
+                &args,
+                true,
+            )
+            .await?
+        {
+            Answer::Reply(reply, _, _) => reply,
+            Answer::InGrace(left) => return Ok(Grant::InGrace(left)),
+        };
+        match grant_of(&reply, clock, sent, &keys.name)? {
+            Grant::TooLate if !refused && wanted() => refused = true,
+            grant => return Ok(grant),
+        }
+    }
+}
+
+/// What a round-one reply says, its reading of the master's clock noted
+/// (`sent`: when its request was sent).
+fn grant_of(reply: &redis::Value, clock: &MasterClock, sent: Instant, name: &str) -> Result<Grant> {
+    let unexpected = || Error::unexpected_reply("acquire", reply);
+    let redis::Value::Array(items) = reply else {
         return Err(unexpected());
     };
     let int = |i: usize| items.get(i).and_then(scripts::as_int);
@@ -1475,7 +1542,7 @@ async fn take_on(
                 .get(1)
                 .and_then(scripts::as_text)
                 .ok_or_else(unexpected)?;
-            Err(crate::engine::Kind::Mutex.conflict(&keys.name, &found))
+            Err(crate::engine::Kind::Mutex.conflict(name, &found))
         }
         _ => Err(unexpected()),
     }
