@@ -1187,7 +1187,6 @@ fn proposal() -> u64 {
 
 /// Round two on one master: stores `fence` if `token` holds the lock there.
 async fn fence_on(engine: &Engine, keys: &LockKeys, token: &str, fence: u64) -> Result<bool> {
-    let retention = millis(engine.config.fence_retention).to_string();
     let fence = fence.to_string();
     let reply = engine
         .eval(
@@ -1195,7 +1194,7 @@ async fn fence_on(engine: &Engine, keys: &LockKeys, token: &str, fence: u64) -> 
             "fence",
             |s| &s.redlock_fence,
             &[&keys.lock, &keys.fence],
-            &[token.as_bytes(), fence.as_bytes(), retention.as_bytes()],
+            &[token.as_bytes(), fence.as_bytes(), engine.retention_ms()],
         )
         .await?;
     scripts::flag("fence", &reply)
