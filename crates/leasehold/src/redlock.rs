@@ -169,7 +169,7 @@ impl Redlock {
     pub fn mutex(&self, name: &str) -> Result<RedlockMutex> {
         Ok(RedlockMutex {
             masters: Arc::clone(&self.masters),
-            keys: LockKeys::new(&self.prefix, name)?,
+            keys: Arc::new(LockKeys::new(&self.prefix, name)?),
             settings: Settings::new(self.lease, self.watchdog),
             handle: crate::core::new_handle(),
         })
@@ -409,7 +409,8 @@ impl RedlockBuilder {
 #[derive(Clone)]
 pub struct RedlockMutex {
     masters: Arc<Masters>,
-    keys: LockKeys,
+    /// Shared with every request and hold of this lock.
+    keys: Arc<LockKeys>,
     settings: Settings,
     /// This handle's id in this process, shared by its clones.
     handle: Arc<str>,

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use crate::deploy::{Deployment, Notifier, Route, ServerInfo};
 use crate::engine::scripts::Scripts;
 use crate::error::{Error, ErrorKind, Result};
-use crate::keys::{hash_slot, LockKeys};
+use crate::keys::{hash_slot, millis, LockKeys};
 
 /// The masters a client has seen serve its locks' slots, for the grace on
 /// a change of master.
@@ -96,6 +96,9 @@ pub(crate) struct Engine {
     /// the one waiter it wakes, on its client's channel alone.
     pub(crate) id: String,
     pub(crate) leases: state::LeaseState,
+    /// The fence retention in ms, as the scripts take it: written once,
+    /// not for every request.
+    retention_ms: String,
     /// Under a grace: the masters this client has seen.
     masters: std::sync::Mutex<Masters>,
     /// Some request of this client got a connection that Redis answered.
@@ -109,6 +112,7 @@ impl Engine {
     ) -> Result<Arc<Engine>> {
         Ok(Arc::new(Engine {
             deployment,
+            retention_ms: millis(config.fence_retention).to_string(),
             config,
             id: new_token()?,
             leases: state::LeaseState::default(),
@@ -119,6 +123,11 @@ impl Engine {
 
     pub(crate) fn command_timeout(&self) -> Duration {
         self.deployment.command_timeout()
+    }
+
+    /// The fence retention in ms, as a script argument.
+    pub(crate) fn retention_ms(&self) -> &[u8] {
+        self.retention_ms.as_bytes()
     }
 
     /// A healthy route to the server of `keys`, for a request that must

@@ -143,14 +143,13 @@ pub(crate) async fn release_owned_token(
 /// Removes the lock whoever holds it and wakes its waiters; whether a lock
 /// was there.
 pub(crate) async fn force_release(engine: &Engine, keys: &LockKeys) -> Result<bool> {
-    let retention = millis(engine.config.fence_retention).to_string();
     let reply = engine
         .eval(
             keys,
             "force-release",
             |s| &s.force_release,
             &[&keys.lock, &keys.fence, &keys.queue, &keys.waiters],
-            &[retention.as_bytes(), keys.channels.as_bytes()],
+            &[engine.retention_ms(), keys.channels.as_bytes()],
         )
         .await?;
     if let Value::Array(items) = &reply {
@@ -241,7 +240,6 @@ fn lock_info(name: &str, server: &str, reply: &Value) -> Result<LockInfo> {
 /// Stores a semaphore's permit count, and wakes the waiters it may admit.
 pub(crate) async fn set_permits(engine: &Engine, keys: &LockKeys, permits: u32) -> Result<()> {
     let permits_arg = permits.to_string();
-    let retention = millis(engine.config.fence_retention).to_string();
     let reply = engine
         .eval(
             keys,
@@ -250,7 +248,7 @@ pub(crate) async fn set_permits(engine: &Engine, keys: &LockKeys, permits: u32) 
             &[&keys.lock, &keys.queue, &keys.waiters],
             &[
                 permits_arg.as_bytes(),
-                retention.as_bytes(),
+                engine.retention_ms(),
                 keys.channels.as_bytes(),
             ],
         )

@@ -155,7 +155,9 @@ pub(crate) type HoldMap = HashMap<String, Vec<(String, Weak<Hold>)>>;
 /// What one acquisition asks for.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ask<'a> {
-    pub(crate) keys: &'a LockKeys,
+    /// Shared by the requests and the hold: a request to each master
+    /// costs a reference count, not a copy of every key.
+    pub(crate) keys: &'a Arc<LockKeys>,
     /// Who acquires, in this process (see [`Request::holder`](crate::engine::Request)).
     pub(crate) holder: &'a str,
     pub(crate) lease: Duration,
@@ -380,7 +382,7 @@ impl Masters {
     /// One try: round one on every master, round two on those that granted.
     async fn attempt(self: &Arc<Self>, ask: &Ask<'_>, node_timeout: Duration) -> Result<Try> {
         let n = self.len();
-        let token = new_token()?;
+        let token: Arc<str> = new_token()?.into();
         let shared: SharedPhase = Arc::new(StdMutex::new(PhaseState {
             phase: Phase::Trying,
             granted: Vec::new(),
@@ -390,8 +392,8 @@ impl Masters {
         }));
         let start = Instant::now();
         let rx = {
-            let keys = ask.keys.clone();
-            let token = token.clone();
+            let keys = Arc::clone(ask.keys);
+            let token = Arc::clone(&token);
             let lease = ask.lease;
             let shared = &shared;
             let proposed = proposal();
@@ -399,7 +401,8 @@ impl Masters {
             self.fan_out(
                 |_| true,
                 move |i, engine| {
-                    let (keys, token, shared) = (keys.clone(), token.clone(), Arc::clone(shared));
+                    let (keys, token, shared) =
+                        (Arc::clone(&keys), Arc::clone(&token), Arc::clone(shared));
                     let masters = Arc::clone(&masters);
                     async move {
                         let clock = masters.clocks.get(i).cloned().unwrap_or_default();
@@ -455,8 +458,8 @@ impl Masters {
                                 // Nobody counts this grant any more.
                                 LateGrant::Release => release_in_background(
                                     Arc::clone(&engine),
-                                    keys.clone(),
-                                    token.clone(),
+                                    LockKeys::clone(&keys),
+                                    token.to_string(),
                                     false,
                                     None,
                                 ),
@@ -485,7 +488,7 @@ impl Masters {
         };
         let mut attempt = Attempt {
             masters: Arc::clone(self),
-            keys: ask.keys.clone(),
+            keys: Arc::clone(ask.keys),
             token,
             shared,
             rx,
@@ -643,17 +646,17 @@ impl Masters {
     /// Sends round two to the masters in `which`.
     fn fan_out_fence(
         &self,
-        keys: &LockKeys,
-        token: &str,
+        keys: &Arc<LockKeys>,
+        token: &Arc<str>,
         fence: u64,
         which: &[usize],
     ) -> Fanned<bool> {
-        let keys = keys.clone();
-        let token = token.to_owned();
+        let keys = Arc::clone(keys);
+        let token = Arc::clone(token);
         self.fan_out(
             |i| which.contains(&i),
             move |_, engine| {
-                let (keys, token) = (keys.clone(), token.clone());
+                let (keys, token) = (Arc::clone(&keys), Arc::clone(&token));
                 async move { fence_on(&engine, &keys, &token, fence).await }
             },
         )
@@ -664,8 +667,8 @@ impl Masters {
     /// once they cannot.
     async fn write_fence(
         &self,
-        keys: &LockKeys,
-        token: &str,
+        keys: &Arc<LockKeys>,
+        token: &Arc<str>,
         fence: u64,
         behind: &[usize],
         needed: usize,
@@ -819,14 +822,14 @@ impl Masters {
     /// Renews `token` to `lease` on every master.
     async fn renew_all(
         &self,
-        keys: &LockKeys,
-        token: &str,
+        keys: &Arc<LockKeys>,
+        token: &Arc<str>,
         lease: Duration,
         until: Instant,
     ) -> (Tally, Option<Error>) {
-        let (keys, token) = (keys.clone(), token.to_owned());
+        let (keys, token) = (Arc::clone(keys), Arc::clone(token));
         self.count(until, move |_, engine| {
-            let (keys, token) = (keys.clone(), token.clone());
+            let (keys, token) = (Arc::clone(&keys), Arc::clone(&token));
             async move { renew_one(&engine, &keys, &token, lease, None).await }
         })
         .await
@@ -851,11 +854,11 @@ impl Masters {
             quick,
             phase: shared,
         } = release;
-        let (keys, token) = (keys.clone(), token.to_owned());
+        let (keys, token) = (Arc::clone(keys), Arc::clone(token));
         let rx = self.fan_out(
             |_| true,
             move |i, engine| {
-                let (keys, token, shared) = (keys.clone(), token.clone(), shared.clone());
+                let (keys, token, shared) = (Arc::clone(&keys), Arc::clone(&token), shared.clone());
                 async move {
                     let answer =
                         crate::engine::release::release(&engine, &keys, &token, false, hold_until)
@@ -866,8 +869,8 @@ impl Masters {
                     if again {
                         release_in_background(
                             Arc::clone(&engine),
-                            keys.clone(),
-                            token.clone(),
+                            LockKeys::clone(&keys),
+                            token.to_string(),
                             false,
                             hold_until,
                         );
@@ -878,8 +881,8 @@ impl Masters {
                         {
                             release_in_background(
                                 Arc::clone(&engine),
-                                keys,
-                                token,
+                                LockKeys::clone(&keys),
+                                token.to_string(),
                                 false,
                                 hold_until,
                             );
@@ -899,11 +902,11 @@ impl Masters {
 
     /// Releases `token` on every master, for a lease taken elsewhere; how
     /// many held it.
-    pub(crate) async fn release_token(&self, keys: &LockKeys, token: &str) -> Result<usize> {
+    pub(crate) async fn release_token(&self, keys: &Arc<LockKeys>, token: &str) -> Result<usize> {
         let (tally, last) = self
             .release_all(Releasing {
                 keys,
-                token,
+                token: &token.into(),
                 hold_until: None,
                 until: Instant::now() + self.command_timeout(),
                 patience: self.command_timeout(),
@@ -932,13 +935,13 @@ impl Masters {
     /// must confirm.
     pub(crate) async fn extend_token(
         &self,
-        keys: &LockKeys,
+        keys: &Arc<LockKeys>,
         token: &str,
         lease: Duration,
     ) -> Result<()> {
         validate_lease(lease)?;
         let until = Instant::now() + self.command_timeout();
-        let (tally, last) = self.renew_all(keys, token, lease, until).await;
+        let (tally, last) = self.renew_all(keys, &token.into(), lease, until).await;
         if tally.won() {
             Ok(())
         } else if tally.surely_lost() {
@@ -955,8 +958,8 @@ impl Masters {
 
 /// What [`Masters::release_all`] releases, and how long it waits.
 struct Releasing<'a> {
-    keys: &'a LockKeys,
-    token: &'a str,
+    keys: &'a Arc<LockKeys>,
+    token: &'a Arc<str>,
     hold_until: Option<Instant>,
     until: Instant,
     patience: Duration,
@@ -1364,8 +1367,8 @@ mod tests {
 /// A try in progress: what it must undo if it fails or is dropped.
 struct Attempt {
     masters: Arc<Masters>,
-    keys: LockKeys,
-    token: String,
+    keys: Arc<LockKeys>,
+    token: Arc<str>,
     shared: SharedPhase,
     rx: Fanned<Grant>,
     /// The masters counted as having granted, with the fence each stored.
@@ -1393,11 +1396,11 @@ impl Attempt {
         if granted.is_empty() {
             return;
         }
-        let (keys, token) = (self.keys.clone(), self.token.clone());
+        let (keys, token) = (Arc::clone(&self.keys), Arc::clone(&self.token));
         let mut rx = self.masters.fan_out(
             |i| granted.contains(&i),
             move |_, engine| {
-                let (keys, token) = (keys.clone(), token.clone());
+                let (keys, token) = (Arc::clone(&keys), Arc::clone(&token));
                 async move { release(&engine, &keys, &token, false, None).await }
             },
         );
@@ -1424,8 +1427,8 @@ impl Drop for Attempt {
             if let Some(node) = self.masters.nodes.get(i) {
                 release_in_background(
                     Arc::clone(node),
-                    self.keys.clone(),
-                    self.token.clone(),
+                    LockKeys::clone(&self.keys),
+                    self.token.to_string(),
                     false,
                     None,
                 );
@@ -1598,7 +1601,6 @@ fn wall_us() -> Option<u64> {
 
 /// Round two on one master: stores `fence` if `token` holds the lock there.
 async fn fence_on(engine: &Engine, keys: &LockKeys, token: &str, fence: u64) -> Result<bool> {
-    let retention = millis(engine.config.fence_retention).to_string();
     let fence = fence.to_string();
     let reply = engine
         .eval(
@@ -1606,7 +1608,7 @@ async fn fence_on(engine: &Engine, keys: &LockKeys, token: &str, fence: u64) -> 
             "fence",
             |s| &s.redlock_fence,
             &[&keys.lock, &keys.fence],
-            &[token.as_bytes(), fence.as_bytes(), retention.as_bytes()],
+            &[token.as_bytes(), fence.as_bytes(), engine.retention_ms()],
         )
         .await?;
     scripts::flag("fence", &reply)
@@ -1650,8 +1652,8 @@ struct Timing {
 #[derive(Debug)]
 pub(crate) struct Hold {
     masters: Arc<Masters>,
-    keys: LockKeys,
-    token: String,
+    keys: Arc<LockKeys>,
+    token: Arc<str>,
     fence: u64,
     renew: bool,
     hold_until: Option<Instant>,
@@ -1695,8 +1697,8 @@ impl QuorumHeld {
         let (lost_tx, _) = watch::channel(0);
         let hold = Arc::new(Hold {
             masters: Arc::clone(masters),
-            keys: ask.keys.clone(),
-            token: attempt.token.clone(),
+            keys: Arc::clone(ask.keys),
+            token: Arc::clone(&attempt.token),
             fence,
             renew: ask.renew,
             hold_until: ask.hold_at_least.map(|hold| Instant::now() + hold),
@@ -1914,8 +1916,8 @@ impl Drop for QuorumHeld {
         for node in &hold.masters.nodes {
             release_in_background(
                 Arc::clone(node),
-                hold.keys.clone(),
-                hold.token.clone(),
+                LockKeys::clone(&hold.keys),
+                hold.token.to_string(),
                 false,
                 hold.hold_until,
             );

@@ -108,30 +108,43 @@ async fn run_release(
     hold_until: Option<Instant>,
     owner: Option<(&str, Kind)>,
 ) -> Result<redis::Value> {
-    let retention = millis(engine.config.fence_retention).to_string();
     // Measured after the connect, as late as can be: the lock is then kept
     // a little longer than asked, never shorter.
     let keep = hold_until.map_or(Duration::ZERO, |until| {
         until.saturating_duration_since(Instant::now())
     });
-    let keep = if keep.is_zero() {
-        0
+    let kept_ms;
+    let keep: &[u8] = if keep.is_zero() {
+        b"0"
     } else {
         // Redis's clock may run a little faster than this one.
-        millis(keep + drift(keep)).max(1)
+        kept_ms = millis(keep + drift(keep)).max(1).to_string();
+        kept_ms.as_bytes()
     };
-    let keep = keep.to_string();
-    let mut args: Vec<&[u8]> = vec![
+    let base: [&[u8]; 5] = [
         token.as_bytes(),
         queue,
-        retention.as_bytes(),
+        engine.retention_ms(),
         keys.channels.as_bytes(),
-        keep.as_bytes(),
+        keep,
     ];
-    if let Some((owner, kind)) = owner {
-        args.push(owner.as_bytes());
-        args.push(kind.stored_name().as_bytes());
-    }
+    let with_owner: [&[u8]; 7];
+    let args: &[&[u8]] = match owner {
+        Some((owner, kind)) => {
+            let [token, queue, retention, channels, keep] = base;
+            with_owner = [
+                token,
+                queue,
+                retention,
+                channels,
+                keep,
+                owner.as_bytes(),
+                kind.stored_name().as_bytes(),
+            ];
+            &with_owner
+        }
+        None => &base,
+    };
     engine
         .eval_on(
             route,
@@ -139,7 +152,7 @@ async fn run_release(
             "release",
             |s| &s.release,
             &[&keys.lock, &keys.fence, &keys.queue, &keys.waiters],
-            &args,
+            args,
         )
         .await
 }

@@ -541,7 +541,6 @@ async fn attempt<'k>(
         armed.queued();
     }
     let lease_ms = millis(request.lease).to_string();
-    let retention = millis(engine.config.fence_retention).to_string();
     let heartbeat = millis(WAITER_HEARTBEAT).to_string();
     let mode: &[u8] = match request.kind {
         Kind::Mutex if !hand_over => b"m",
@@ -558,7 +557,7 @@ async fn attempt<'k>(
     let mut args: Vec<&[u8]> = vec![
         token.as_bytes(),
         lease_ms.as_bytes(),
-        retention.as_bytes(),
+        engine.retention_ms(),
         match queue {
             Queueing::No => b"0",
             Queueing::Refresh => b"1",
@@ -582,7 +581,7 @@ async fn attempt<'k>(
         let args: [&[u8]; 4] = [
             token.as_bytes(),
             lease_ms.as_bytes(),
-            retention.as_bytes(),
+            engine.retention_ms(),
             engine.config.identity.as_bytes(),
         ];
         return run_attempt(
