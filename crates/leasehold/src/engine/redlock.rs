@@ -1463,13 +1463,12 @@ async fn take_on(
         return Ok(Grant::InGrace(left));
     }
     let lease_ms = millis(lease).to_string();
-    let retention = millis(engine.config.fence_retention).to_string();
     let proposed = proposed.to_string();
     let ahead = PROPOSAL_AHEAD_US.to_string();
     let fixed: [&[u8]; 6] = [
         token.as_bytes(),
         lease_ms.as_bytes(),
-        retention.as_bytes(),
+        engine.retention_ms(),
         engine.config.identity.as_bytes(),
         proposed.as_bytes(),
         ahead.as_bytes(),
