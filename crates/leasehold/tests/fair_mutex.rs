@@ -285,6 +285,24 @@ async fn stale_hand_off_message_is_not_a_grant() {
 }
 
 /// A client whose locks use `lease` without the watchdog, at `url`.
+/// A waiter of a client of its own (lease `LONG`, no watchdog) queues for
+/// "job"; `held` is released, and the waiter's guard returned.
+async fn handed_to_a_waiter(
+    server: &RedisServer,
+    held: leasehold::MutexGuard,
+) -> leasehold::MutexGuard {
+    let lock = fixed_lease_client(server.url(), LONG)
+        .fair_mutex("job")
+        .unwrap();
+    let waiting = tokio::spawn(async move { lock.acquire().await });
+    eventually("the waiter to queue", || async {
+        cmd::<u64>(server, &["ZCARD", "leasehold:{job}:q"]).await == 1
+    })
+    .await;
+    held.release().await.unwrap();
+    waiting.await.unwrap().unwrap()
+}
+
 fn fixed_lease_client(url: String, lease: Duration) -> Client {
     Client::builder(url)
         .lease(lease)
@@ -368,16 +386,7 @@ async fn a_hand_off_without_the_watchdog_gives_the_whole_lease() {
     let server = RedisServer::start();
     let holder = fixed_lease_client(server.url(), LONG);
     let held = holder.fair_mutex("job").unwrap().acquire().await.unwrap();
-    let lock = fixed_lease_client(server.url(), LONG)
-        .fair_mutex("job")
-        .unwrap();
-    let waiting = tokio::spawn(async move { lock.acquire().await });
-    eventually("the waiter to queue", || async {
-        cmd::<u64>(&server, &["ZCARD", "leasehold:{job}:q"]).await == 1
-    })
-    .await;
-    held.release().await.unwrap();
-    let guard = waiting.await.unwrap().unwrap();
+    let guard = handed_to_a_waiter(&server, held).await;
     assert!(guard.valid_for() > Duration::from_secs(20), "{guard:?}");
     let pttl: i64 = cmd(&server, &["PTTL", JOB]).await;
     assert!(pttl > 20_000, "the lock was left with {pttl} ms");
@@ -409,16 +418,7 @@ async fn a_fence_ahead_of_the_clock_is_the_value_s_time_and_the_hand_off_s() {
     // The counter's mark made the value say that waiters may be queued.
     assert!(value.ends_with("\u{1f}w"), "{value:?}");
 
-    let lock = fixed_lease_client(server.url(), LONG)
-        .fair_mutex("job")
-        .unwrap();
-    let waiting = tokio::spawn(async move { lock.acquire().await });
-    eventually("the waiter to queue", || async {
-        cmd::<u64>(&server, &["ZCARD", "leasehold:{job}:q"]).await == 1
-    })
-    .await;
-    held.release().await.unwrap();
-    let guard = waiting.await.unwrap().unwrap();
+    let guard = handed_to_a_waiter(&server, held).await;
     assert_eq!(guard.fence(), ahead + 2);
     let value: String = cmd(&server, &["GET", JOB]).await;
     assert_eq!(value.split(' ').nth(1).unwrap(), (ahead + 2).to_string());

@@ -121,14 +121,8 @@ async fn a_majority_down_fails_naming_the_quorum() {
 /// for every master outlast the wait given; the majority answers at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_master_does_not_hold_up_the_acquire() {
-    let masters = Masters::start(3);
-    let slow = FaultProxy::start(masters.servers()[2].addr());
+    let (masters, slow, urls) = common::third_master_behind_a_proxy();
     slow.set_latency(Duration::from_secs(120));
-    let urls = vec![
-        masters.urls()[0].clone(),
-        masters.urls()[1].clone(),
-        slow.url(),
-    ];
     let redlock = redlock(&urls);
     let mutex = redlock.mutex("job").unwrap();
     let guard = mutex
@@ -359,14 +353,8 @@ async fn a_grant_with_too_little_validity_left_is_not_reported() {
 /// third master's round-one grant, which stores a smaller value there,
 /// arrives after the acquisition returned.
 fn late_third(late: std::time::Duration) -> (Masters, FaultProxy, Redlock) {
-    let masters = Masters::start(3);
-    let slow = FaultProxy::start(masters.servers()[2].addr());
+    let (masters, slow, urls) = common::third_master_behind_a_proxy();
     slow.set_reply_latency(late);
-    let urls = vec![
-        masters.urls()[0].clone(),
-        masters.urls()[1].clone(),
-        slow.url(),
-    ];
     let redlock = redlock(&urls);
     (masters, slow, redlock)
 }
@@ -506,13 +494,7 @@ async fn an_own_second_acquire_is_refused_at_once() {
 /// is free, long before its lease would have run out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_reset_on_one_master_is_tried_again() {
-    let masters = Masters::start(3);
-    let proxy = FaultProxy::start(masters.servers()[2].addr());
-    let urls = vec![
-        masters.urls()[0].clone(),
-        masters.urls()[1].clone(),
-        proxy.url(),
-    ];
+    let (masters, proxy, urls) = common::third_master_behind_a_proxy();
     let redlock = Redlock::builder(urls)
         .lease(Duration::from_secs(60))
         .watchdog(false)

@@ -155,3 +155,20 @@ where
     }
     panic!("gave up waiting for {what}");
 }
+
+/// Three independent masters, the third reached through a fault proxy,
+/// and the URLs a Redlock over them is given (the proxy's for the third).
+pub(crate) fn third_master_behind_a_proxy() -> (
+    leasehold_testkit::Masters,
+    leasehold_testkit::FaultProxy,
+    Vec<String>,
+) {
+    let masters = leasehold_testkit::Masters::start(3);
+    let proxy = leasehold_testkit::FaultProxy::start(masters.servers()[2].addr());
+    let urls = vec![
+        masters.urls()[0].clone(),
+        masters.urls()[1].clone(),
+        proxy.url(),
+    ];
+    (masters, proxy, urls)
+}
