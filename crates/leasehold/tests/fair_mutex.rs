@@ -284,25 +284,33 @@ async fn stale_hand_off_message_is_not_a_grant() {
     }
 }
 
-/// A client whose locks use `lease` without the watchdog, at `url`.
 /// A waiter of a client of its own (lease `LONG`, no watchdog) queues for
 /// "job"; `held` is released, and the waiter's guard returned.
 async fn handed_to_a_waiter(
     server: &RedisServer,
-    held: leasehold::MutexGuard,
-) -> leasehold::MutexGuard {
-    let lock = fixed_lease_client(server.url(), LONG)
-        .fair_mutex("job")
-        .unwrap();
+    held: leasehold::LeaseGuard,
+) -> leasehold::LeaseGuard {
+    let waiting = queued_waiter(server, server.url()).await;
+    held.release().await.unwrap();
+    waiting.await.unwrap().unwrap()
+}
+
+/// A waiter of a client of its own at `url` (lease `LONG`, no watchdog),
+/// once it is queued for "job" on `server`; returns its task.
+async fn queued_waiter(
+    server: &RedisServer,
+    url: String,
+) -> tokio::task::JoinHandle<leasehold::Result<leasehold::LeaseGuard>> {
+    let lock = fixed_lease_client(url, LONG).fair_mutex("job").unwrap();
     let waiting = tokio::spawn(async move { lock.acquire().await });
     eventually("the waiter to queue", || async {
         cmd::<u64>(server, &["ZCARD", "leasehold:{job}:q"]).await == 1
     })
     .await;
-    held.release().await.unwrap();
-    waiting.await.unwrap().unwrap()
+    waiting
 }
 
+/// A client whose locks use `lease` without the watchdog, at `url`.
 fn fixed_lease_client(url: String, lease: Duration) -> Client {
     Client::builder(url)
         .lease(lease)
@@ -318,14 +326,7 @@ async fn waiter_that_dies(
     server: &RedisServer,
     proxy: &FaultProxy,
 ) -> tokio::task::JoinHandle<leasehold::Result<leasehold::LeaseGuard>> {
-    let lock = fixed_lease_client(proxy.url(), LONG)
-        .fair_mutex("job")
-        .unwrap();
-    let waiting = tokio::spawn(async move { lock.acquire().await });
-    eventually("the waiter to queue", || async {
-        cmd::<u64>(server, &["ZCARD", "leasehold:{job}:q"]).await == 1
-    })
-    .await;
+    let waiting = queued_waiter(server, proxy.url()).await;
     proxy.blackhole(true);
     waiting
 }
