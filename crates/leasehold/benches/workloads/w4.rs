@@ -37,15 +37,58 @@ struct Run {
     elapsed: Duration,
     acquire: Latencies,
     release: Latencies,
+    /// This process's CPU time over the cycles (the client's alone: the
+    /// masters are processes of their own).
+    client_cpu: Duration,
+    /// The masters' CPU time over the cycles, summed.
+    masters_cpu: Duration,
 }
 
 impl Run {
     fn cycles_per_second(&self) -> f64 {
         per_second(self.cycles, self.elapsed)
     }
+
+    fn client_cpu_us(&self) -> f64 {
+        round1(self.client_cpu.as_secs_f64() * 1e6 / self.cycles.max(1) as f64)
+    }
+
+    fn masters_cpu_us(&self) -> f64 {
+        round1(self.masters_cpu.as_secs_f64() * 1e6 / self.cycles.max(1) as f64)
+    }
 }
 
-async fn leasehold_cycles(urls: &[String], cycles: usize, warmup: usize) -> Result<Run> {
+/// CPU time so far: this process's, and the masters' summed (`INFO cpu`).
+fn cpu_now(masters: &Masters) -> Result<(Duration, Duration)> {
+    let mut seconds = 0.0;
+    for server in masters.servers() {
+        let info = server.command(&["INFO", "cpu"])?;
+        for line in info.lines() {
+            if let Some((name, value)) = line.trim().split_once(':') {
+                if name == "used_cpu_user" || name == "used_cpu_sys" {
+                    seconds += value.parse::<f64>()?;
+                }
+            }
+        }
+    }
+    Ok((super::process_cpu()?, Duration::from_secs_f64(seconds)))
+}
+
+/// The CPU time spent since `before` (see `cpu_now`).
+fn cpu_since(masters: &Masters, before: (Duration, Duration)) -> Result<(Duration, Duration)> {
+    let now = cpu_now(masters)?;
+    Ok((
+        now.0.saturating_sub(before.0),
+        now.1.saturating_sub(before.1),
+    ))
+}
+
+async fn leasehold_cycles(
+    masters: &Masters,
+    urls: &[String],
+    cycles: usize,
+    warmup: usize,
+) -> Result<Run> {
     let redlock = Redlock::builder(urls.iter().cloned())
         .lease(LEASE)
         .watchdog(false)
@@ -58,6 +101,7 @@ async fn leasehold_cycles(urls: &[String], cycles: usize, warmup: usize) -> Resu
     let mut release = Vec::with_capacity(cycles);
     let mut last_fence = 0;
     let gap = probe_gap();
+    let cpu_before = cpu_now(masters)?;
     let started = Instant::now();
     for _ in 0..cycles {
         let t = Instant::now();
@@ -80,16 +124,24 @@ async fn leasehold_cycles(urls: &[String], cycles: usize, warmup: usize) -> Resu
     }
     let elapsed = started.elapsed();
     redlock.flush().await;
+    let (client_cpu, masters_cpu) = cpu_since(masters, cpu_before)?;
     Ok(Run {
         library: "leasehold Redlock",
         cycles,
         elapsed,
+        client_cpu,
+        masters_cpu,
         acquire: Latencies::new(acquire)?,
         release: Latencies::new(release)?,
     })
 }
 
-async fn rslock_cycles(urls: &[String], cycles: usize, warmup: usize) -> Result<Run> {
+async fn rslock_cycles(
+    masters: &Masters,
+    urls: &[String],
+    cycles: usize,
+    warmup: usize,
+) -> Result<Run> {
     let manager = LockManager::new(urls.to_vec());
     for _ in 0..warmup {
         let lock = manager.lock("w4:rslock", LEASE).await?;
@@ -98,6 +150,7 @@ async fn rslock_cycles(urls: &[String], cycles: usize, warmup: usize) -> Result<
     let mut acquire = Vec::with_capacity(cycles);
     let mut release = Vec::with_capacity(cycles);
     let gap = probe_gap();
+    let cpu_before = cpu_now(masters)?;
     let started = Instant::now();
     for _ in 0..cycles {
         let t = Instant::now();
@@ -110,10 +163,14 @@ async fn rslock_cycles(urls: &[String], cycles: usize, warmup: usize) -> Result<
             tokio::time::sleep(gap).await;
         }
     }
+    let elapsed = started.elapsed();
+    let (client_cpu, masters_cpu) = cpu_since(masters, cpu_before)?;
     Ok(Run {
         library: "rslock 0.10",
         cycles,
-        elapsed: started.elapsed(),
+        elapsed,
+        client_cpu,
+        masters_cpu,
         acquire: Latencies::new(acquire)?,
         release: Latencies::new(release)?,
     })
@@ -229,16 +286,21 @@ pub(crate) fn w4(quick: bool) -> Result<()> {
     let urls = masters.urls();
     let rt = super::current_thread_runtime()?;
     let plain = [
-        rt.block_on(leasehold_cycles(&urls, cycles, warmup))?,
-        rt.block_on(rslock_cycles(&urls, cycles, warmup))?,
+        rt.block_on(leasehold_cycles(&masters, &urls, cycles, warmup))?,
+        rt.block_on(rslock_cycles(&masters, &urls, cycles, warmup))?,
     ];
     let proxy = FaultProxy::start(masters.servers()[MASTERS - 1].addr());
     proxy.set_reply_latency(SLOWED_BY);
     let mut slowed_urls = urls.clone();
     slowed_urls[MASTERS - 1] = proxy.url();
     let slowed = [
-        rt.block_on(leasehold_cycles(&slowed_urls, slowed_cycles, warmup))?,
-        rt.block_on(rslock_cycles(&slowed_urls, slowed_cycles, warmup))?,
+        rt.block_on(leasehold_cycles(
+            &masters,
+            &slowed_urls,
+            slowed_cycles,
+            warmup,
+        ))?,
+        rt.block_on(rslock_cycles(&masters, &slowed_urls, slowed_cycles, warmup))?,
     ];
     proxy.heal();
     drop(proxy);
@@ -249,21 +311,28 @@ pub(crate) fn w4(quick: bool) -> Result<()> {
         LEASE.as_secs()
     );
     println!(
-        "{:<20} {:>12} {:>22} {:>22}",
-        "library", "cycles/s", "acquire p50 / p99 µs", "release p50 / p99 µs"
+        "{:<20} {:>10} {:>22} {:>22} {:>12} {:>12}",
+        "library",
+        "cycles/s",
+        "acquire p50 / p99 µs",
+        "release p50 / p99 µs",
+        "client CPU",
+        "masters CPU"
     );
     for run in &plain {
         println!(
-            "{:<20} {:>12} {:>22} {:>22}",
+            "{:<20} {:>10} {:>22} {:>22} {:>12} {:>12}",
             run.library,
             round1(run.cycles_per_second()),
             run.acquire.p50_p99(),
-            run.release.p50_p99()
+            run.release.p50_p99(),
+            run.client_cpu_us(),
+            run.masters_cpu_us()
         );
     }
     let ratio = plain[0].cycles_per_second() / plain[1].cycles_per_second();
     println!(
-        "leasehold / rslock cycles/s: {:.2}x (higher is better)",
+        "leasehold / rslock cycles/s: {:.2}x (higher is better); CPU columns: µs per cycle",
         ratio
     );
     println!();
@@ -298,6 +367,8 @@ pub(crate) fn w4(quick: bool) -> Result<()> {
                 "acquire_p99_us": run.acquire.p99_us(),
                 "release_p50_us": run.release.p50_us(),
                 "release_p99_us": run.release.p99_us(),
+                "client_cpu_us_per_cycle": run.client_cpu_us(),
+                "masters_cpu_us_per_cycle": run.masters_cpu_us(),
             })).collect::<Vec<_>>(),
             "ratio_cycles_per_s": (ratio * 100.0).round() / 100.0,
             "slowed_ms": SLOWED_BY.as_millis() as u64,
