@@ -372,6 +372,7 @@ impl Client {
                 fence_retention: DEFAULT_FENCE_RETENTION,
                 identity: String::new(),
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+                redlock_master: false,
             },
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             name: None,

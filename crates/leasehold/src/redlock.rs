@@ -348,6 +348,7 @@ impl RedlockBuilder {
             fence_retention: self.fence_retention,
             identity: crate::holder::identity(self.name.as_deref()),
             connect_timeout: crate::client::DEFAULT_CONNECT_TIMEOUT,
+            redlock_master: true,
         };
         let mut nodes: Vec<Arc<Engine>> = Vec::with_capacity(urls.len());
         for url in &urls {

@@ -25,8 +25,13 @@ async fn held_on(server: &RedisServer, name: &str) -> Option<String> {
     cmd::<Option<String>>(server, &["GET", &format!("leasehold:{{{name}}}")]).await
 }
 
+/// A master's fence counter: its digits (a release that finds no token
+/// names it after them, " x<token>").
 async fn counter(server: &RedisServer, name: &str) -> Option<u64> {
-    cmd::<Option<u64>>(server, &["GET", &format!("leasehold:{{{name}}}:fence")]).await
+    let value =
+        cmd::<Option<String>>(server, &["GET", &format!("leasehold:{{{name}}}:fence")]).await?;
+    let digits: String = value.chars().take_while(char::is_ascii_digit).collect();
+    Some(digits.parse().expect("a counter with digits"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -689,4 +694,87 @@ async fn masters_that_stall_past_the_limit_are_asked_again() {
     assert!(guard.servers() >= 2);
     guard.release().await.unwrap();
     redlock.flush().await;
+}
+
+/// Round one of a Redlock (`redlock_acquire.lua` after the shared
+/// functions, as the library builds it) for `token` on `server`, run as a
+/// held request would run once delivered: `proposal` is the fence it
+/// proposes (µs), or empty for none. Its reply's first number: 1 held, 0
+/// busy, 2 too late.
+async fn round_one(server: &RedisServer, token: &str, proposal: &str) -> i64 {
+    const SCRIPT: &str = concat!(
+        include_str!("../src/scripts/lib.lua"),
+        include_str!("../src/scripts/redlock_acquire.lua")
+    );
+    let reply: Vec<i64> = cmd(
+        server,
+        &[
+            "EVAL",
+            SCRIPT,
+            "2",
+            "leasehold:{job}",
+            "leasehold:{job}:fence",
+            token,
+            "60000",
+            "604800000",
+            "test",
+            proposal,
+            "100000000",
+            "",
+        ],
+    )
+    .await;
+    reply[0]
+}
+
+/// A release that finds no token on a master names the token in that
+/// master's counter, after its digits; a round one of that token that
+/// comes afterwards (as one held in the network does) takes nothing,
+/// whether its proposed fence stands or the counter is read; a round one
+/// of another token takes the lock, and fences keep growing past the
+/// digits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_one_after_its_token_s_release_takes_nothing() {
+    let masters = Masters::start(3);
+    let servers = masters.servers();
+    let redlock = redlock(&masters.urls());
+    let mutex = redlock.mutex("job").unwrap();
+    let first = mutex.acquire().await.unwrap();
+    let fence = first.fence();
+    first.release().await.unwrap();
+    redlock.flush().await;
+    let key = "leasehold:{job}:fence";
+    // Each master's own counter (one that was left out of the majority
+    // may have none: it counts as 0).
+    let mut digits = Vec::new();
+    for server in servers {
+        digits.push(counter(server, "job").await.unwrap_or(0));
+    }
+    let gone = "0123456789abcdef0123456789abcdef";
+    let err = mutex.release_token(gone).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotHeld, "{err}");
+    let marked: Vec<String> = digits.iter().map(|d| format!("{d} x{gone}")).collect();
+    for (server, marked) in servers.iter().zip(&marked) {
+        let value: String = cmd(server, &["GET", key]).await;
+        assert_eq!(&value, marked);
+    }
+    let ahead = (fence + 1_000_000).to_string();
+    // The proposed fence taken as it stands, and the counter read.
+    assert_eq!(round_one(&servers[0], gone, &ahead).await, 2);
+    assert_eq!(round_one(&servers[1], gone, "").await, 2);
+    for (server, marked) in servers[..2].iter().zip(&marked) {
+        assert_eq!(held_on(server, "job").await, None);
+        let value: String = cmd(server, &["GET", key]).await;
+        assert_eq!(&value, marked, "the counter changed");
+    }
+    // Another token: the lock, with a fence past the digits.
+    assert_eq!(
+        round_one(&servers[2], "fedcba9876543210fedcba9876543210", "").await,
+        1
+    );
+    assert!(counter(&servers[2], "job").await.unwrap() > fence);
+    let _: () = cmd(&servers[2], &["DEL", "leasehold:{job}"]).await;
+    let next = mutex.acquire().await.unwrap();
+    assert!(next.fence() > fence);
+    next.release().await.unwrap();
 }

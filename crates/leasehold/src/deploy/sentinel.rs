@@ -521,6 +521,7 @@ mod tests {
                 fence_retention: DEFAULT_FENCE_RETENTION,
                 identity: "test".to_owned(),
                 connect_timeout: timeout,
+                redlock_master: false,
             },
         )
         .unwrap();

@@ -84,6 +84,11 @@ pub(crate) struct EngineConfig {
     pub(crate) identity: String,
     /// A wait by a client that has never reached Redis ends after this.
     pub(crate) connect_timeout: Duration,
+    /// This engine is one master of a Redlock: a release that does not
+    /// find its token marks the fence counter with it, so that the
+    /// token's round one, if it arrives after all, takes nothing (see
+    /// `release.lua` and `redlock_acquire.lua`).
+    pub(crate) redlock_master: bool,
 }
 
 /// One client's engine: its deployment, its leases, and its settings.

@@ -59,6 +59,13 @@ async fn release_in_mode(
     mode: &[u8],
     hold_until: Option<Instant>,
 ) -> Result<bool> {
+    // A Redlock master's release of a token it does not hold marks the
+    // counter ('r', see release.lua).
+    let mode = if mode == b"0" && engine.config.redlock_master {
+        b"r"
+    } else {
+        mode
+    };
     let reply = run_release(engine, route, keys, token, mode, hold_until, None).await?;
     match scripts::as_int(&reply) {
         Some(0) => Ok(false),

@@ -127,6 +127,27 @@ local function counter_digits(raw)
   return stored
 end
 
+-- A Redlock master's counter may name, after its digits, the one token
+-- released here without being held: " x<token>". Its round one may still
+-- be on its way, held in the network on a connection its client gave up
+-- (the release came on a new one, within the round one's limit); if it
+-- comes, it finds its token named and takes nothing (redlock_acquire.lua).
+-- One mark at a time: the next fence written replaces it.
+local function mark_released(key, token, retention)
+  local raw = redis.pcall('GET', key)
+  if type(raw) ~= 'table' then
+    redis.call('SET', key, (raw and string.match(raw, '^%d+') or '0') .. ' x' .. token,
+      'PX', retention)
+  end
+end
+
+-- Whether the counter's value `raw` (as GET gives it, through pcall)
+-- names `token` as released here (see mark_released).
+local function released_here(raw, token)
+  return type(raw) == 'string' and string.find(raw, ' ', 1, true) ~= nil
+    and string.sub(raw, -#token - 2) == ' x' .. token
+end
+
 -- A fence counter ending in 'w' (WAITING) says that a release left the lock
 -- free while waiters were queued (it woke one to try): whoever takes it
 -- next marks its value WAITED, so that its release wakes the queue even if

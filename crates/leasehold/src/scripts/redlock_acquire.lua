@@ -16,6 +16,10 @@
 -- nothing: its client reads this server's clock from every reply, and
 -- sends the limit in it (see RoundOneLimit in quorum.rs; before its first
 -- reading, on its own clock with a second to spare).
+-- A request that arrives after a release of its token here (the release
+-- came on a new connection, the request was held on the old one, within
+-- its limit) finds the token named in the counter (see release.lua), and
+-- takes nothing either.
 -- Returns {1, fence, now} when held, {0, pttl of the holder, now} when
 -- busy, {2, now} when too late, {-1, kind} when the key holds another
 -- kind of lock; now is this server's clock in µs.
@@ -39,6 +43,11 @@ if proposed and proposed >= now and proposed <= now + tonumber(ARGV[6]) then
   -- by SET with GET: it is, as a lost counter, below.
   local raw = redis.pcall('SET', KEYS[2], ARGV[5], 'PX', ARGV[3], 'GET')
   if type(raw) ~= 'table' then
+    if released_here(raw, ARGV[1]) then
+      redis.call('SET', KEYS[2], raw, 'PX', ARGV[3])
+      redis.call('DEL', KEYS[1])
+      return {2, now}
+    end
     local stored = counter_digits(raw)
     if stored < proposed then
       return {1, proposed, now}
@@ -48,6 +57,11 @@ if proposed and proposed >= now and proposed <= now + tonumber(ARGV[6]) then
     return {1, fence, now}
   end
 end
-local fence = math.max(math.floor(counter_digits(redis.pcall('GET', KEYS[2]))) + 1, now)
+local raw = redis.pcall('GET', KEYS[2])
+if released_here(raw, ARGV[1]) then
+  redis.call('DEL', KEYS[1])
+  return {2, now}
+end
+local fence = math.max(math.floor(counter_digits(raw)) + 1, now)
 redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[3])
 return {1, fence, now}

@@ -6,8 +6,8 @@
 -- the last.
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix
 -- ARGV[1] token, ARGV[2] '1' when this token may be queued, 'h' when it
--- is not and its guard's lock is a hash (the hash is read first), '0'
--- otherwise,
+-- is not and its guard's lock is a hash (the hash is read first), 'r' on
+-- a master of a Redlock (a string lock, never queued), '0' otherwise,
 -- ARGV[3] fence retention ms, ARGV[4] channel prefix,
 -- ARGV[5] ms to keep the lock held instead (its hold-at-least is not over), or 0,
 -- ARGV[6] (optional) the owner a hash lease must have to be released,
@@ -151,6 +151,11 @@ elseif ARGV[2] == '1' then
     return 0
   end
 else
+  if ARGV[2] == 'r' then
+    -- A Redlock master that does not hold the token: its round one may
+    -- still be on its way here (see mark_released).
+    mark_released(KEYS[2], token, ARGV[3])
+  end
   return 0
 end
 -- The lock is free now, or once its key is deleted: unless a fair waiter
