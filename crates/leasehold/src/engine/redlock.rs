@@ -1445,7 +1445,10 @@ impl Drop for Attempt {
 /// command timeout after sending, it takes nothing. `refused_by` is then set, before the request leaves, to when
 /// a request sent to this master surely runs after that limit: a release
 /// sent earlier (on a new connection, the request's own given up) may
-/// run before a round one that the network still holds. A request
+/// run before a round one that the network still holds. Within the limit,
+/// such a release finds no token and names it in the master's counter,
+/// and the round one that comes after it takes nothing (see
+/// `mark_released` in `lib.lua`). A request
 /// refused as too late is sent once more at once, with a limit from the
 /// refusal's reading of the clock, while a grant is still `wanted`.
 async fn take_on(
