@@ -10,7 +10,10 @@
 //!
 //! Acquire and release latencies are printed for both libraries. A
 //! leasehold release returns once a majority confirmed, rslock's unlock
-//! once every master answered.
+//! once every master answered. Beside them, CPU per cycle: this process's
+//! (the client's: the masters are processes of their own) and the
+//! masters' summed (`INFO cpu`), which say whether a difference in
+//! cycles/s comes from the client or from Redis.
 //!
 //! `cargo bench -p leasehold --bench workloads -- --only-w4 [--quick]` runs
 //! W4 alone. With `W4_GAP_MS=n` every cycle is followed by an idle pause of
