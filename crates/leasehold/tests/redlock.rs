@@ -815,3 +815,26 @@ async fn a_round_one_after_its_token_s_release_takes_nothing_after_other_release
     assert_eq!(round_one(&servers[0], &others[0], "").await, 2);
     assert_eq!(round_one(&servers[0], gone, "").await, 1);
 }
+
+/// A master's counter named by a Redlock release (" x<token>" after its
+/// digits) is read as its digits by a single-server lock of the same name
+/// on that server too, as a Redlock reads a single-server release's
+/// trailing 'w': its next fence is one past them, not the clock's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_server_lock_reads_a_named_counter_s_digits() {
+    let masters = Masters::start(3);
+    let servers = masters.servers();
+    let redlock = redlock(&masters.urls());
+    let mutex = redlock.mutex("job").unwrap();
+    let key = "leasehold:{job}:fence";
+    let _: () = cmd(&servers[0], &["SET", key, FAR_AHEAD]).await;
+    let gone = "0123456789abcdef0123456789abcdef";
+    let err = mutex.release_token(gone).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotHeld, "{err}");
+    let value: String = cmd(&servers[0], &["GET", key]).await;
+    assert_eq!(value, format!("{FAR_AHEAD} x{gone}"));
+    let client = leasehold::Client::open(&servers[0].url()).unwrap();
+    let guard = client.mutex("job").unwrap().acquire().await.unwrap();
+    assert_eq!(guard.fence(), FAR_AHEAD.parse::<u64>().unwrap() + 1);
+    guard.release().await.unwrap();
+}

@@ -94,7 +94,9 @@ local function next_fence(key, now_us, retention, now_text)
     end
   end
   now_us = now_us or tonumber(now_text)
-  local stored = tonumber(old)
+  -- Its digits: a Redlock master's release may name tokens after them
+  -- (see mark_released).
+  local stored = tonumber(string.match(old, '^%d+'))
   -- Anything leasehold did not write (NaN, infinities, beyond 2^53 where Lua
   -- numbers stop being exact) counts as a lost counter.
   if stored == nil or stored ~= stored or stored < 0 or stored >= 9007199254740992 then
