@@ -248,3 +248,123 @@ async fn a_round_one_overtaken_by_its_release_takes_nothing() {
     let (took, _) = a_round_one_overtaken_by_its_release().await;
     assert!(!took, "the held round one took the lock after its release");
 }
+
+/// As [`a_round_one_overtaken_by_its_release`], with a second client on
+/// the same host (its connection to the third master held by the same
+/// partition) whose try of "job" failed before: busy on the other two
+/// (a third client, not cut off, held it there for a while), its round
+/// one held on the third. That round one's own command timeout ends just
+/// after the first client's release marked the third master's counter,
+/// and its release, sent on a new connection, finds no token there
+/// either. Whether the first client's round one, delivered once the
+/// partition heals and within its limit, took the third master's lock
+/// (its fence reached the counter there).
+///
+/// Schedule (1 s command timeout): "other" of the first client held at
+/// 0 ms; "job" held by the third client from 50 ms to 400 ms, tried by the
+/// second at 180 ms (busy, its round one held on the third master); "job"
+/// taken by the first at 800 ms (its round one held on the third); the
+/// first client's connection given up at 1000 ms, its release of "job" at
+/// 1100 ms; the second's round one times out at 1180 ms, and its release
+/// follows; the partition heals once that release is seen on the third
+/// master, before the first's round one's limit (about 1300 ms).
+async fn a_round_one_overtaken_by_its_release_and_another_clients() -> bool {
+    let (masters, proxy, urls) = common::third_master_behind_a_proxy();
+    let build = |urls: Vec<String>| {
+        Redlock::builder(urls)
+            .lease(LEASE)
+            .watchdog(false)
+            .command_timeout(Duration::from_secs(1))
+            .build()
+            .unwrap()
+    };
+    let (a, b, h) = (build(urls.clone()), build(urls), build(masters.urls()));
+    let (job, other) = (a.mutex("job").unwrap(), a.mutex("other").unwrap());
+    let (b_job, h_job) = (b.mutex("job").unwrap(), h.mutex("job").unwrap());
+    for mutex in [&job, &other, &b_job, &h_job] {
+        let warm = tokio::time::timeout(NO_HANG, mutex.acquire())
+            .await
+            .unwrap()
+            .unwrap();
+        warm.release_counted().await.unwrap();
+    }
+    for redlock in [&a, &b, &h] {
+        redlock.flush().await;
+    }
+    let third = &masters.servers()[2];
+    let raw_counter = || async {
+        cmd::<Option<String>>(third, &["GET", "leasehold:{job}:fence"])
+            .await
+            .unwrap_or_default()
+    };
+
+    proxy.hold_existing();
+    let started = tokio::time::Instant::now();
+    let other_guard = tokio::time::timeout(NO_HANG, other.acquire())
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep_until(started + Duration::from_millis(50)).await;
+    let h_guard = tokio::time::timeout(NO_HANG, h_job.acquire())
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep_until(started + Duration::from_millis(180)).await;
+    let tried = tokio::time::timeout(NO_HANG, b_job.try_acquire())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(tried.is_none(), "the second client got \"job\"");
+    tokio::time::sleep_until(started + Duration::from_millis(400)).await;
+    h_guard.release().await.unwrap();
+    tokio::time::sleep_until(started + Duration::from_millis(800)).await;
+    let guard = tokio::time::timeout(NO_HANG, job.acquire())
+        .await
+        .unwrap()
+        .unwrap();
+    let (token, fence) = (guard.token().to_owned(), guard.fence());
+    tokio::time::sleep_until(started + Duration::from_millis(1100)).await;
+    guard.release().await.unwrap();
+    let mark = format!(" x{token}");
+    assert!(
+        raw_counter().await.ends_with(&mark),
+        "the release did not mark the third master's counter"
+    );
+    // The second client's release of its try, on a new connection.
+    let deadline = started + Duration::from_millis(1290);
+    loop {
+        let value = raw_counter().await;
+        if value.contains(" x") && !value.ends_with(&mark) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the second client's release never reached the third master: {value:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let calls = common::script_calls(third).await;
+    proxy.heal();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        common::script_calls(third).await >= calls + 3,
+        "the held requests did not all reach the third master"
+    );
+    let value = raw_counter().await;
+    let digits: String = value.chars().take_while(char::is_ascii_digit).collect();
+    let took = digits.parse::<u64>().unwrap_or(0) >= fence;
+    other_guard.release().await.unwrap();
+    for redlock in [&a, &b, &h] {
+        redlock.flush().await;
+    }
+    took
+}
+
+/// The first client's round one, overtaken by its release, takes nothing
+/// even when another client's release that found no token reached the
+/// third master in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_one_overtaken_by_its_release_takes_nothing_after_another_clients_release() {
+    let took = a_round_one_overtaken_by_its_release_and_another_clients().await;
+    assert!(!took, "the held round one took the lock after its release");
+}

@@ -94,7 +94,9 @@ local function next_fence(key, now_us, retention, now_text)
     end
   end
   now_us = now_us or tonumber(now_text)
-  local stored = tonumber(old)
+  -- Its digits: a Redlock master's release may name tokens after them
+  -- (see mark_released).
+  local stored = tonumber(string.match(old, '^%d+'))
   -- Anything leasehold did not write (NaN, infinities, beyond 2^53 where Lua
   -- numbers stop being exact) counts as a lost counter.
   if stored == nil or stored ~= stored or stored < 0 or stored >= 9007199254740992 then
@@ -127,25 +129,42 @@ local function counter_digits(raw)
   return stored
 end
 
--- A Redlock master's counter may name, after its digits, the one token
--- released here without being held: " x<token>". Its round one may still
--- be on its way, held in the network on a connection its client gave up
--- (the release came on a new one, within the round one's limit); if it
--- comes, it finds its token named and takes nothing (redlock_acquire.lua).
--- One mark at a time: the next fence written replaces it.
+-- A Redlock master's counter may name, after its digits, the tokens
+-- released here without being held: " x<token>" each, the newest last.
+-- Its round one may still be on its way, held in the network on a
+-- connection its client gave up (the release came on a new one, within
+-- the round one's limit); if it comes, it finds its token named and takes
+-- nothing (redlock_acquire.lua). Several are kept, as other clients'
+-- releases that find nothing here (a try of theirs that failed on this
+-- master, a hold this master was no part of) may come in between; the
+-- next fence written replaces them all.
+local RELEASED_MARKS = 8
+
 local function mark_released(key, token, retention)
   local raw = redis.pcall('GET', key)
-  if type(raw) ~= 'table' then
-    redis.call('SET', key, (raw and string.match(raw, '^%d+') or '0') .. ' x' .. token,
-      'PX', retention)
+  if type(raw) == 'table' then
+    return
   end
+  local value = raw and string.match(raw, '^%d+') or '0'
+  if raw then
+    local marks = {}
+    for named in string.gmatch(raw, ' x(%S+)') do
+      if named ~= token then
+        marks[#marks + 1] = named
+      end
+    end
+    for i = math.max(1, #marks - RELEASED_MARKS + 2), #marks do
+      value = value .. ' x' .. marks[i]
+    end
+  end
+  redis.call('SET', key, value .. ' x' .. token, 'PX', retention)
 end
 
 -- Whether the counter's value `raw` (as GET gives it, through pcall)
 -- names `token` as released here (see mark_released).
 local function released_here(raw, token)
   return type(raw) == 'string' and string.find(raw, ' ', 1, true) ~= nil
-    and string.sub(raw, -#token - 2) == ' x' .. token
+    and string.find(raw .. ' ', ' x' .. token .. ' ', 1, true) ~= nil
 end
 
 -- A fence counter ending in 'w' (WAITING) says that a release left the lock
