@@ -21,6 +21,52 @@ async fn held_on(server: &RedisServer, name: &str) -> Option<String> {
 /// Three masters, the third behind a fault proxy, and a Redlock mutex
 /// "job" over them with a 400 ms command timeout, connected to every master
 /// once (a lock taken and released everywhere).
+/// `mutex`'s lock, taken within `NO_HANG`.
+async fn taken(mutex: &RedlockMutex) -> leasehold::LeaseGuard {
+    tokio::time::timeout(NO_HANG, mutex.acquire())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// A Redlock over `urls` that gives a connection up after 1 s without an
+/// answer, with no watchdog.
+fn given_up_after_a_second(urls: Vec<String>) -> Redlock {
+    Redlock::builder(urls)
+        .lease(LEASE)
+        .watchdog(false)
+        .command_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap()
+}
+
+/// Takes and releases each lock once (connected, the scripts loaded, every
+/// master's clock read), then waits for what its redlocks left running.
+async fn warmed(mutexes: &[&RedlockMutex], redlocks: &[&Redlock]) {
+    for mutex in mutexes {
+        let warm = taken(mutex).await;
+        warm.release_counted().await.unwrap();
+    }
+    for redlock in redlocks {
+        redlock.flush().await;
+    }
+}
+
+/// The third master's fence counter of "job", as GET gives it ("" for
+/// none): its digits, then the tokens released there without being held
+/// (" x<token>" each).
+async fn job_counter(third: &RedisServer) -> String {
+    cmd::<Option<String>>(third, &["GET", "leasehold:{job}:fence"])
+        .await
+        .unwrap_or_default()
+}
+
+/// A counter's digits, as a number (0 for none).
+fn digits_of(counter: &str) -> u64 {
+    let digits: String = counter.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().unwrap_or(0)
+}
+
 async fn third_behind_a_proxy() -> (Masters, FaultProxy, Redlock, RedlockMutex) {
     third_behind_a_proxy_after(true).await
 }
@@ -38,10 +84,7 @@ async fn third_behind_a_proxy_after(taken: bool) -> (Masters, FaultProxy, Redloc
         .unwrap();
     let mutex = redlock.mutex("job").unwrap();
     if taken {
-        let warm = tokio::time::timeout(NO_HANG, mutex.acquire())
-            .await
-            .unwrap()
-            .unwrap();
+        let warm = self::taken(&mutex).await;
         warm.release_counted().await.unwrap();
     } else {
         // Another client took it (the masters know the scripts); this one
@@ -120,10 +163,7 @@ async fn held_through_a_cut(
 ) {
     let before = common::script_calls(&masters.servers()[2]).await;
     proxy.blackhole(true);
-    let guard = tokio::time::timeout(NO_HANG, mutex.acquire())
-        .await
-        .unwrap()
-        .unwrap();
+    let guard = taken(&mutex).await;
     let token = guard.token().to_owned();
     tokio::time::sleep(hold).await;
     let connections = proxy.connections();
@@ -161,44 +201,17 @@ async fn held_through_a_cut(
 /// ms, before the limit of "job"'s round one (about 1300 ms).
 async fn a_round_one_overtaken_by_its_release() -> (bool, Option<String>) {
     let (masters, proxy, urls) = common::third_master_behind_a_proxy();
-    let redlock = Redlock::builder(urls)
-        .lease(LEASE)
-        .watchdog(false)
-        .command_timeout(Duration::from_secs(1))
-        .build()
-        .unwrap();
+    let redlock = given_up_after_a_second(urls);
     let job = redlock.mutex("job").unwrap();
     let other = redlock.mutex("other").unwrap();
-    for mutex in [&job, &other] {
-        let warm = tokio::time::timeout(NO_HANG, mutex.acquire())
-            .await
-            .unwrap()
-            .unwrap();
-        warm.release_counted().await.unwrap();
-    }
-    redlock.flush().await;
+    warmed(&[&job, &other], &[&redlock]).await;
     let third = &masters.servers()[2];
-    // The counter's digits: a release that finds no token marks it after
-    // them (" x<token>").
-    let counter = || async {
-        let value = cmd::<Option<String>>(third, &["GET", "leasehold:{job}:fence"])
-            .await
-            .unwrap_or_default();
-        let digits: String = value.chars().take_while(char::is_ascii_digit).collect();
-        digits.parse::<u64>().unwrap_or(0)
-    };
 
     proxy.hold_existing();
     let started = tokio::time::Instant::now();
-    let other_guard = tokio::time::timeout(NO_HANG, other.acquire())
-        .await
-        .unwrap()
-        .unwrap();
+    let other_guard = taken(&other).await;
     tokio::time::sleep_until(started + Duration::from_millis(800)).await;
-    let guard = tokio::time::timeout(NO_HANG, job.acquire())
-        .await
-        .unwrap()
-        .unwrap();
+    let guard = taken(&job).await;
     let (token, fence) = (guard.token().to_owned(), guard.fence());
     tokio::time::sleep_until(started + Duration::from_millis(1100)).await;
     guard.release().await.unwrap();
@@ -211,7 +224,7 @@ async fn a_round_one_overtaken_by_its_release() -> (bool, Option<String>) {
         common::script_calls(third).await >= calls + 2,
         "the held round ones of \"other\" and \"job\" did not both reach the third master"
     );
-    let took = counter().await >= fence
+    let took = digits_of(&job_counter(third).await) >= fence
         || held_on(third, "job")
             .await
             .is_some_and(|value| value.starts_with(&token));
@@ -270,45 +283,21 @@ async fn a_round_one_overtaken_by_its_release_takes_nothing() {
 /// master, before the first's round one's limit (about 1300 ms).
 async fn a_round_one_overtaken_by_its_release_and_another_clients() -> bool {
     let (masters, proxy, urls) = common::third_master_behind_a_proxy();
-    let build = |urls: Vec<String>| {
-        Redlock::builder(urls)
-            .lease(LEASE)
-            .watchdog(false)
-            .command_timeout(Duration::from_secs(1))
-            .build()
-            .unwrap()
-    };
-    let (a, b, h) = (build(urls.clone()), build(urls), build(masters.urls()));
+    let (a, b, h) = (
+        given_up_after_a_second(urls.clone()),
+        given_up_after_a_second(urls),
+        given_up_after_a_second(masters.urls()),
+    );
     let (job, other) = (a.mutex("job").unwrap(), a.mutex("other").unwrap());
     let (b_job, h_job) = (b.mutex("job").unwrap(), h.mutex("job").unwrap());
-    for mutex in [&job, &other, &b_job, &h_job] {
-        let warm = tokio::time::timeout(NO_HANG, mutex.acquire())
-            .await
-            .unwrap()
-            .unwrap();
-        warm.release_counted().await.unwrap();
-    }
-    for redlock in [&a, &b, &h] {
-        redlock.flush().await;
-    }
+    warmed(&[&job, &other, &b_job, &h_job], &[&a, &b, &h]).await;
     let third = &masters.servers()[2];
-    let raw_counter = || async {
-        cmd::<Option<String>>(third, &["GET", "leasehold:{job}:fence"])
-            .await
-            .unwrap_or_default()
-    };
 
     proxy.hold_existing();
     let started = tokio::time::Instant::now();
-    let other_guard = tokio::time::timeout(NO_HANG, other.acquire())
-        .await
-        .unwrap()
-        .unwrap();
+    let other_guard = taken(&other).await;
     tokio::time::sleep_until(started + Duration::from_millis(50)).await;
-    let h_guard = tokio::time::timeout(NO_HANG, h_job.acquire())
-        .await
-        .unwrap()
-        .unwrap();
+    let h_guard = taken(&h_job).await;
     tokio::time::sleep_until(started + Duration::from_millis(180)).await;
     let tried = tokio::time::timeout(NO_HANG, b_job.try_acquire())
         .await
@@ -318,22 +307,19 @@ async fn a_round_one_overtaken_by_its_release_and_another_clients() -> bool {
     tokio::time::sleep_until(started + Duration::from_millis(400)).await;
     h_guard.release().await.unwrap();
     tokio::time::sleep_until(started + Duration::from_millis(800)).await;
-    let guard = tokio::time::timeout(NO_HANG, job.acquire())
-        .await
-        .unwrap()
-        .unwrap();
+    let guard = taken(&job).await;
     let (token, fence) = (guard.token().to_owned(), guard.fence());
     tokio::time::sleep_until(started + Duration::from_millis(1100)).await;
     guard.release().await.unwrap();
     let mark = format!(" x{token}");
     assert!(
-        raw_counter().await.ends_with(&mark),
+        job_counter(third).await.ends_with(&mark),
         "the release did not mark the third master's counter"
     );
     // The second client's release of its try, on a new connection.
     let deadline = started + Duration::from_millis(1290);
     loop {
-        let value = raw_counter().await;
+        let value = job_counter(third).await;
         if value.contains(" x") && !value.ends_with(&mark) {
             break;
         }
@@ -350,9 +336,7 @@ async fn a_round_one_overtaken_by_its_release_and_another_clients() -> bool {
         common::script_calls(third).await >= calls + 3,
         "the held requests did not all reach the third master"
     );
-    let value = raw_counter().await;
-    let digits: String = value.chars().take_while(char::is_ascii_digit).collect();
-    let took = digits.parse::<u64>().unwrap_or(0) >= fence;
+    let took = digits_of(&job_counter(third).await) >= fence;
     other_guard.release().await.unwrap();
     for redlock in [&a, &b, &h] {
         redlock.flush().await;
