@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::cmd;
+use common::{cmd, held_on};
 use leasehold::{ErrorKind, LossReason, Redlock};
 use leasehold_testkit::{FaultProxy, Masters, RedisServer};
 
@@ -21,17 +21,11 @@ fn redlock(urls: &[String]) -> Redlock {
         .unwrap()
 }
 
-async fn held_on(server: &RedisServer, name: &str) -> Option<String> {
-    cmd::<Option<String>>(server, &["GET", &format!("leasehold:{{{name}}}")]).await
-}
-
 /// A master's fence counter: its digits (a release that finds no token
 /// names it after them, " x<token>").
 async fn counter(server: &RedisServer, name: &str) -> Option<u64> {
-    let value =
-        cmd::<Option<String>>(server, &["GET", &format!("leasehold:{{{name}}}:fence")]).await?;
-    let digits: String = value.chars().take_while(char::is_ascii_digit).collect();
-    Some(digits.parse().expect("a counter with digits"))
+    let value = common::fence_counter(server, name).await?;
+    Some(common::counter_digits(&value).expect("a counter with digits"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

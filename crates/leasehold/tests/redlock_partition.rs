@@ -6,17 +6,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::cmd;
+use common::{cmd, held_on};
 use leasehold::{Redlock, RedlockMutex};
 use leasehold_testkit::{FaultProxy, Masters, RedisServer};
 
 /// Far longer than the test: a lock still there at the end was left behind.
 const LEASE: Duration = Duration::from_secs(60);
 const NO_HANG: Duration = Duration::from_secs(60);
-
-async fn held_on(server: &RedisServer, name: &str) -> Option<String> {
-    cmd::<Option<String>>(server, &["GET", &format!("leasehold:{{{name}}}")]).await
-}
 
 /// Three masters, the third behind a fault proxy, and a Redlock mutex
 /// "job" over them with a 400 ms command timeout, connected to every master
@@ -56,15 +52,14 @@ async fn warmed(mutexes: &[&RedlockMutex], redlocks: &[&Redlock]) {
 /// none): its digits, then the tokens released there without being held
 /// (" x<token>" each).
 async fn job_counter(third: &RedisServer) -> String {
-    cmd::<Option<String>>(third, &["GET", "leasehold:{job}:fence"])
+    common::fence_counter(third, "job")
         .await
         .unwrap_or_default()
 }
 
 /// A counter's digits, as a number (0 for none).
 fn digits_of(counter: &str) -> u64 {
-    let digits: String = counter.chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().unwrap_or(0)
+    common::counter_digits(counter).unwrap_or(0)
 }
 
 async fn third_behind_a_proxy() -> (Masters, FaultProxy, Redlock, RedlockMutex) {

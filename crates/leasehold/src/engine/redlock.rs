@@ -93,17 +93,7 @@ pub(crate) struct Masters {
 /// it is too late to take the lock ([`quorum::RoundOneLimit`]).
 #[derive(Debug, Default)]
 pub(crate) struct MasterClock {
-    sample: StdMutex<Option<ClockSample>>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct ClockSample {
-    /// The master's clock, µs, when it ran the request.
-    master_us: u64,
-    /// When the request was sent, on this host's clock.
-    sent: Instant,
-    /// From the request's sending to its reply.
-    loose: Duration,
+    sample: StdMutex<Option<ClockReading>>,
 }
 
 impl MasterClock {
@@ -113,7 +103,7 @@ impl MasterClock {
     fn limit(&self, now: Instant, window: Duration) -> Option<quorum::RoundOneLimit> {
         let sample = (*self.sample.lock().unwrap_or_else(PoisonError::into_inner))?;
         Some(quorum::RoundOneLimit::new(
-            sample.master_us,
+            sample.server_us,
             sample.loose,
             now.saturating_duration_since(sample.sent),
             window,
@@ -124,24 +114,17 @@ impl MasterClock {
     /// was made, until a reply is read: so that the client's first round
     /// one there carries a limit too.
     fn first(&self, reading: Option<ClockReading>) {
-        let Some(reading) = reading else {
-            return;
-        };
         let mut sample = self.sample.lock().unwrap_or_else(PoisonError::into_inner);
         if sample.is_none() {
-            *sample = Some(ClockSample {
-                master_us: reading.server_us,
-                sent: reading.sent,
-                loose: reading.loose,
-            });
+            *sample = reading;
         }
     }
 
     /// The master ran a request sent at `sent` at `master_us` on its
     /// clock, and its reply came now.
     fn read(&self, master_us: u64, sent: Instant) {
-        let sample = ClockSample {
-            master_us,
+        let sample = ClockReading {
+            server_us: master_us,
             sent,
             loose: sent.elapsed(),
         };
@@ -1098,11 +1081,7 @@ mod tests {
     }
 
     async fn holder(url: &str, key: &str) -> Option<String> {
-        let mut conn = redis::Client::open(url)
-            .expect("a valid URL")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("a connection");
+        let mut conn = connection(url).await;
         redis::cmd("GET")
             .arg(key)
             .query_async(&mut conn)
@@ -1110,18 +1089,31 @@ mod tests {
             .expect("GET")
     }
 
-    fn reading(masters: &Masters, i: usize) -> ClockSample {
+    fn reading(masters: &Masters, i: usize) -> ClockReading {
         let sample = masters.clocks[i].sample.lock().expect("a reading");
         sample.expect("read")
     }
 
-    /// How many round-one requests (scripts or functions) `url` ran.
-    async fn script_calls(url: &str) -> u64 {
-        let mut conn = redis::Client::open(url)
+    /// Sets what the client read of a master's clock 10 s back, as if the
+    /// master's clock had stepped forward since.
+    fn set_back(clock: &MasterClock) {
+        if let Some(sample) = clock.sample.lock().expect("a reading").as_mut() {
+            sample.server_us -= 10_000_000;
+        }
+    }
+
+    /// A connection of the test's own to `url`.
+    async fn connection(url: &str) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(url)
             .expect("a valid URL")
             .get_multiplexed_async_connection()
             .await
-            .expect("a connection");
+            .expect("a connection")
+    }
+
+    /// How many round-one requests (scripts or functions) `url` ran.
+    async fn script_calls(url: &str) -> u64 {
+        let mut conn = connection(url).await;
         let stats: String = redis::cmd("INFO")
             .arg("commandstats")
             .query_async(&mut conn)
@@ -1146,10 +1138,8 @@ mod tests {
     async fn a_master_past_the_limit_is_read_again_and_asked_again() {
         let (servers, redlock, keys) = read_masters().await;
         let masters = Arc::clone(redlock.masters());
-        let before = reading(&masters, 0).master_us;
-        if let Some(sample) = masters.clocks[0].sample.lock().expect("a reading").as_mut() {
-            sample.master_us -= 10_000_000;
-        }
+        let before = reading(&masters, 0).server_us;
+        set_back(&masters.clocks[0]);
         let urls = servers.urls();
         let mut calls = Vec::new();
         for url in &urls {
@@ -1165,7 +1155,7 @@ mod tests {
             assert_eq!(ran, if i == 0 { 2 } else { 1 }, "master {i}");
         }
         assert!(
-            reading(&masters, 0).master_us >= before,
+            reading(&masters, 0).server_us >= before,
             "the refusal was not read"
         );
         guard.release_counted().await.expect("released");
@@ -1181,9 +1171,7 @@ mod tests {
         let (servers, redlock, keys) = read_masters().await;
         let masters = Arc::clone(redlock.masters());
         for clock in &masters.clocks[..2] {
-            if let Some(sample) = clock.sample.lock().expect("a reading").as_mut() {
-                sample.master_us -= 10_000_000;
-            }
+            set_back(clock);
         }
         let mutex = redlock.mutex("job").expect("a mutex");
         let guard = mutex.acquire().await.expect("granted on the next try");
@@ -1204,22 +1192,16 @@ mod tests {
     async fn every_master_past_the_limit_is_tried_again_at_once() {
         let (_servers, redlock, _keys) = read_masters().await;
         let masters = Arc::clone(redlock.masters());
-        let set_back = || {
-            for clock in &masters.clocks {
-                if let Some(sample) = clock.sample.lock().expect("a reading").as_mut() {
-                    sample.master_us -= 10_000_000;
-                }
-            }
-        };
+        let set_back_all = || masters.clocks.iter().for_each(|clock| set_back(clock));
         let mutex = redlock.mutex("job").expect("a mutex");
-        set_back();
+        set_back_all();
         let guard = mutex
             .try_acquire()
             .await
             .expect("no error")
             .expect("the lock");
         guard.release_counted().await.expect("released");
-        set_back();
+        set_back_all();
         let started = Instant::now();
         let guard = mutex.acquire().await.expect("the lock");
         assert!(
@@ -1245,11 +1227,7 @@ mod tests {
         ] {
             let token = new_token().expect("a token");
             // What the held round one did when it arrived.
-            let mut conn = redis::Client::open(url.as_str())
-                .expect("a valid URL")
-                .get_multiplexed_async_connection()
-                .await
-                .expect("a connection");
+            let mut conn = connection(url).await;
             let _: () = redis::cmd("SET")
                 .arg(&keys.lock)
                 .arg(format!("{token} 1 test"))
@@ -1589,16 +1567,10 @@ fn release_once_refused(
 /// and not more than [`PROPOSAL_AHEAD_US`] past its clock; masters whose
 /// clocks are that close to this host's then agree on one fence.
 fn proposal() -> u64 {
-    wall_us().unwrap_or(0).saturating_add(PROPOSAL_LEAD_US)
-}
-
-/// This host's clock in µs since the epoch, when it has one.
-fn wall_us() -> Option<u64> {
-    std::time::SystemTime::now()
+    let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .ok()
-        .and_then(|d| u64::try_from(d.as_micros()).ok())
-        .filter(|&us| us > 0)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(0));
+    now.saturating_add(PROPOSAL_LEAD_US)
 }
 
 /// Round two on one master: stores `fence` if `token` holds the lock there.

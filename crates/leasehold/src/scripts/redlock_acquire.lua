@@ -13,9 +13,10 @@
 -- second round. It never makes a fence smaller than the hybrid clock's.
 -- A request that arrives past ARGV[7] (held in the network while its
 -- client gave up on it, and released the token without it) takes
--- nothing: its client reads this server's clock from every reply, and
--- sends the limit in it (see RoundOneLimit in quorum.rs; before its first
--- reading, on its own clock with a second to spare).
+-- nothing: its client reads this server's clock when it connects (INFO)
+-- and from every reply, and sends the limit in it (see RoundOneLimit in
+-- quorum.rs; none before its first reading, on a server whose INFO has no
+-- clock).
 -- A request that arrives after a release of its token here (the release
 -- came on a new connection, the request was held on the old one, within
 -- its limit) finds the token named in the counter (see release.lua), and

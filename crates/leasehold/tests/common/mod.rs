@@ -172,3 +172,22 @@ pub(crate) fn third_master_behind_a_proxy() -> (
     ];
     (masters, proxy, urls)
 }
+
+/// The value of lock `name`'s key on `server` (the default prefix), if any.
+pub(crate) async fn held_on(server: &RedisServer, name: &str) -> Option<String> {
+    cmd::<Option<String>>(server, &["GET", &format!("leasehold:{{{name}}}")]).await
+}
+
+/// Lock `name`'s fence counter on `server` (the default prefix), as GET
+/// gives it, if any.
+pub(crate) async fn fence_counter(server: &RedisServer, name: &str) -> Option<String> {
+    cmd::<Option<String>>(server, &["GET", &format!("leasehold:{{{name}}}:fence")]).await
+}
+
+/// A fence counter's leading digits as a number, `None` when it has none:
+/// a Redlock master's counter may name, after them, the tokens released
+/// there without being held (" x<token>").
+pub(crate) fn counter_digits(value: &str) -> Option<u64> {
+    let digits: String = value.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
