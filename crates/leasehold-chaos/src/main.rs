@@ -28,9 +28,11 @@
 //! sentinels, reached through them (`redis+sentinel://`): the master failed
 //! over by `SENTINEL FAILOVER` (the old master left taking writes until the
 //! sentinels demote it) and killed, with the replica up to date or lagging
-//! behind. `--replicas 1` has every grant acknowledged by the replica, and
-//! `--restart-grace-ms 0` turns the grace on a change of master off: the
-//! four protections are compared from the same seed.
+//! behind. By default every grant waits for the replicas the master has
+//! connected, as the library does; `--replicas 0` turns that off,
+//! `--replicas N` asks N whatever is connected, and `--restart-grace-ms 0`
+//! turns the grace on a change of master off (the library's default): the
+//! protections are compared from the same seed.
 //!
 //! ```text
 //! leasehold-chaos --schedule sentinel --lease-ms 5000 --workloads mutex,fair,reentrant,rwlock,semaphore \
@@ -154,11 +156,11 @@ struct RunArgs {
     node_timeout_ms: u64,
     /// Replicas that must acknowledge every grant (WAIT, behind the
     /// acquiring script), else it is undone and the wait goes on; 0 for
-    /// none. Cluster and sentinel schedules only (one server has no
-    /// replica), and not with the election workload (it has no such
-    /// setting).
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    replicas: u32,
+    /// none [default: every replica the master has connected, as the
+    /// library does]. Other than 0, cluster and sentinel schedules only
+    /// (one server has no replica).
+    #[arg(long, value_name = "N")]
+    replicas: Option<u32>,
     /// How long Redis waits for those replicas.
     #[arg(long, value_name = "MS", default_value_t = orchestrator::DEFAULT_REPLICA_TIMEOUT.as_millis() as u64)]
     replica_timeout_ms: u64,
@@ -215,9 +217,10 @@ enum Sub {
         locks: String,
         #[arg(long)]
         seed: u64,
-        #[arg(long, default_value_t = 0)]
-        replicas: u32,
-        #[arg(long, default_value_t = 200)]
+        /// Absent: every replica the master has connected.
+        #[arg(long)]
+        replicas: Option<u32>,
+        #[arg(long, default_value_t = 1000)]
         replica_timeout_ms: u64,
         /// --url lists a Redlock's masters.
         #[arg(long)]
@@ -273,8 +276,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             restart_grace: Duration::from_millis(restart_grace_ms),
             locks: locks.split(',').map(str::to_owned).collect(),
             seed,
-            replica_ack: (replicas > 0)
-                .then(|| (replicas, Duration::from_millis(replica_timeout_ms))),
+            replica_ack: orchestrator::replica_ack(
+                replicas,
+                Duration::from_millis(replica_timeout_ms),
+            ),
             redlock,
         })?;
         return Ok(ExitCode::SUCCESS);
@@ -319,25 +324,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
         (100..=60_000).contains(&args.node_timeout_ms),
         "--node-timeout-ms must be between 100 and 60000"
     );
-    if args.replicas > 0 {
+    if let Some(replicas) = args.replicas.filter(|&n| n > 0) {
         anyhow::ensure!(
             schedules.iter().all(|s| s.on_cluster() || s.on_sentinel()),
             "--replicas needs replicas: use it with a cluster- or sentinel schedule"
         );
         anyhow::ensure!(
-            args.replicas <= MAX_REPLICAS,
+            replicas <= MAX_REPLICAS,
             "--replicas must be at most {MAX_REPLICAS}"
         );
-        anyhow::ensure!(
-            !workloads.contains(&Workload::Election),
-            "--replicas: an election has no replica acknowledgement; leave election out of \
-             --workloads"
-        );
-        anyhow::ensure!(
-            (10..=60_000).contains(&args.replica_timeout_ms),
-            "--replica-timeout-ms must be between 10 and 60000"
-        );
     }
+    anyhow::ensure!(
+        (10..=60_000).contains(&args.replica_timeout_ms),
+        "--replica-timeout-ms must be between 10 and 60000"
+    );
     let lease = Duration::from_millis(args.lease_ms);
     let restart_grace = match args.restart_grace_ms {
         Some(ms) if ms > MAX_RESTART_GRACE_MS => {
@@ -453,14 +453,16 @@ fn print_report(r: &RunReport) {
     } else {
         cluster
     };
-    let acked = if r.config.replicas > 0 {
-        format!(
-            ", {} replica ack within {} ms",
-            r.config.replicas,
+    let acked = match r.config.replicas {
+        Some(0) => ", no replica ack".to_owned(),
+        Some(n) => format!(
+            ", {n} replica ack within {} ms",
             r.config.replica_timeout.as_millis()
-        )
-    } else {
-        String::new()
+        ),
+        None => format!(
+            ", ack by every connected replica within {} ms",
+            r.config.replica_timeout.as_millis()
+        ),
     };
     println!(
         "schedule {} seed {}: {:.1} s, {} workers, lease {} ms, restart grace {} ms{cluster}{acked}{}, \

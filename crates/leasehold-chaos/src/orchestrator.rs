@@ -93,8 +93,10 @@ pub(crate) struct RunConfig {
     pub(crate) restart_grace: Duration,
     /// The cluster's `cluster-node-timeout` (cluster schedules only).
     pub(crate) node_timeout: Duration,
-    /// Replicas that must acknowledge each grant (`WAIT`), 0 for none.
-    pub(crate) replicas: u32,
+    /// Replicas that must acknowledge each grant (`WAIT`), 0 for none;
+    /// `None`: every replica the master has connected (the library's
+    /// default).
+    pub(crate) replicas: Option<u32>,
     /// How long Redis waits for them.
     pub(crate) replica_timeout: Duration,
     /// The independent masters of a Redlock schedule.
@@ -121,10 +123,22 @@ pub(crate) const DEFAULT_NODE_TIMEOUT: Duration = leasehold_testkit::DEFAULT_NOD
 pub(crate) const DEFAULT_MASTERS: usize = 5;
 
 /// How long Redis waits for the replicas to acknowledge a grant, unless
-/// the run says otherwise: a few replication round trips on loopback, and
-/// short against the command timeout (a quarter lease), since the WAIT
-/// holds the worker's command connection meanwhile.
-pub(crate) const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_millis(200);
+/// the run says otherwise: the library's default.
+pub(crate) const DEFAULT_REPLICA_TIMEOUT: Duration = leasehold::DEFAULT_REPLICA_TIMEOUT;
+
+/// The library's setting for `replicas` (see [`RunConfig::replicas`]).
+pub(crate) fn replica_ack(replicas: Option<u32>, timeout: Duration) -> leasehold::ReplicaAck {
+    match replicas {
+        None => leasehold::ReplicaAck::Connected { timeout },
+        Some(0) => leasehold::ReplicaAck::Off,
+        Some(replicas) => leasehold::ReplicaAck::AtLeast { replicas, timeout },
+    }
+}
+
+/// How a run's JSON names its `replicas`: a number, or "connected".
+fn replicas_json(replicas: Option<u32>) -> Value {
+    replicas.map_or_else(|| Value::from("connected"), Value::from)
+}
 
 /// Longer than any lease: a restart that lost the locks grants none of
 /// them again while their old holders may still think they hold them.
@@ -186,8 +200,8 @@ impl RunReport {
             "restart_grace_ms": self.config.restart_grace.as_millis() as u64,
             "node_timeout_ms": self.config.schedule.on_cluster()
                 .then_some(self.config.node_timeout.as_millis() as u64),
-            "replicas": self.config.replicas,
-            "replica_timeout_ms": (self.config.replicas > 0)
+            "replicas": replicas_json(self.config.replicas),
+            "replica_timeout_ms": (self.config.replicas != Some(0))
                 .then_some(self.config.replica_timeout.as_millis() as u64),
             "masters": self.config.schedule.on_redlock().then_some(self.config.masters),
             "masters_persist": self.config.schedule.on_redlock()
@@ -604,7 +618,13 @@ impl Run<'_> {
                 &self.config.restart_grace.as_millis().to_string(),
             ])
             .args(["--locks", &self.lock_names.join(",")])
-            .args(["--replicas", &self.config.replicas.to_string()])
+            .args(
+                self.config
+                    .replicas
+                    .map(|n| ["--replicas".to_owned(), n.to_string()])
+                    .into_iter()
+                    .flatten(),
+            )
             .args([
                 "--replica-timeout-ms",
                 &self.config.replica_timeout.as_millis().to_string(),
@@ -1385,7 +1405,7 @@ impl Run<'_> {
             "lease_ms": c.lease.as_millis() as u64,
             "restart_grace_ms": c.restart_grace.as_millis() as u64,
             "node_timeout_ms": c.node_timeout.as_millis() as u64,
-            "replicas": c.replicas,
+            "replicas": replicas_json(c.replicas),
             "replica_timeout_ms": c.replica_timeout.as_millis() as u64,
             "masters": c.masters,
             "workloads": c.workloads.iter().map(|w| w.name()).collect::<Vec<_>>().join(","),
@@ -1533,11 +1553,12 @@ pub(crate) fn recheck(dir: &Path) -> Result<RunReport> {
             .get("node_timeout_ms")
             .and_then(Value::as_u64)
             .map_or(DEFAULT_NODE_TIMEOUT, Duration::from_millis),
-        // Kept since the sentinel schedules; a run kept before asked none.
-        replicas: record
-            .get("replicas")
-            .and_then(Value::as_u64)
-            .map_or(Ok(0), u32::try_from)?,
+        // Kept since the sentinel schedules; a run kept before asked none,
+        // and "connected" since every grant waits for the replicas by default.
+        replicas: match record.get("replicas") {
+            Some(Value::String(s)) if s == "connected" => None,
+            other => Some(other.and_then(Value::as_u64).map_or(Ok(0), u32::try_from)?),
+        },
         replica_timeout: record
             .get("replica_timeout_ms")
             .and_then(Value::as_u64)

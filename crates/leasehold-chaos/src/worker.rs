@@ -33,7 +33,7 @@ pub(crate) struct WorkerArgs {
     pub(crate) seed: u64,
     /// Replicas that must acknowledge each grant, and how long Redis
     /// waits for them.
-    pub(crate) replica_ack: Option<(u32, Duration)>,
+    pub(crate) replica_ack: leasehold::ReplicaAck,
     /// `url` lists a Redlock's masters, separated by commas: the locks are
     /// Redlock mutexes over them.
     pub(crate) redlock: bool,
@@ -72,6 +72,7 @@ async fn work(args: &WorkerArgs) -> Result<()> {
     } else {
         Locker::Client(
             Client::builder(args.url.clone())
+                .replica_ack(args.replica_ack)
                 .name(args.id.clone())
                 .lease(args.lease)
                 .command_timeout(args.command_timeout)
@@ -84,7 +85,7 @@ async fn work(args: &WorkerArgs) -> Result<()> {
         let workload =
             Workload::of_lock(name).with_context(|| format!("lock {name:?} names no workload"))?;
         let handle = match &locker {
-            Locker::Client(client) => Handle::new(client, workload, name, args.replica_ack)?,
+            Locker::Client(client) => Handle::new(client, workload, name)?,
             Locker::Redlock(redlock) => Handle::redlock(redlock, workload, name)?,
         };
         locks.push((name.clone(), workload, handle));

@@ -212,41 +212,20 @@ impl From<leasehold::Error> for WaitError {
 }
 
 impl Handle {
-    /// The handle of lock `name`; with `ack`, every grant must be
-    /// acknowledged by that many replicas within that long (an election
-    /// has no such setting: the harness refuses to ask it).
+    /// The handle of lock `name`, with the client's settings (its replica
+    /// acknowledgement among them).
     pub(crate) fn new(
         client: &Client,
         workload: Workload,
         name: &str,
-        ack: Option<(u32, Duration)>,
     ) -> leasehold::Result<Handle> {
-        Ok(match (workload, ack) {
-            (Workload::Mutex, None) => Handle::Lock(Box::new(client.mutex(name)?)),
-            (Workload::Mutex, Some((n, t))) => {
-                Handle::Lock(Box::new(client.mutex(name)?.with_replica_ack(n, t)?))
-            }
-            (Workload::Fair, None) => Handle::Lock(Box::new(client.fair_mutex(name)?)),
-            (Workload::Fair, Some((n, t))) => {
-                Handle::Lock(Box::new(client.fair_mutex(name)?.with_replica_ack(n, t)?))
-            }
-            (Workload::Reentrant, None) => Handle::Reentrant(client.reentrant_mutex(name)?),
-            (Workload::Reentrant, Some((n, t))) => {
-                Handle::Reentrant(client.reentrant_mutex(name)?.with_replica_ack(n, t)?)
-            }
-            (Workload::RwLock, None) => Handle::RwLock(client.rw_lock(name)?),
-            (Workload::RwLock, Some((n, t))) => {
-                Handle::RwLock(client.rw_lock(name)?.with_replica_ack(n, t)?)
-            }
-            (Workload::Semaphore, None) => {
-                Handle::Semaphore(client.semaphore(name, SEMAPHORE_PERMITS)?)
-            }
-            (Workload::Semaphore, Some((n, t))) => Handle::Semaphore(
-                client
-                    .semaphore(name, SEMAPHORE_PERMITS)?
-                    .with_replica_ack(n, t)?,
-            ),
-            (Workload::Election, _) => Handle::Election(client.election(name)?),
+        Ok(match workload {
+            Workload::Mutex => Handle::Lock(Box::new(client.mutex(name)?)),
+            Workload::Fair => Handle::Lock(Box::new(client.fair_mutex(name)?)),
+            Workload::Reentrant => Handle::Reentrant(client.reentrant_mutex(name)?),
+            Workload::RwLock => Handle::RwLock(client.rw_lock(name)?),
+            Workload::Semaphore => Handle::Semaphore(client.semaphore(name, SEMAPHORE_PERMITS)?),
+            Workload::Election => Handle::Election(client.election(name)?),
         })
     }
 

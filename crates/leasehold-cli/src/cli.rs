@@ -233,21 +233,34 @@ pub(crate) struct TakeArgs {
 /// Replica acknowledgement of a grant or an extend.
 #[derive(Debug, Args)]
 pub(crate) struct ReplicaArgs {
-    /// Wait for N replicas to acknowledge the grant (WAIT, in the same round
-    /// trip); fewer undo it and exit 74, or a wait tries again. Best effort,
-    /// not consensus: a failover may still lose the lock [default: off]
+    /// Wait for N replicas to acknowledge each grant (WAIT, in the same
+    /// round trip); fewer undo it, and a wait tries again until its end
+    /// (without --wait, for the connect timeout) and exits 74. 0 turns it
+    /// off: faster on a replicated master, but a failover to a replica that
+    /// missed a grant can give the lock to a second holder. Best effort, not
+    /// consensus [default: every replica the master has connected; a master
+    /// without replicas is sent no WAIT]
     #[arg(long, value_name = "N")]
     pub(crate) replicas: Option<u32>,
-    /// How long Redis waits for those replicas (10ms to 60s)
-    #[arg(long, value_name = "DUR", default_value = "1s", requires = "replicas",
-          value_parser = duration::replica_timeout)]
+    /// How long Redis waits for the replicas (10ms to 60s)
+    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = duration::replica_timeout)]
     pub(crate) replica_timeout: Dur,
 }
 
 impl ReplicaArgs {
-    /// The replicas to wait for and how long, if asked.
-    pub(crate) fn ack(&self) -> Option<(u32, std::time::Duration)> {
-        self.replicas.map(|n| (n, self.replica_timeout.get()))
+    /// The replicas to wait for, and how long.
+    pub(crate) fn ack(&self) -> leasehold::ReplicaAck {
+        let timeout = self.replica_timeout.get();
+        match self.replicas {
+            None => leasehold::ReplicaAck::Connected { timeout },
+            Some(0) => leasehold::ReplicaAck::Off,
+            Some(replicas) => leasehold::ReplicaAck::AtLeast { replicas, timeout },
+        }
+    }
+
+    /// `--replicas` was on the command line.
+    pub(crate) fn given(&self) -> bool {
+        self.replicas.is_some()
     }
 }
 

@@ -5,8 +5,8 @@ pub(crate) const USAGE: u8 = 2;
 /// EX_DATAERR: the name is in use by another kind of lock (or by a
 /// semaphore of another size). Waiting would never end, so it is not busy.
 pub(crate) const CONFLICT: u8 = 65;
-/// Fewer replicas than `--replicas` acknowledged the grant (undone) or the
-/// extend in time.
+/// Fewer replicas than asked (every connected one, or `--replicas N`)
+/// acknowledged the grant (undone) or the extend in time.
 pub(crate) const REPLICAS: u8 = 74;
 /// EX_UNAVAILABLE: Redis cannot be reached, or is not ready (loading, busy,
 /// failing over).

@@ -69,8 +69,8 @@ pub(crate) struct Holding {
     pub(crate) at_least: Option<Duration>,
     /// Renewed no further than this after it was taken.
     pub(crate) at_most: Option<Duration>,
-    /// Replicas that must acknowledge the grant, and how long Redis waits.
-    pub(crate) replicas: Option<(u32, Duration)>,
+    /// `--replicas` was given (which a Redlock refuses).
+    pub(crate) replicas_given: bool,
 }
 
 /// `face` with `holding`'s settings.
@@ -82,9 +82,6 @@ macro_rules! held {
         }
         if let Some(max) = $holding.at_most {
             face = face.with_max_hold(max)?;
-        }
-        if let Some((replicas, timeout)) = $holding.replicas {
-            face = face.with_replica_ack(replicas, timeout)?;
         }
         face
     }};
@@ -134,7 +131,7 @@ impl Backend {
             }
             .into());
         }
-        if holding.replicas.is_some() {
+        if holding.replicas_given {
             return Err(crate::exit::Fail {
                 code: crate::exit::USAGE,
                 message: "--replicas does not apply to --redlock: its masters are independent, \

@@ -41,6 +41,7 @@ pub(crate) async fn run(conn: &Connection, args: RunArgs) -> anyhow::Result<Exit
         Some(redlock) => kind::Backend::Quorum(redlock),
         None => kind::Backend::One(
             conn.builder(args.lease.get(), true, grace)
+                .replica_ack(args.take.replicas.ack())
                 .name(kind::client_name())
                 .build()?,
         ),
@@ -59,7 +60,7 @@ async fn run_locked(
     let holding = kind::Holding {
         at_least: args.hold_at_least.as_ref().map(|hold| hold.get()),
         at_most: args.max_hold.as_ref().map(|max| max.get()),
-        replicas: args.take.replicas.ack(),
+        replicas_given: args.take.replicas.given(),
     };
     let locks = kind::locks(backend, &args.names, kind, holding)?;
     let mut interrupt = signal(SignalKind::interrupt())?;

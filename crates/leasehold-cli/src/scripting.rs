@@ -115,6 +115,7 @@ pub(crate) async fn acquire(conn: &Connection, args: AcquireArgs) -> anyhow::Res
         }
         None => kind::Backend::One(
             conn.builder(args.lease.get(), false, grace)
+                .replica_ack(args.take.replicas.ack())
                 .name(kind::client_name())
                 .build()?,
         ),
@@ -122,7 +123,7 @@ pub(crate) async fn acquire(conn: &Connection, args: AcquireArgs) -> anyhow::Res
     let holding = kind::Holding {
         at_least: args.hold_at_least.as_ref().map(|hold| hold.get()),
         at_most: None,
-        replicas: args.take.replicas.ack(),
+        replicas_given: args.take.replicas.given(),
     };
     let lock = backend.lock(&args.name, kind, holding)?;
     let taken = take(&lock, &args.wait, &args.take).await;
@@ -228,7 +229,7 @@ pub(crate) async fn release(conn: &Connection, args: ReleaseArgs) -> anyhow::Res
 
 pub(crate) async fn extend(conn: &Connection, args: ExtendArgs) -> anyhow::Result<ExitCode> {
     if let Some(redlock) = conn.redlock(leasehold::DEFAULT_LEASE, false, None)? {
-        if args.replicas.ack().is_some() {
+        if args.replicas.given() {
             return Err(Fail {
                 code: exit::USAGE,
                 message: "--replicas does not apply to --redlock: a majority of its masters \
@@ -242,12 +243,12 @@ pub(crate) async fn extend(conn: &Connection, args: ExtendArgs) -> anyhow::Resul
             .extend_token(&args.lock.token, args.lease.get())
             .await?;
     } else {
-        let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
-        let mut mutex = client.mutex(&args.lock.name)?;
-        if let Some((replicas, timeout)) = args.replicas.ack() {
-            mutex = mutex.with_replica_ack(replicas, timeout)?;
-        }
-        mutex
+        let client = conn
+            .builder(leasehold::DEFAULT_LEASE, false, None)
+            .replica_ack(args.replicas.ack())
+            .build()?;
+        client
+            .mutex(&args.lock.name)?
             .extend_token(&args.lock.token, args.lease.get())
             .await?;
     }

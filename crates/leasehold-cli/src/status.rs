@@ -68,19 +68,61 @@ async fn show(lock: &Lock, limit: Option<&Dur>, started: Instant, line: &mut Lin
     }
 }
 
-/// The lock's state, in parts joined by commas.
+/// The lock's state, in parts joined by commas: first what holds this
+/// wait back on the client's side (a grace, replicas that do not
+/// acknowledge), then what Redis says of the lock.
 fn describe(info: &leasehold::LockInfo) -> String {
     let mut parts = Vec::new();
-    if !info.held {
+    if let Some(left) = info.grace_left {
+        parts.push(format!(
+            "redis at {} grants no lock for {} yet: it restarted, or took over from another \
+             master, less than --restart-grace ago",
+            info.server,
+            seconds(left)
+        ));
+    }
+    let shortfall = info
+        .replicas
+        .as_ref()
+        .and_then(|r| r.last_shortfall.map(|short| (short, &r.online)));
+    if let Some(((acked, asked), online)) = shortfall {
+        let listed = if online.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", online.join(", "))
+        };
+        parts.push(format!(
+            "the replicas do not acknowledge grants: {acked} of {asked}{listed} did in time, so \
+             each grant is undone (exit 74 if they do not catch up)"
+        ));
+    }
+    // This wait's own grant, still waiting for the replicas' acknowledgement
+    // or being undone for want of it, is no holder to wait for.
+    let replicated = info
+        .replicas
+        .as_ref()
+        .is_some_and(|r| !r.online.is_empty() || r.last_shortfall.is_some());
+    let holders: Vec<&leasehold::Holder> = info
+        .holders
+        .iter()
+        .filter(|h| !(replicated && h.is_this_process()))
+        .collect();
+    if holders.len() < info.holders.len() && holders.is_empty() {
+        parts.push("taken by this wait, not yet acknowledged by the replicas".to_owned());
+    } else if !info.held {
         // Between a release and the next grant: the waiter is trying.
-        parts.push("free this moment".to_owned());
+        if info.grace_left.is_none() && shortfall.is_none() {
+            parts.push("free this moment".to_owned());
+        } else {
+            parts.push("free".to_owned());
+        }
     } else {
         let by =
             |holder: &leasehold::Holder| match info.read_at.and_then(|now| holder.held_for(now)) {
                 Some(held) => format!("{} for {}", holder.describe(), seconds(held)),
                 None => holder.describe(),
             };
-        parts.push(match info.holders.as_slice() {
+        parts.push(match holders.as_slice() {
             [] => "held".to_owned(),
             [one] => format!("held by {}", by(one)),
             [first, rest @ ..] => format!("held by {} and {} more", by(first), rest.len()),

@@ -793,6 +793,27 @@ fn a_restart_grace_grants_nothing_from_a_young_server() {
         ],
     );
     assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    // The status line says what holds the wait back, not "free".
+    let out = leasehold(
+        &url,
+        &[
+            "run",
+            "job",
+            "--restart-grace",
+            "1h",
+            "--wait",
+            "1500ms",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains(&format!("redis at {} grants no lock for ", server.addr()))
+            && !said.contains("free this moment"),
+        "{said}"
+    );
     // A grace that ends within the wait: the lock comes once it is over.
     let out = leasehold(
         &url,

@@ -56,6 +56,29 @@ fn replicas_acknowledge_or_the_grant_is_undone_with_74() {
         ],
     );
     assert_eq!(out.status.code(), Some(74), "{}", stderr(&out));
+    // Without --wait too: replicas that cannot be had are an outage to
+    // report within the connect timeout, not a lock to wait for.
+    let out = leasehold(
+        &url,
+        &[
+            "--connect-timeout",
+            "2s",
+            "run",
+            "job",
+            "--replicas",
+            "1",
+            "--replica-timeout",
+            "200ms",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(74), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the replicas do not acknowledge grants: 0 of 1"),
+        "{}",
+        stderr(&out)
+    );
     let out = leasehold(&url, &["inspect", "job", "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -120,4 +143,61 @@ fn inspect_and_watch_name_the_master_they_read() {
     let direct = group.master().url();
     let info = json_lines(&leasehold(&direct, &["inspect", "job", "--json"]));
     assert!(info[0].get("sentinel_master").is_none(), "{info:?}");
+}
+
+/// With no flag, a grant waits for the replica the master has connected:
+/// a replica that acknowledges nothing ends a wait without a bound with
+/// 74 within the connect timeout, the status line says why (and names no
+/// holder: the grant was this process's own, undone), and `--replicas 0`
+/// turns the acknowledgement off.
+#[test]
+fn by_default_a_replica_that_does_not_acknowledge_ends_the_wait_with_74() {
+    let group = Sentinels::start(1, 1);
+    let url = group.url();
+    let replica = group.replicas()[0];
+    let out = leasehold(&url, &["run", "job", "--", "true"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // The replica stays connected but applies nothing: as one cut off.
+    assert_eq!(
+        replica
+            .command(&["CLIENT", "PAUSE", "30000", "WRITE"])
+            .unwrap(),
+        "OK"
+    );
+    let out = leasehold(
+        &url,
+        &[
+            "--connect-timeout",
+            "3s",
+            "run",
+            "job",
+            "--replica-timeout",
+            "200ms",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(74), "{}", stderr(&out));
+    let err = stderr(&out);
+    let listed = format!("127.0.0.1:{}", replica.port());
+    assert!(
+        err.contains("only 0 of its 1 connected replica") && err.contains(&listed),
+        "{err}"
+    );
+    assert!(
+        err.contains("the replicas do not acknowledge grants: 0 of 1"),
+        "the status line says why: {err}"
+    );
+    assert!(
+        !err.contains(&format!("held by pid {}", std::process::id())),
+        "{err}"
+    );
+    let out = leasehold(&url, &["inspect", "job", "--json"]);
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(info["held"], false, "nothing is left held: {info}");
+
+    let out = leasehold(&url, &["run", "job", "--replicas", "0", "--", "true"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(replica.command(&["CLIENT", "UNPAUSE"]).unwrap(), "OK");
 }

@@ -40,8 +40,9 @@
 //! and CPU summed over the masters (see `workloads/cluster.rs`).
 //!
 //! W1 and W2 (`Mutex`) run through Redis Sentinel next to a direct
-//! connection to the same master, and W1 once more with one replica's
-//! acknowledgement of every grant (see `workloads/sentinel.rs`).
+//! connection to the same master, both with the default acknowledgement
+//! of every grant by the master's replica, and W1 once more with it off
+//! (see `workloads/sentinel.rs`).
 //!
 //! Prints a table per workload, each leasehold primitive's figures next to
 //! rslock's with their ratio (leasehold / rslock, and which way is better),

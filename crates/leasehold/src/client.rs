@@ -13,6 +13,7 @@ use crate::deploy::cluster::NodeFactory;
 use crate::deploy::detect::Detect;
 use crate::deploy::sentinel::Sentinel;
 use crate::deploy::Deployment;
+use crate::deploy::ReplicaAck;
 use crate::engine::{Engine, EngineConfig, Kind};
 use crate::error::{Error, Result};
 use crate::fair_mutex::FairMutex;
@@ -45,6 +46,7 @@ pub(crate) struct Config {
     pub(crate) prefix: String,
     pub(crate) lease: Duration,
     pub(crate) watchdog: bool,
+    pub(crate) replica_ack: ReplicaAck,
 }
 
 /// Builds a [`Client`]; start from [`Client::builder`].
@@ -189,6 +191,33 @@ impl ClientBuilder {
         self
     }
 
+    /// Which replicas must acknowledge a grant before it counts, for every
+    /// lock of this client (a lock may say otherwise with `with_replica_ack`).
+    /// The default, [`ReplicaAck::Connected`] with a
+    /// [`DEFAULT_REPLICA_TIMEOUT`](crate::DEFAULT_REPLICA_TIMEOUT) of 1 s,
+    /// waits for every replica the master has connected, so that a
+    /// failover to one of them keeps the lock; a master without replicas
+    /// pays nothing. [`ReplicaAck::Off`] grants as soon as the master has:
+    /// faster on a replicated master (no `WAIT`, which costs a round trip
+    /// from the master to its slowest replica per grant), but a failover to
+    /// a replica that had not got the grant yet can give the lock to a
+    /// second holder while the first still holds it.
+    ///
+    /// While a replica the master still lists does not answer (stopped,
+    /// cut off: until the master drops it after its `repl-timeout`, 60 s by
+    /// default), no grant is acknowledged: each is undone, a wait with a
+    /// bound tries again until it runs out, and a wait without one gives
+    /// up after the [`connect_timeout`](Self::connect_timeout) with
+    /// [`ErrorKind::ReplicasMissing`](crate::ErrorKind::ReplicasMissing). A
+    /// replica stopped cleanly (a rolling restart) leaves the list at once:
+    /// the grants in flight then cost up to one replica timeout more, and
+    /// until it is back (asked for again every 5 s) grants wait for the
+    /// replicas still there.
+    pub fn replica_ack(mut self, ack: ReplicaAck) -> Self {
+        self.config.replica_ack = ack;
+        self
+    }
+
     /// Trusts the CA certificate `pem` (PEM bytes) for `rediss://` URLs,
     /// instead of the public roots: for a Redis with a private CA. (A URL
     /// ending in `#insecure` skips verification altogether; for development only.)
@@ -227,6 +256,7 @@ impl ClientBuilder {
         validate_prefix(&self.config.prefix)?;
         self.engine.identity = crate::holder::identity(self.name.as_deref());
         validate_lease(self.config.lease)?;
+        self.config.replica_ack = self.config.replica_ack.validate()?;
         if self.command_timeout.is_zero() {
             return Err(Error::invalid(
                 "command timeout is zero: give Redis some time to answer, e.g. 2s",
@@ -366,6 +396,7 @@ impl Client {
                 prefix: DEFAULT_PREFIX.to_owned(),
                 lease: DEFAULT_LEASE,
                 watchdog: true,
+                replica_ack: ReplicaAck::default(),
             },
             engine: EngineConfig {
                 restart_grace: None,
@@ -472,7 +503,11 @@ impl Client {
     /// The core of the lock `name` of `kind`, with this client's settings.
     pub(crate) fn core(&self, name: &str, kind: Kind, owners: Owners) -> Result<LockCore> {
         let keys = LockKeys::new(&self.config.prefix, name)?;
-        let settings = Settings::new(self.config.lease, self.config.watchdog);
+        let settings = Settings::new(
+            self.config.lease,
+            self.config.watchdog,
+            self.config.replica_ack,
+        );
         Ok(LockCore::new(
             Arc::clone(&self.engine),
             keys,

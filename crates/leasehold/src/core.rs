@@ -7,17 +7,15 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::deploy::ReplicaAck;
 use crate::engine::held::Held;
-use crate::engine::{ops, wait, Engine, Kind, ReplicaAck, Request};
+use crate::engine::{ops, wait, Engine, Kind, Request};
 use crate::error::{Error, Result};
 use crate::guard::LeaseGuard;
 use crate::holder::{LockInfo, Waiter};
 use crate::keys::{validate_lease, validate_token, validate_wait, LockKeys, MAX_LEASE, MIN_LEASE};
 use crate::observe::{self, Op};
 use crate::owner::Owner;
-
-/// The longest a lock waits for its replicas' acknowledgement.
-const MAX_REPLICA_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What the settings methods of every face change.
 #[derive(Debug, Clone)]
@@ -26,32 +24,22 @@ pub(crate) struct Settings {
     pub(crate) watchdog: bool,
     pub(crate) hold_at_least: Option<Duration>,
     pub(crate) max_hold: Option<Duration>,
-    pub(crate) replica_ack: Option<ReplicaAck>,
+    pub(crate) replica_ack: ReplicaAck,
 }
 
 impl Settings {
-    pub(crate) fn new(lease: Duration, watchdog: bool) -> Self {
+    pub(crate) fn new(lease: Duration, watchdog: bool, replica_ack: ReplicaAck) -> Self {
         Settings {
             lease,
             watchdog,
             hold_at_least: None,
             max_hold: None,
-            replica_ack: None,
+            replica_ack,
         }
     }
 
     pub(crate) fn set_replica_ack(&mut self, replicas: u32, timeout: Duration) -> Result<()> {
-        if replicas == 0 {
-            self.replica_ack = None;
-            return Ok(());
-        }
-        if timeout < MIN_LEASE || timeout > MAX_REPLICA_TIMEOUT {
-            return Err(Error::invalid(format!(
-                "replica timeout {timeout:?} is out of range: give at least 10ms and at most 60s \
-                 (Redis holds the client's connection back that long at most)"
-            )));
-        }
-        self.replica_ack = Some(ReplicaAck { replicas, timeout });
+        self.replica_ack = ReplicaAck::at_least(replicas, timeout).validate()?;
         Ok(())
     }
 
@@ -461,8 +449,14 @@ macro_rules! lock_settings {
                 Ok(self)
             }
 
-            /// This lock with replica acknowledgement (off by default):
-            /// each acquisition, and each
+            /// This lock with acknowledgement by at least `replicas`
+            /// replicas ([`ReplicaAck::AtLeast`](crate::ReplicaAck::AtLeast)),
+            /// or none with `replicas` of 0 ([`ReplicaAck::Off`](crate::ReplicaAck::Off)),
+            /// instead of the client's setting
+            /// ([`ClientBuilder::replica_ack`](crate::ClientBuilder::replica_ack):
+            /// by default every replica the master has connected, see
+            /// [`ReplicaAck::Connected`](crate::ReplicaAck::Connected)).
+            /// Each acquisition, and each
             /// [`extend`](crate::LeaseGuard::extend), is followed on the
             /// same connection, in the same round trip, by `WAIT replicas
             /// timeout`. When fewer than `replicas` replicas acknowledge
@@ -470,9 +464,10 @@ macro_rules! lock_settings {
             /// acquisition fails with
             /// [`ErrorKind::ReplicasMissing`](crate::ErrorKind::ReplicasMissing),
             /// saying how many did; a wait (`acquire`) keeps trying within
-            /// its bound instead. An extend that too few replicas
+            /// its bound instead (without a bound, for as long as the
+            /// client's connect timeout). An extend that too few replicas
             /// acknowledge fails the same way, and the lease stays
-            /// extended on the master. `replicas` of 0 turns it off.
+            /// extended on the master.
             ///
             /// What it gives is best effort, not consensus: a replica that
             /// acknowledged has the lock's keys in memory, so a failover

@@ -50,10 +50,11 @@ pub enum ErrorKind {
     /// or the holder of a `Mutex` or `FairMutex` asked for it again (it is
     /// not reentrant: the wait would be for itself).
     Conflict,
-    /// Fewer replicas than asked acknowledged an acquisition or an extend
-    /// in time (see `with_replica_ack`). An acquisition was undone: the
+    /// Fewer replicas than asked (by default every replica the master has
+    /// connected: see [`ReplicaAck`](crate::ReplicaAck)) acknowledged an
+    /// acquisition or an extend in time. An acquisition was undone: the
     /// lock is not held. Trying again may succeed once the replicas catch
-    /// up; the message says how many acknowledged.
+    /// up; the message says how many acknowledged, and names them.
     ReplicasMissing,
     /// A request was sent again after an earlier attempt got no answer,
     /// and what the retry found cannot tell whether that earlier attempt
@@ -184,25 +185,43 @@ impl Error {
         )
     }
 
-    /// Fewer than `ack.replicas` replicas (`acked`) acknowledged that the
-    /// lock `name` was `done` (taken, extended) within the WAIT's timeout;
-    /// `then` says what became of it.
+    /// Fewer replicas than asked acknowledged that the lock `name` was
+    /// `done` (taken, extended) within the WAIT's `timeout`; `connected`:
+    /// those asked were every replica the master lists (`replicas`, their
+    /// addresses); `then` says what became of it.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn replicas_missing(
         name: &str,
         done: &str,
         acked: u32,
-        ack: crate::engine::ReplicaAck,
+        asked: u32,
+        connected: bool,
+        replicas: &[String],
+        timeout: Duration,
         then: &str,
     ) -> Self {
-        let plural = if ack.replicas == 1 { "" } else { "s" };
+        let plural = if asked == 1 { "" } else { "s" };
+        let which = if connected {
+            format!(
+                "its {asked} connected replica{plural} ({})",
+                replicas.join(", ")
+            )
+        } else {
+            format!("the {asked} replica{plural} asked for")
+        };
+        let advice = if connected {
+            "check the replicas (INFO replication on the master lists them; one that stopped \
+             answering is waited for until the master drops it), allow a longer replica timeout, \
+             or turn the acknowledgement off, at the cost of its safety on a failover"
+        } else {
+            "check the replicas (INFO replication on the master lists them), ask for fewer, or \
+             allow a longer replica timeout"
+        };
         Error::new(
             ErrorKind::ReplicasMissing,
             format!(
-                "lock {name:?} was {done} on the master, but only {acked} of the {} replica{plural} \
-                 asked for acknowledged it within {:?}, so {then}: check the replicas (INFO \
-                 replication on the master lists them), ask for fewer, or allow a longer replica \
-                 timeout",
-                ack.replicas, ack.timeout
+                "lock {name:?} was {done} on the master, but only {acked} of {which} \
+                 acknowledged it within {timeout:?}, so {then}: {advice}"
             ),
         )
     }
@@ -358,6 +377,17 @@ impl Error {
                      is for this host and signed by a trusted CA (see tls_root_certificate)"
                 ),
             )
+        } else if has_code(&err, "UNBLOCKED") {
+            // A WAIT for the replicas cut short: the server was made a
+            // replica (a failover), or its operator unblocked the client.
+            Error::new(
+                ErrorKind::Connection,
+                format!(
+                    "redis at {address} stopped waiting for its replicas during {operation} \
+                     (UNBLOCKED: it was made a replica, or its client was unblocked); trying again"
+                ),
+            )
+            .transient()
         } else if has_code(&err, "READONLY") {
             Error::new(
                 ErrorKind::Config,
@@ -462,9 +492,11 @@ impl Error {
 
     /// Redis refused a write because it is a replica (READONLY): the URL
     /// names one, or a failover just made this master one.
+    /// A WAIT cut short with UNBLOCKED when the master was made a replica
+    /// counts as one.
     pub(crate) fn is_readonly(&self) -> bool {
         self.redis_error()
-            .is_some_and(|err| has_code(err, "READONLY"))
+            .is_some_and(|err| has_code(err, "READONLY") || has_code(err, "UNBLOCKED"))
     }
 
     /// Where a Redis Cluster node sent the command (MOVED, ASK), as the
@@ -957,6 +989,14 @@ mod tests {
             wrapped("-READONLY You can't write against a read only replica.\r\n").is_readonly()
         );
         assert!(!wrapped("-MASTERDOWN Link with MASTER is down\r\n").is_readonly());
+        // A WAIT cut short because the master was made a replica.
+        let unblocked = wrapped(
+            "-UNBLOCKED force unblock from blocking operation, instance state changed (master -> \
+             replica?)\r\n",
+        );
+        assert!(unblocked.is_readonly(), "{unblocked:?}");
+        assert!(unblocked.is_transient(), "{unblocked:?}");
+        assert_eq!(unblocked.kind(), ErrorKind::Connection, "{unblocked:?}");
         // Redis 6.2 wraps what a script's command got in ERR.
         let old = wrapped(
             "-ERR Error running script (call to f_14dff9be061713574fcc5c3bf2d97572d7931cce): \

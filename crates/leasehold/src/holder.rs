@@ -208,6 +208,16 @@ impl Holder {
         read_at.duration_since(self.acquired_at?).ok()
     }
 
+    /// Whether this holder is the process that asks: its process id and
+    /// host are this process's (whatever its client name). A waiter that
+    /// finds itself holding the lock it waits for sees its own grant, on
+    /// its way to being returned or undone.
+    #[must_use]
+    pub fn is_this_process(&self) -> bool {
+        self.pid == Some(std::process::id())
+            && self.host == clean(&host_name(), 255).replace(' ', "_")
+    }
+
     /// "pid 4242 on build-7 (nightly-job)", or "an unnamed holder" for a
     /// record without an identity.
     pub fn describe(&self) -> String {
@@ -276,6 +286,29 @@ pub struct LockInfo {
     /// master that serves the lock's hash slot (where its keys live), on
     /// one server that server.
     pub server: String,
+    /// What this client knows of that server's replicas: those it lists,
+    /// and whether the last acknowledgement asked of them fell short.
+    /// `None` where no one server stands behind the answer (a Redlock).
+    pub replicas: Option<ReplicaStatus>,
+    /// As this client sees it, that server grants no lock for this long
+    /// yet: it restarted, or took over from another master, less than the
+    /// restart grace ago (see
+    /// [`ClientBuilder::restart_grace`](crate::ClientBuilder::restart_grace)).
+    pub grace_left: Option<Duration>,
+}
+
+/// What a client knows of the replicas of the master behind a lock, as
+/// [`LockInfo::replicas`](crate::LockInfo::replicas) shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplicaStatus {
+    /// `host:port` of each replica the master listed connected and in
+    /// sync when this client last asked (`INFO replication`).
+    pub online: Vec<String>,
+    /// The last acknowledgement this client asked for on this master,
+    /// when too few replicas gave it: `(acknowledged, asked)`. `None` once
+    /// one was had.
+    pub last_shortfall: Option<(u32, u32)>,
 }
 
 /// One waiter in a lock's waiter queue, as [`Mutex::waiters`](crate::Mutex::waiters)

@@ -153,9 +153,12 @@
 //! closes that window from the client: no lock is granted by a server that
 //! has been up for less than the grace, so every holder from before the
 //! restart has passed its local deadline first. A failover to a replica that
-//! missed the write, and eviction (run Redis with `maxmemory-policy
-//! noeviction`), lose locks the same way; fences are what keeps a resource
-//! safe through all of them.
+//! missed the write loses locks the same way: so on a master with replicas
+//! every grant waits, by default, until the replicas the master has
+//! connected acknowledge it ([`ReplicaAck`], [`ClientBuilder::replica_ack`]),
+//! and a grant they do not acknowledge in time is undone. Eviction (run
+//! Redis with `maxmemory-policy noeviction`) loses locks too; fences are what
+//! keeps a resource safe through all of them.
 //!
 //! # Leases, the watchdog, and losing a lock
 //!
@@ -429,13 +432,14 @@ pub use client::{
     Client, ClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_FENCE_RETENTION, DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_URL, URL_ENV_VARS,
 };
+pub use deploy::{ReplicaAck, DEFAULT_REPLICA_TIMEOUT};
 pub use election::{Election, Leader, Leadership, MAX_LEADER_VALUE_LEN};
 pub use engine::lease::LossReason;
 pub use engine::watch::{LeaseEnd, LockEvent, LockWatch, WATCH_EVENTS_KEPT};
 pub use error::{Error, ErrorKind, Result};
 pub use fair_mutex::FairMutex;
 pub use guard::{DetachedLease, LeaseGuard, MutexGuard};
-pub use holder::{HoldMode, Holder, LockInfo, Waiter, MAX_CLIENT_NAME_LEN};
+pub use holder::{HoldMode, Holder, LockInfo, ReplicaStatus, Waiter, MAX_CLIENT_NAME_LEN};
 pub use keys::{MAX_LEASE, MAX_NAME_LEN, MAX_PREFIX_LEN, MAX_TOKEN_LEN, MAX_WAIT, MIN_LEASE};
 pub use lock::{Lock, LockFuture};
 pub use multi_lock::{MultiGuard, MultiLock, MultiLockBuilder, MultiLoss};

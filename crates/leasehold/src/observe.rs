@@ -32,7 +32,7 @@
 //! |---|---|---|---|
 //! | [`ACQUISITIONS`] | counter | `primitive` | leases taken |
 //! | [`TIMEOUTS`] | counter | `primitive` | waits that ran out |
-//! | [`LOSSES`] | counter | `reason` | leases lost while held: `token_gone`, `deadline_passed`, `max_hold_reached` |
+//! | [`LOSSES`] | counter | `reason` | leases lost while held: `token_gone`, `master_changed`, `deadline_passed`, `max_hold_reached`, `quorum_lost` |
 //! | [`RENEWALS`] | counter | | watchdog renewals that Redis confirmed |
 //! | [`RENEWAL_FAILURES`] | counter | | watchdog renewals that got no usable answer (tried again while the lease lasts) |
 //! | [`WAIT_SECONDS`] | histogram | `primitive` | from an acquire call to its lease |

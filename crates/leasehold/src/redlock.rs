@@ -170,7 +170,9 @@ impl Redlock {
         Ok(RedlockMutex {
             masters: Arc::clone(&self.masters),
             keys: Arc::new(LockKeys::new(&self.prefix, name)?),
-            settings: Settings::new(self.lease, self.watchdog),
+            // The masters are independent: a majority of them stands for
+            // the replicas.
+            settings: Settings::new(self.lease, self.watchdog, crate::deploy::ReplicaAck::Off),
             handle: crate::core::new_handle(),
         })
     }

@@ -1,7 +1,8 @@
 //! W1 and W2 (`Mutex`) through Redis Sentinel (`redis+sentinel://`), next
 //! to a direct connection (`redis://`) to the same master in the same run,
-//! and W1 with one replica's acknowledgement (`with_replica_ack(1, 1 s)`:
-//! `WAIT 1` behind every acquiring script): the price of an
+//! all with the default replica acknowledgement (`WAIT 1` behind every
+//! acquiring script, since the master has one replica connected), and W1
+//! through the sentinel with it off (`ReplicaAck::Off`): the price of an
 //! acknowledgement next to the bare round trip. The group is a master with
 //! one replica under one sentinel, started by the test kit; the figures
 //! are for leasehold alone (rslock 0.10 has no Sentinel support).
@@ -13,14 +14,14 @@
 
 use super::*;
 
+use leasehold::DEFAULT_REPLICA_TIMEOUT;
 use leasehold_testkit::Sentinels;
 
-/// The columns: through the sentinels, with an acknowledgement, and
+/// The columns: through the sentinels, without an acknowledgement, and
 /// direct (last: the ratios are over it).
 const VIA: &str = "via sentinel";
-const ACKED: &str = "via sentinel, ack 1";
+const UNACKED: &str = "via sentinel, ack off";
 const DIRECT: &str = "master direct";
-const ACK_TIMEOUT: Duration = Duration::from_secs(1);
 const NO_PEER: &str = "rslock 0.10 has no Redis Sentinel support: not run";
 
 pub(super) struct SentinelRuns {
@@ -32,23 +33,24 @@ pub(super) struct SentinelRuns {
     w2: Vec<W2Run>,
 }
 
-/// A `Mutex` whose every grant one replica must acknowledge.
-struct LeaseholdAcked(Client);
+/// A `Mutex` whose grants no replica acknowledges.
+struct LeaseholdUnacked(Client);
 
-impl Library for LeaseholdAcked {
-    const NAME: &'static str = ACKED;
-    // WAIT follows the acquiring script, in the same round trip; Redis
-    // flags it noscript, so it is counted as the client's already.
+impl Library for LeaseholdUnacked {
+    const NAME: &'static str = UNACKED;
     const PLAIN_COMMANDS: &'static [&'static str] = &["ping"];
     type Lock = Mutex;
     type Guard = MutexGuard;
 
     fn connect(url: &str) -> Result<Self> {
-        Ok(LeaseholdAcked(lock_client(url)?))
+        Ok(LeaseholdUnacked(lock_client(url)?))
     }
 
     fn lock(&self, name: &str) -> Result<Self::Lock> {
-        Ok(self.0.mutex(name)?.with_replica_ack(1, ACK_TIMEOUT)?)
+        Ok(self
+            .0
+            .mutex(name)?
+            .with_replica_ack(0, DEFAULT_REPLICA_TIMEOUT)?)
     }
 
     async fn acquire(lock: &Self::Lock) -> Result<Option<Self::Guard>> {
@@ -95,10 +97,10 @@ pub(super) fn sentinel_runs(bench: &Bench) -> Result<SentinelRuns> {
     let direct = on(DIRECT, &direct_url)?;
     let mut w1 = vec![
         w1_on::<LeaseholdMutex>(bench, &via.url, &via.data)?,
-        w1_on::<LeaseholdAcked>(bench, &via.url, &via.data)?,
+        w1_on::<LeaseholdUnacked>(bench, &via.url, &via.data)?,
         w1_on::<LeaseholdMutex>(bench, &direct.url, &direct.data)?,
     ];
-    for (run, name) in w1.iter_mut().zip([VIA, ACKED, DIRECT]) {
+    for (run, name) in w1.iter_mut().zip([VIA, UNACKED, DIRECT]) {
         run.library = name;
     }
     let mut w2 = vec![
@@ -118,7 +120,7 @@ pub(super) fn sentinel_runs(bench: &Bench) -> Result<SentinelRuns> {
 
 /// What one acknowledgement adds to an acquisition, at p50 and p99, in µs.
 fn ack_cost(runs: &SentinelRuns) -> (f64, f64) {
-    let (via, acked) = (&runs.w1[0].run.acquire, &runs.w1[1].run.acquire);
+    let (acked, via) = (&runs.w1[0].run.acquire, &runs.w1[1].run.acquire);
     (
         round1(acked.p50_us() - via.p50_us()),
         round1(acked.p99_us() - via.p99_us()),
@@ -137,7 +139,7 @@ pub(super) fn print_sentinel(plan: &Plan, runs: &SentinelRuns) {
     row(
         "one acknowledgement adds, acquire p50 / p99",
         format!(
-            "{} / {} µs (WAIT 1 behind the script; the bare round trip: direct acquire p50 {} µs)",
+            "{} / {} µs (the default WAIT 1 behind the script, against ack off; the bare round trip: direct acquire p50 {} µs)",
             number(p50),
             number(p99),
             number(runs.w1[2].run.acquire.p50_us())
@@ -183,8 +185,8 @@ pub(super) fn w1_sentinel_json(plan: &Plan, runs: &SentinelRuns) -> Value {
         object.insert(
             "ack".to_owned(),
             json!({
-                "replicas": 1,
-                "timeout_ms": ACK_TIMEOUT.as_millis() as u64,
+                "replicas": "connected (1)",
+                "timeout_ms": DEFAULT_REPLICA_TIMEOUT.as_millis() as u64,
                 "acquire_p50_us_added": p50,
                 "acquire_p99_us_added": p99,
             }),

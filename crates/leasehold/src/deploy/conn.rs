@@ -15,7 +15,9 @@ use redis::AsyncConnectionConfig;
 use tokio::time::Instant;
 
 use crate::deploy::probe;
+use crate::deploy::replicas::{Acked, ReplicaList};
 use crate::error::{Error, Result};
+use crate::holder::ReplicaStatus;
 
 /// A connection unused this long is checked with PING before it is trusted
 /// again: a peer that vanished without FIN or RST shows only when asked.
@@ -87,8 +89,39 @@ struct Slot {
 #[derive(Clone)]
 pub(crate) struct Checkout {
     pub(crate) conn: MultiplexedConnection,
+    line: Line,
     generation: u64,
     pub(crate) server: ServerInfo,
+}
+
+/// Leave to ask a server's replicas for an acknowledgement, held while the
+/// request that asks is out (see [`Connection::ack_permit`]).
+#[derive(Debug)]
+pub(crate) struct AckPermit(#[allow(dead_code)] Option<tokio::sync::OwnedSemaphorePermit>);
+
+impl AckPermit {
+    /// Leave that takes nothing: no acknowledgement is asked.
+    pub(crate) fn none() -> AckPermit {
+        AckPermit(None)
+    }
+}
+
+/// Which of a server's two connections: every command, or the requests
+/// whose writes the replicas must acknowledge. A `WAIT` holds back every
+/// command behind it on its connection for as long as the replicas take:
+/// on a line of their own, renewals and releases never queue behind it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Line {
+    Commands = 0,
+    Acks = 1,
+}
+
+/// One connection to the server, healed on its own.
+#[derive(Default)]
+struct Link {
+    slot: Mutex<Slot>,
+    /// One connect at a time; the others wait for its outcome.
+    connecting: tokio::sync::Mutex<()>,
 }
 
 pub(crate) struct Connection {
@@ -96,9 +129,8 @@ pub(crate) struct Connection {
     /// Host and port only: the URL may carry a password.
     pub(crate) address: String,
     pub(crate) timeout: Duration,
-    slot: Mutex<Slot>,
-    /// One connect at a time; the others wait for its outcome.
-    connecting: tokio::sync::Mutex<()>,
+    /// Its connections, by [`Line`].
+    links: [Link; 2],
     /// The server answered READONLY: it is a replica now.
     demoted: AtomicBool,
     /// The server has no functions, or refuses them to this user: scripts
@@ -107,6 +139,10 @@ pub(crate) struct Connection {
     /// Which compare-and-delete the server has (see [`CompareAndDelete`]),
     /// as its `u8`; learnt on first use.
     compare_and_delete: AtomicU8,
+    /// The replicas the server last listed.
+    replicas: Mutex<ReplicaList>,
+    /// One request at a time asks the replicas to acknowledge its writes.
+    ack_turn: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 /// The command that deletes a key only if it holds a given value, where the
@@ -137,12 +173,64 @@ impl Connection {
             redis,
             address,
             timeout,
-            slot: Mutex::default(),
-            connecting: tokio::sync::Mutex::new(()),
+            links: Default::default(),
             demoted: AtomicBool::new(false),
             no_functions: AtomicBool::new(false),
             compare_and_delete: AtomicU8::new(CompareAndDelete::Unknown as u8),
+            replicas: Mutex::default(),
+            ack_turn: std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
         }
+    }
+
+    /// Leave to ask the replicas to acknowledge a write, waited for at
+    /// most `within`. One request at a time asks: a WAIT holds back what
+    /// follows it on its connection for as long as the replicas take, so
+    /// requests sent together would each wait for all those before them,
+    /// past their own time. `Err` when the turn did not come: how the last
+    /// acknowledgement went when it fell short, else none of `asked`.
+    pub(crate) async fn ack_permit(
+        &self,
+        within: Duration,
+        asked: u32,
+    ) -> std::result::Result<AckPermit, Acked> {
+        let turn = std::sync::Arc::clone(&self.ack_turn);
+        match tokio::time::timeout(within, turn.acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(AckPermit(Some(permit))),
+            _ => Err(self
+                .replica_list()
+                .short()
+                .unwrap_or(Acked { asked, acked: 0 })),
+        }
+    }
+
+    fn replica_list(&self) -> MutexGuard<'_, ReplicaList> {
+        self.replicas.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the server's replicas are to be asked for again before a
+    /// grant relies on their number.
+    pub(crate) fn replicas_due(&self) -> bool {
+        self.replica_list().is_due()
+    }
+
+    /// What the server said of its replicas just now.
+    pub(crate) fn read_replicas(&self, info: &str) {
+        self.replica_list().replace(ReplicaList::parse(info));
+    }
+
+    /// How many replicas the server listed connected and in sync.
+    pub(crate) fn online_replicas(&self) -> u32 {
+        self.replica_list().online()
+    }
+
+    /// How an acknowledgement asked of the server's replicas went.
+    pub(crate) fn note_ack(&self, acked: Acked) {
+        self.replica_list().note(acked);
+    }
+
+    /// What is known of the server's replicas, for `inspect`.
+    pub(crate) fn replica_status(&self) -> ReplicaStatus {
+        self.replica_list().status()
     }
 
     /// Whether the server answered a write with READONLY: a failover made
@@ -181,8 +269,11 @@ impl Connection {
             .store(found as u8, Ordering::Relaxed);
     }
 
-    fn slot(&self) -> MutexGuard<'_, Slot> {
-        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
+    fn slot(&self, line: Line) -> MutexGuard<'_, Slot> {
+        self.links[line as usize]
+            .slot
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A healthy connection, made if there is none. The whole of it,
@@ -193,24 +284,30 @@ impl Connection {
     /// instead of trying again. Nothing the caller asked for is sent by
     /// this.
     pub(crate) async fn get(&self) -> Result<Checkout> {
-        if let Some(checkout) = self.fresh() {
+        self.get_on(Line::Commands).await
+    }
+
+    /// As [`get`](Self::get), the connection of `line`.
+    pub(crate) async fn get_on(&self, line: Line) -> Result<Checkout> {
+        if let Some(checkout) = self.fresh(line) {
             return Ok(checkout);
         }
         let started = Instant::now();
         let deadline = started + self.timeout;
         let no_answer = || Error::no_answer(&self.address, "connect", self.timeout);
-        let _connecting = tokio::time::timeout_at(deadline, self.connecting.lock())
+        let connecting = &self.links[line as usize].connecting;
+        let _connecting = tokio::time::timeout_at(deadline, connecting.lock())
             .await
             .map_err(|_| no_answer())?;
-        if let Some(checkout) = self.fresh() {
+        if let Some(checkout) = self.fresh(line) {
             return Ok(checkout);
         }
-        if let Some((at, error)) = &self.slot().failed {
+        if let Some((at, error)) = &self.slot(line).failed {
             if *at >= started {
                 return Err(error.shared_copy());
             }
         }
-        let stale = self.slot().current.take();
+        let stale = self.slot(line).current.take();
         if let Some(current) = stale {
             // Idle for a while: ask before trusting it again.
             let mut conn = current.conn.clone();
@@ -222,10 +319,11 @@ impl Connection {
             if matches!(pong, Ok(Ok(_))) {
                 let checkout = Checkout {
                     conn: current.conn.clone(),
+                    line,
                     generation: current.generation,
                     server: current.server,
                 };
-                let mut slot = self.slot();
+                let mut slot = self.slot(line);
                 slot.current = Some(current);
                 slot.last_answer = Some(Instant::now());
                 return Ok(checkout);
@@ -234,11 +332,11 @@ impl Connection {
         let (conn, server) = match self.connect(deadline).await {
             Ok(made) => made,
             Err(error) => {
-                self.slot().failed = Some((Instant::now(), error.shared_copy()));
+                self.slot(line).failed = Some((Instant::now(), error.shared_copy()));
                 return Err(error);
             }
         };
-        let mut slot = self.slot();
+        let mut slot = self.slot(line);
         slot.generation += 1;
         slot.failed = None;
         let current = Current {
@@ -250,19 +348,21 @@ impl Connection {
         slot.last_answer = Some(Instant::now());
         Ok(Checkout {
             conn: current.conn,
+            line,
             generation: current.generation,
             server: current.server,
         })
     }
 
-    fn fresh(&self) -> Option<Checkout> {
-        let slot = self.slot();
+    fn fresh(&self, line: Line) -> Option<Checkout> {
+        let slot = self.slot(line);
         let current = slot.current.as_ref()?;
         if slot.last_answer.is_none_or(|at| at.elapsed() >= IDLE_CHECK) {
             return None;
         }
         Some(Checkout {
             conn: current.conn.clone(),
+            line,
             generation: current.generation,
             server: current.server,
         })
@@ -351,6 +451,7 @@ impl Connection {
                 .map(|id| digest(&[id])),
             clock,
         };
+        self.read_replicas(&replication);
         Ok((conn, info))
     }
 
@@ -391,19 +492,19 @@ impl Connection {
         F: FnOnce(MultiplexedConnection, ServerInfo) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        let generation = checkout.generation;
+        let (line, generation) = (checkout.line, checkout.generation);
         let limit = self.timeout + more;
         match tokio::time::timeout(limit, f(checkout.conn, checkout.server)).await {
             Ok(Ok(value)) => {
-                self.slot().last_answer = Some(Instant::now());
+                self.slot(line).last_answer = Some(Instant::now());
                 Ok(value)
             }
             Ok(Err(e)) => {
                 if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
-                    self.broken(generation);
+                    self.broken(line, generation);
                 } else {
                     // The server answered, with an error.
-                    self.slot().last_answer = Some(Instant::now());
+                    self.slot(line).last_answer = Some(Instant::now());
                 }
                 let error = Error::redis(&self.address, operation, e);
                 if error.is_readonly() {
@@ -412,15 +513,16 @@ impl Connection {
                 Err(error)
             }
             Err(_) => {
-                self.broken(generation);
+                self.broken(line, generation);
                 Err(Error::no_answer(&self.address, operation, limit))
             }
         }
     }
 
-    /// Forgets the connection of `generation` if it is still the current one.
-    fn broken(&self, generation: u64) {
-        let mut slot = self.slot();
+    /// Forgets the connection of `line` and `generation` if it is still
+    /// the current one.
+    fn broken(&self, line: Line, generation: u64) {
+        let mut slot = self.slot(line);
         if slot
             .current
             .as_ref()

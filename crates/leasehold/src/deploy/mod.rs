@@ -21,6 +21,7 @@ pub(crate) mod conn;
 pub(crate) mod detect;
 pub(crate) mod notify;
 pub(crate) mod probe;
+pub(crate) mod replicas;
 pub(crate) mod sentinel;
 pub(crate) mod standalone;
 
@@ -32,13 +33,15 @@ use std::time::Duration;
 
 pub(crate) use conn::ServerInfo;
 pub(crate) use notify::{Notifier, Subscription};
+pub(crate) use replicas::Acked;
+pub use replicas::{ReplicaAck, DEFAULT_REPLICA_TIMEOUT};
 
 use crate::engine::scripts::{
     evalsha, fcall, is_function_missing, is_functions_refused, is_library_loaded,
     is_noscript_error, is_readonly_error, Publish, Scripts,
 };
-use crate::engine::ReplicaAck;
 use crate::error::{Redirect, Result};
+use crate::holder::ReplicaStatus;
 
 /// A future a deployment returns: boxed, so that the trait stays usable
 /// as `dyn Deployment`. One allocation per request, against a network
@@ -94,8 +97,9 @@ pub(crate) struct Route {
     publish: Publish,
     /// Sent after a server's ASK: the next command goes with ASKING.
     asking: bool,
-    /// A script is followed by WAIT on the same connection.
-    ack: Option<ReplicaAck>,
+    /// Which replicas must acknowledge a script's writes (WAIT behind it,
+    /// on the same connection).
+    ack: ReplicaAck,
 }
 
 impl fmt::Debug for Route {
@@ -117,19 +121,24 @@ impl Route {
             checkout,
             publish,
             asking: false,
-            ack: None,
+            ack: ReplicaAck::Off,
         }
     }
 
-    /// This route for a script whose write `ack` replicas must
-    /// acknowledge: `WAIT` goes right behind it, in one round trip.
-    pub(crate) fn with_ack(mut self, ack: Option<ReplicaAck>) -> Self {
+    /// This route for a script whose writes the replicas `ack` names
+    /// must acknowledge: `WAIT` goes right behind it, in one round trip.
+    pub(crate) fn with_ack(mut self, ack: ReplicaAck) -> Self {
         self.ack = ack;
         self
     }
 
-    pub(crate) fn ack(&self) -> Option<ReplicaAck> {
+    pub(crate) fn ack(&self) -> ReplicaAck {
         self.ack
+    }
+
+    /// What is known of the replicas of the server behind this route.
+    pub(crate) fn replicas(&self) -> ReplicaStatus {
+        self.connection.replica_status()
     }
 
     /// This route for one command that an ASK sent here.
@@ -163,64 +172,82 @@ impl Route {
     /// server has functions (the library is loaded when the server says
     /// it has not got it), and as EVALSHA where it has none. Bounded by
     /// the command timeout (and the WAIT's timeout, when the route asks
-    /// replicas to acknowledge: then also how many did).
+    /// replicas to acknowledge: then also how that went, see
+    /// [`ReplicaAck`]; `None` when no WAIT was sent).
     pub(crate) async fn eval(
         self,
         operation: &str,
         script: &redis::Script,
         keys: &[&str],
         args: &[&[u8]],
-    ) -> Result<(redis::Value, Option<u32>)> {
+    ) -> Result<(redis::Value, Option<Acked>)> {
         let asking = self.asking;
         let ack = self.ack;
-        let within = ack.map_or(std::time::Duration::ZERO, |ack| ack.timeout);
-        let scripts = self.scripts();
-        let function = scripts
-            .function(script)
-            .filter(|_| self.connection.functions());
         let connection = &self.connection;
-        self.connection
-            .run_on_within(self.checkout, operation, within, |mut conn, _| async move {
-                if let Some(function) = function {
-                    let call = || fcall(function, keys, args);
-                    match send(&mut conn, asking, ack, call()).await {
-                        Err(e) if is_function_missing(&e) => {
-                            match redis::cmd("FUNCTION")
-                                .arg("LOAD")
-                                .arg(&scripts.library.code)
-                                .query_async::<redis::Value>(&mut conn)
-                                .await
-                            {
-                                Err(e) if is_functions_refused(&e) => connection.no_functions(),
-                                // A replica: sent as a script below.
-                                Err(e) if is_readonly_error(&e) => {}
-                                Err(e) if !is_library_loaded(&e) => return Err(e),
-                                _ => match send(&mut conn, asking, ack, call()).await {
-                                    Err(e) if is_readonly_error(&e) => {}
-                                    reply => return reply,
-                                },
-                            }
-                        }
-                        Err(e) if is_functions_refused(&e) => connection.no_functions(),
-                        // Sent as a script below: a replica answers it as it
-                        // always did.
-                        Err(e) if is_readonly_error(&e) => {}
-                        reply => return reply,
-                    }
+        // How many replicas must acknowledge, decided before anything is
+        // sent; a master known to have none is sent no WAIT.
+        let wait = match ack {
+            ReplicaAck::Off => None,
+            ReplicaAck::AtLeast { replicas, timeout } => Some((replicas, timeout)),
+            ReplicaAck::Connected { timeout } => {
+                if connection.replicas_due() {
+                    connection
+                        .run_on(self.checkout.clone(), operation, |mut conn, _| async move {
+                            read_replicas(&mut conn, connection).await
+                        })
+                        .await?;
                 }
-                // ASKING holds for the next command alone, and WAIT counts
-                // the writes of this connection: all go in one pipeline,
-                // and again after a NOSCRIPT.
-                let call = || evalsha(script, keys, args);
-                match send(&mut conn, asking, ack, call()).await {
-                    Err(e) if is_noscript_error(&e) => {
-                        script.prepare_invoke().load_async(&mut conn).await?;
-                        send(&mut conn, asking, ack, call()).await
-                    }
-                    reply => reply,
-                }
-            })
+                let online = connection.online_replicas();
+                (online > 0).then_some((online, timeout))
+            }
+        };
+        // A WAIT goes on the line of its own, so that nothing else of the
+        // client queues behind it.
+        let (checkout, within) = match wait {
+            // Boxed as the deployments' routes are: a connect is a deep future.
+            Some((_, timeout)) => (
+                Box::pin(connection.get_on(conn::Line::Acks)).await?,
+                timeout,
+            ),
+            None => (self.checkout, std::time::Duration::ZERO),
+        };
+        let scripts = Scripts::get(self.publish);
+        let function = scripts.function(script).filter(|_| connection.functions());
+        let call = Call {
+            connection,
+            scripts,
+            function,
+            script,
+            keys,
+            args,
+            asking,
+            wait,
+            connected: matches!(ack, ReplicaAck::Connected { .. }),
+        };
+        connection
+            .run_on_within(checkout, operation, within, |conn, _| call.run(conn))
             .await
+    }
+
+    /// Leave to send a grant whose acknowledgement this route asks for (see
+    /// [`conn::Connection::ack_permit`]), unless none is asked (or the
+    /// master is known to have no replicas); `Err` with how the last
+    /// acknowledgement went when the turn did not come within the replica
+    /// timeout.
+    pub(crate) async fn ack_permit(&self) -> std::result::Result<conn::AckPermit, Acked> {
+        let connection = &self.connection;
+        let (asked, timeout) = match self.ack {
+            ReplicaAck::Off => return Ok(conn::AckPermit::none()),
+            ReplicaAck::AtLeast { replicas, timeout } => (replicas, timeout),
+            ReplicaAck::Connected { timeout } => {
+                let online = connection.online_replicas();
+                if online == 0 && !connection.replicas_due() {
+                    return Ok(conn::AckPermit::none());
+                }
+                (online, timeout)
+            }
+        };
+        connection.ack_permit(timeout, asked).await
     }
 
     /// Deletes `key` if it holds exactly `value`, with the server's own
@@ -233,7 +260,7 @@ impl Route {
     /// returned as it is (the command may have been applied).
     pub(crate) async fn compare_and_delete(&self, key: &str, value: &[u8]) -> Result<Option<bool>> {
         use conn::CompareAndDelete as Cad;
-        if self.asking || self.ack.is_some() {
+        if self.asking || self.ack != ReplicaAck::Off {
             return Ok(None);
         }
         let known = self.connection.compare_and_delete();
@@ -327,16 +354,106 @@ fn is_unknown_command(err: &redis::RedisError) -> bool {
                 || detail.contains("wrong number of arguments")))
 }
 
-/// Sends `command`, alone or, when `asking` or `ack` say so, in one
-/// pipeline behind ASKING and before WAIT; answers its reply and how many
-/// replicas acknowledged it when `ack` asked.
+/// What the server lists of its replicas, read into `connection`.
+async fn read_replicas(
+    conn: &mut redis::aio::MultiplexedConnection,
+    connection: &conn::Connection,
+) -> redis::RedisResult<()> {
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(conn)
+        .await?;
+    connection.read_replicas(&info);
+    Ok(())
+}
+
+/// One script to run (see [`Route::eval`]), followed by `WAIT replicas
+/// timeout` when `wait` says so.
+struct Call<'a> {
+    connection: &'a conn::Connection,
+    scripts: &'static Scripts,
+    function: Option<&'static str>,
+    script: &'a redis::Script,
+    keys: &'a [&'a str],
+    args: &'a [&'a [u8]],
+    asking: bool,
+    wait: Option<(u32, std::time::Duration)>,
+    /// The replicas waited for are those the master lists.
+    connected: bool,
+}
+
+impl Call<'_> {
+    async fn run(
+        self,
+        mut conn: redis::aio::MultiplexedConnection,
+    ) -> redis::RedisResult<(redis::Value, Option<Acked>)> {
+        let conn = &mut conn;
+        let (asking, wait) = (self.asking, self.wait);
+        let sent = 'sent: {
+            if let Some(function) = self.function {
+                let call = || fcall(function, self.keys, self.args);
+                match send(conn, asking, wait, call()).await {
+                    Err(e) if is_function_missing(&e) => {
+                        match redis::cmd("FUNCTION")
+                            .arg("LOAD")
+                            .arg(&self.scripts.library.code)
+                            .query_async::<redis::Value>(&mut *conn)
+                            .await
+                        {
+                            Err(e) if is_functions_refused(&e) => self.connection.no_functions(),
+                            // A replica: sent as a script below.
+                            Err(e) if is_readonly_error(&e) => {}
+                            Err(e) if !is_library_loaded(&e) => return Err(e),
+                            _ => match send(conn, asking, wait, call()).await {
+                                Err(e) if is_readonly_error(&e) => {}
+                                reply => break 'sent reply,
+                            },
+                        }
+                    }
+                    Err(e) if is_functions_refused(&e) => self.connection.no_functions(),
+                    // Sent as a script below: a replica answers it as it
+                    // always did.
+                    Err(e) if is_readonly_error(&e) => {}
+                    reply => break 'sent reply,
+                }
+            }
+            // ASKING holds for the next command alone, and WAIT counts the
+            // writes of this connection: all go in one pipeline, and again
+            // after a NOSCRIPT.
+            let call = || evalsha(self.script, self.keys, self.args);
+            match send(conn, asking, wait, call()).await {
+                Err(e) if is_noscript_error(&e) => {
+                    self.script.prepare_invoke().load_async(&mut *conn).await?;
+                    send(conn, asking, wait, call()).await
+                }
+                reply => reply,
+            }
+        };
+        let (reply, acked) = sent?;
+        let Some(mut acked) = acked else {
+            return Ok((reply, None));
+        };
+        if acked.is_short() && self.connected {
+            // A replica that left during the WAIT is not waited for: every
+            // replica still there has the write.
+            read_replicas(conn, self.connection).await?;
+            acked.asked = acked.asked.min(self.connection.online_replicas());
+        }
+        self.connection.note_ack(acked);
+        Ok((reply, Some(acked)))
+    }
+}
+
+/// Sends `command`, alone or, when `asking` or `wait` say so, in one
+/// pipeline behind ASKING and before `WAIT replicas timeout`; answers its
+/// reply and how the WAIT went.
 async fn send(
     conn: &mut redis::aio::MultiplexedConnection,
     asking: bool,
-    ack: Option<ReplicaAck>,
+    wait: Option<(u32, std::time::Duration)>,
     command: redis::Cmd,
-) -> redis::RedisResult<(redis::Value, Option<u32>)> {
-    if !asking && ack.is_none() {
+) -> redis::RedisResult<(redis::Value, Option<Acked>)> {
+    if !asking && wait.is_none() {
         return command.query_async(conn).await.map(|v| (v, None));
     }
     let mut pipe = redis::pipe();
@@ -344,20 +461,22 @@ async fn send(
         pipe.cmd("ASKING").ignore();
     }
     pipe.add_command(command);
-    if let Some(ack) = ack {
+    if let Some((replicas, timeout)) = wait {
         pipe.cmd("WAIT")
-            .arg(ack.replicas)
-            .arg(crate::keys::millis(ack.timeout).max(1));
+            .arg(replicas)
+            .arg(crate::keys::millis(timeout).max(1));
     }
     let mut replies = pipe
         .query_async::<Vec<redis::Value>>(conn)
         .await?
         .into_iter();
     let value = replies.next().unwrap_or(redis::Value::Nil);
-    let acked = match (ack, replies.next()) {
-        (None, _) => None,
-        (Some(_), Some(redis::Value::Int(n))) => Some(u32::try_from(n).unwrap_or(0)),
-        (Some(_), _) => Some(0),
-    };
+    let acked = wait.map(|(asked, _)| Acked {
+        asked,
+        acked: match replies.next() {
+            Some(redis::Value::Int(n)) => u32::try_from(n).unwrap_or(0),
+            _ => 0,
+        },
+    });
     Ok((value, acked))
 }

@@ -531,6 +531,7 @@ mod tests {
                 prefix: "leasehold".to_owned(),
                 lease: Duration::from_secs(30),
                 watchdog: true,
+                replica_ack: crate::ReplicaAck::default(),
             }),
         }
     }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::engine::lease::{Lease, LossReason};
-use crate::engine::ops::renew_one;
+use crate::engine::ops::{renew_one, Renewed};
 use crate::engine::release::{release_held, release_in_background, PendingRelease};
 use crate::engine::scripts;
 use crate::engine::Engine;
@@ -66,6 +66,7 @@ impl Held {
         sent_at: Instant,
         ttl: Duration,
         acquired: Option<String>,
+        server: u64,
     ) -> Self {
         let lease = match hold {
             Some(hold) => {
@@ -82,6 +83,7 @@ impl Held {
                 Lease::new(request, token.clone(), fence, sent_at, ttl),
             ),
         };
+        lease.granted_on(server);
         engine
             .leases
             .mine
@@ -164,10 +166,9 @@ impl Held {
                 }
             }
         };
-        if renewed {
-            lease.renewed(sent_at, length);
-        } else {
-            lease.mark_lost(LossReason::TokenGone);
+        match renewed {
+            Renewed::Yes => lease.renewed(sent_at, length),
+            Renewed::NotHeld { server } => lease.mark_gone(server),
         }
         if lease.renew {
             self.engine.leases.watchdog.schedule(lease);
@@ -199,12 +200,15 @@ impl Held {
         let mut pause = Duration::from_millis(25);
         // An earlier attempt that got no answer may have been applied.
         let mut unanswered: Option<Error> = None;
+        // The server the last attempt went to, by identity.
+        let mut server = 0;
         let released = loop {
             // An attempt that gets no connection sends nothing: only one
             // that went out can have been applied.
             let (attempt, sent) = match engine.route(&lease.keys).await {
-                Ok(route) => (
-                    match self.compare_and_delete(route.clone()).await {
+                Ok(route) => {
+                    server = route.server().identity;
+                    let attempt = match self.compare_and_delete(route.clone()).await {
                         Ok(true) => Ok(true),
                         Ok(false) => {
                             release_held(
@@ -218,9 +222,9 @@ impl Held {
                             .await
                         }
                         Err(error) => Err(error),
-                    },
-                    true,
-                ),
+                    };
+                    (attempt, true)
+                }
                 Err(error) => (Err(error), false),
             };
             match attempt {
@@ -259,7 +263,7 @@ impl Held {
                 // may still hold it, and their renewals tell.
                 return Err(self.lost_error(lease.loss().unwrap_or(LossReason::TokenGone)));
             }
-            lease.mark_lost(LossReason::TokenGone);
+            lease.mark_gone(server);
         }
         match lease.loss() {
             Some(reason) => Err(self.lost_error(reason)),

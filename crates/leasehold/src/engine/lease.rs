@@ -27,6 +27,11 @@ pub enum LossReason {
     /// A lock over several masters (a [`Redlock`](crate::Redlock)): a
     /// renewal round reached fewer than a majority of them in time.
     QuorumLost,
+    /// Redis no longer had the token, and the server that said so is
+    /// another than the one that granted the lease: a failover promoted a
+    /// replica that had not got it (or lost it), or the server restarted
+    /// without it.
+    MasterChanged,
 }
 
 impl fmt::Display for LossReason {
@@ -45,6 +50,11 @@ impl fmt::Display for LossReason {
                 "a renewal reached fewer than a majority of the masters in time (too many out of \
                  reach, slow, or no longer holding its token)"
             }
+            LossReason::MasterChanged => {
+                "the master changed (a failover, or a restart) and the new one does not have its \
+                 token: the grant or a renewal had not reached the replica that took over, or \
+                 the server restarted without it"
+            }
         })
     }
 }
@@ -54,7 +64,9 @@ impl LossReason {
     /// and its max hold.
     pub(crate) fn describe(self, renewed: bool, max_hold: Option<Duration>) -> Cow<'static, str> {
         match self {
-            LossReason::TokenGone | LossReason::QuorumLost => self.to_string().into(),
+            LossReason::TokenGone | LossReason::QuorumLost | LossReason::MasterChanged => {
+                self.to_string().into()
+            }
             LossReason::DeadlinePassed if !renewed => {
                 "its fixed lease ran out (the watchdog is off: extend the lease in time)".into()
             }
@@ -103,7 +115,10 @@ pub(crate) struct Lease {
     pub(crate) permits: u32,
     pub(crate) renew: bool,
     /// Replicas that must acknowledge an extend (the acquisition's).
-    pub(crate) replica_ack: Option<crate::engine::ReplicaAck>,
+    pub(crate) replica_ack: crate::deploy::ReplicaAck,
+    /// The identity of the server that granted it (see
+    /// [`ServerInfo`](crate::deploy::ServerInfo)); 0 until known.
+    granted_on: AtomicU64,
     /// A release before this keeps the lock until then: at least the
     /// hold-at-least after the moment the grant was known here, which is
     /// after Redis granted it. Local monotonic time only, so no clock of
@@ -166,6 +181,7 @@ impl Lease {
             permits: request.permits,
             renew: request.renew,
             replica_ack: request.replica_ack,
+            granted_on: AtomicU64::new(0),
             hold_until: request.hold_at_least.map(|hold| Instant::now() + hold),
             cap,
             max_hold: request.max_hold,
@@ -346,6 +362,26 @@ impl Lease {
             return Some(reason);
         }
         timing.loss
+    }
+
+    /// The server `server` (its identity) granted this lease, unless
+    /// another was known to before.
+    pub(crate) fn granted_on(&self, server: u64) {
+        let _ = self
+            .granted_on
+            .compare_exchange(0, server, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// The server `server` (its identity) no longer has the token: the
+    /// lease is lost, to a change of master if it is another server than
+    /// the one that granted it.
+    pub(crate) fn mark_gone(&self, server: u64) {
+        let granted_on = self.granted_on.load(Ordering::Relaxed);
+        self.mark_lost(if granted_on != 0 && granted_on != server {
+            LossReason::MasterChanged
+        } else {
+            LossReason::TokenGone
+        });
     }
 
     pub(crate) fn mark_lost(&self, reason: LossReason) {

@@ -48,6 +48,7 @@ pub(crate) fn reason(reason: LossReason) -> &'static str {
         LossReason::DeadlinePassed => "deadline_passed",
         LossReason::MaxHoldReached => "max_hold_reached",
         LossReason::QuorumLost => "quorum_lost",
+        LossReason::MasterChanged => "master_changed",
     }
 }
 

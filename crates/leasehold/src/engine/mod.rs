@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::deploy::{Deployment, Notifier, Route, ServerInfo};
+use crate::deploy::{Acked, Deployment, Notifier, ReplicaAck, Route, ServerInfo};
 use crate::engine::scripts::Scripts;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{hash_slot, millis, LockKeys};
@@ -59,7 +59,7 @@ pub(crate) enum Answer {
     /// The script's reply, how many replicas acknowledged it when the
     /// route asked (see [`ReplicaAck`]), and the route of the server that
     /// gave it.
-    Reply(redis::Value, Option<u32>, Route),
+    Reply(redis::Value, Option<Acked>, Route),
     /// Not sent: the server that serves the key now is in its grace, which
     /// ends in this long.
     InGrace(Duration),
@@ -399,14 +399,6 @@ pub(crate) fn stored_phrase(stored: &str) -> String {
     }
 }
 
-/// How many replicas must acknowledge a write, and how long Redis waits
-/// for them (`WAIT replicas timeout`, sent right behind the script).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ReplicaAck {
-    pub(crate) replicas: u32,
-    pub(crate) timeout: Duration,
-}
-
 /// What an acquisition asks for.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Request<'a> {
@@ -429,7 +421,7 @@ pub(crate) struct Request<'a> {
     /// Semaphore permits asked for (1 for the other kinds).
     pub(crate) permits: u32,
     /// Replicas that must acknowledge the grant, else it is undone.
-    pub(crate) replica_ack: Option<ReplicaAck>,
+    pub(crate) replica_ack: ReplicaAck,
 }
 
 /// A fresh 128-bit token from the operating system, as 32 hex digits.

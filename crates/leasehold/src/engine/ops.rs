@@ -7,11 +7,23 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use redis::Value;
 
+use crate::deploy::ReplicaAck;
 use crate::engine::release::{release, release_as};
-use crate::engine::{scripts, Answer, Engine, Kind, ReplicaAck};
+use crate::engine::{scripts, Answer, Engine, Kind};
 use crate::error::{Error, ErrorKind, Result};
 use crate::holder::{Holder, LockInfo};
 use crate::keys::{millis, LockKeys};
+
+/// What a renewal of one token found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewed {
+    Yes,
+    /// The token no longer holds the lock on the server `server` (its
+    /// identity, see [`ServerInfo`](crate::deploy::ServerInfo)).
+    NotHeld {
+        server: u64,
+    },
+}
 
 /// Sets the lease of `token` to `lease` if it still holds the lock; with
 /// `ack`, fewer replicas acknowledging the extend than asked is an error
@@ -21,8 +33,8 @@ pub(crate) async fn renew_one(
     keys: &LockKeys,
     token: &str,
     lease: Duration,
-    ack: Option<ReplicaAck>,
-) -> Result<bool> {
+    ack: ReplicaAck,
+) -> Result<Renewed> {
     let ms = millis(lease).to_string();
     let route = engine.route(keys).await?.with_ack(ack);
     let args: [&[u8]; 2] = [token.as_bytes(), ms.as_bytes()];
@@ -37,8 +49,8 @@ pub(crate) async fn renew_one(
             false,
         )
         .await?;
-    let (reply, acked) = match answer {
-        Answer::Reply(reply, acked, _) => (reply, acked),
+    let (reply, acked, route) = match answer {
+        Answer::Reply(reply, acked, route) => (reply, acked, route),
         Answer::InGrace(_) => return Err(Error::unexpected_reply("extend", &Value::Nil)),
     };
     let outcome = match &reply {
@@ -46,17 +58,22 @@ pub(crate) async fn renew_one(
         _ => return Err(Error::unexpected_reply("extend", &reply)),
     };
     match outcome {
-        scripts::Renewal::Renewed => match (ack, acked) {
-            (Some(ack), Some(acked)) if acked < ack.replicas => Err(Error::replicas_missing(
+        scripts::Renewal::Renewed => match acked {
+            Some(acked) if acked.is_short() => Err(Error::replicas_missing(
                 &keys.name,
                 "extended",
-                acked,
-                ack,
+                acked.acked,
+                acked.asked,
+                matches!(ack, ReplicaAck::Connected { .. }),
+                &route.replicas().online,
+                ack.timeout().unwrap_or_default(),
                 "the lease stays extended on the master",
             )),
-            _ => Ok(true),
+            _ => Ok(Renewed::Yes),
         },
-        scripts::Renewal::NotHeld => Ok(false),
+        scripts::Renewal::NotHeld => Ok(Renewed::NotHeld {
+            server: route.server().identity,
+        }),
         scripts::Renewal::Refused(why) => Err(Error::new(
             ErrorKind::Server,
             format!("redis refused to extend lock {:?}: {why}", keys.name),
@@ -102,12 +119,11 @@ pub(crate) async fn extend_token(
     keys: &LockKeys,
     token: &str,
     lease: Duration,
-    ack: Option<ReplicaAck>,
+    ack: ReplicaAck,
 ) -> Result<()> {
-    if renew_one(engine, keys, token, lease, ack).await? {
-        Ok(())
-    } else {
-        Err(token_not_held(&keys.name))
+    match renew_one(engine, keys, token, lease, ack).await? {
+        Renewed::Yes => Ok(()),
+        Renewed::NotHeld { .. } => Err(token_not_held(&keys.name)),
     }
 }
 
@@ -182,7 +198,10 @@ pub(crate) async fn inspect(engine: &Engine, keys: &LockKeys) -> Result<LockInfo
             &[],
         )
         .await?;
-    lock_info(&keys.name, answered.address(), &reply)
+    let mut info = lock_info(&keys.name, answered.address(), &reply)?;
+    info.replicas = Some(answered.replicas());
+    info.grace_left = engine.grace_left(&keys.lock, answered.server());
+    Ok(info)
 }
 
 /// Reads the reply of `scripts/inspect.lua`, which `server` sent.
@@ -234,6 +253,8 @@ fn lock_info(name: &str, server: &str, reply: &Value) -> Result<LockInfo> {
         permits: u32::try_from(permits).ok(),
         read_at,
         server: server.to_owned(),
+        replicas: None,
+        grace_left: None,
     })
 }
 

@@ -40,8 +40,9 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use crate::deploy::conn::ClockReading;
+use crate::deploy::ReplicaAck;
 use crate::engine::lease::LossReason;
-use crate::engine::ops::renew_one;
+use crate::engine::ops::{renew_one, Renewed};
 use crate::engine::quorum::{self, Clocks, Tally};
 use crate::engine::release::{release, release_in_background, Background, Tracked};
 use crate::engine::{new_token, scripts, Answer, Engine};
@@ -813,7 +814,10 @@ impl Masters {
         let (keys, token) = (Arc::clone(keys), Arc::clone(token));
         self.count(until, move |_, engine| {
             let (keys, token) = (Arc::clone(&keys), Arc::clone(&token));
-            async move { renew_one(&engine, &keys, &token, lease, None).await }
+            async move {
+                let renewed = renew_one(&engine, &keys, &token, lease, ReplicaAck::Off).await?;
+                Ok(renewed == Renewed::Yes)
+            }
         })
         .await
     }

@@ -19,12 +19,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::deploy::Subscription;
+use crate::deploy::{Acked, ReplicaAck};
 use crate::engine::held::{Held, Hold};
 use crate::engine::lease::local_deadline;
 use crate::engine::release::{release, PendingRelease};
 use crate::engine::scripts::{self, Scripts};
 use crate::engine::Engine;
-use crate::engine::{new_token, pttl, Answer, Kind, Pick, ReplicaAck, Request};
+use crate::engine::{new_token, pttl, Answer, Kind, Pick, Request};
 use crate::error::{Error, Result};
 use crate::holder::Holder;
 use crate::keys::{millis, LockKeys, MAX_LEASE};
@@ -57,6 +58,8 @@ enum Outcome {
         /// release can then delete it by comparing (see
         /// [`crate::deploy::Route::compare_and_delete`]).
         acquired: Option<String>,
+        /// The identity of the server that granted it.
+        server: u64,
     },
     /// Held by someone else (or promised to an earlier waiter); the blocking
     /// lease runs out within `pttl` if known. `fence` is the last fence
@@ -68,13 +71,18 @@ enum Outcome {
         sent_at: Instant,
         fence: u64,
         holder: Option<Holder>,
+        /// Replicas were asked to acknowledge the attempt: a hand-off to
+        /// this waiter is theirs to acknowledge too before it counts.
+        acked: bool,
+        /// The identity of the server that answered.
+        server: u64,
     },
     /// Not asked: the server is younger than the restart grace, which ends
     /// in `left`.
     InGrace { left: Duration },
-    /// Granted, but only `acked` replicas acknowledged it, fewer than the
-    /// request asked: it is to be undone.
-    Unacked { acked: u32, ack: ReplicaAck },
+    /// Granted, but fewer replicas acknowledged it than the request asked
+    /// (`replicas`: those the master lists): it is to be undone.
+    Unacked { acked: Acked, replicas: Vec<String> },
 }
 
 /// One attempt without queueing: the lease if the lock was free.
@@ -94,6 +102,7 @@ pub(crate) async fn try_acquire(
             sent_at,
             hold,
             acquired,
+            server,
         } => {
             if !usable(sent_at, ttl) {
                 // `pending` releases it on the way out.
@@ -103,7 +112,7 @@ pub(crate) async fn try_acquire(
                 pending.disarm();
             }
             Ok(Some(Held::take(
-                engine, request, token, hold, fence, sent_at, ttl, acquired,
+                engine, request, token, hold, fence, sent_at, ttl, acquired, server,
             )))
         }
         Outcome::Busy { .. } | Outcome::InGrace { .. } => {
@@ -112,20 +121,23 @@ pub(crate) async fn try_acquire(
             }
             Ok(None)
         }
-        Outcome::Unacked { acked, ack } => {
+        Outcome::Unacked { acked, replicas } => {
             leave(engine, request.keys, &mut pending, &token).await;
-            Err(unacked(request, acked, ack))
+            Err(unacked(request, acked, &replicas))
         }
     }
 }
 
 /// The error of a grant too few replicas acknowledged, once undone.
-fn unacked(request: &Request<'_>, acked: u32, ack: ReplicaAck) -> Error {
+fn unacked(request: &Request<'_>, acked: Acked, replicas: &[String]) -> Error {
     Error::replicas_missing(
         &request.keys.name,
         "taken",
-        acked,
-        ack,
+        acked.acked,
+        acked.asked,
+        matches!(request.replica_ack, ReplicaAck::Connected { .. }),
+        replicas,
+        request.replica_ack.timeout().unwrap_or_default(),
         "it was released and is not held",
     )
 }
@@ -164,6 +176,8 @@ struct Seen {
     holder: Option<Holder>,
     /// The last attempt was granted, but too few replicas acknowledged it.
     unacked: Option<Error>,
+    /// Since when every grant was undone for want of acknowledgements.
+    unacked_since: Option<Instant>,
 }
 
 impl Seen {
@@ -243,7 +257,9 @@ async fn wait_for(
         // fence when it ran. A hand-off with a larger fence happened after
         // it ran, so its lease started after that send time; a message with
         // a smaller one is stale (delayed, or read late) and grants nothing.
-        let (blocked_for, busy_sent, busy_fence) = match attempt(
+        // Whether replicas were asked to acknowledge it: then a hand-off is
+        // theirs to acknowledge too.
+        let (blocked_for, busy_sent, busy_fence, busy_acked, busy_server) = match attempt(
             engine,
             request,
             &token,
@@ -259,6 +275,7 @@ async fn wait_for(
                 sent_at,
                 hold,
                 acquired,
+                server,
             }) => {
                 seen.answered = true;
                 if usable(sent_at, ttl) {
@@ -266,7 +283,7 @@ async fn wait_for(
                         pending.disarm();
                     }
                     return Ok(Held::take(
-                        engine, request, token, hold, fence, sent_at, ttl, acquired,
+                        engine, request, token, hold, fence, sent_at, ttl, acquired, server,
                     ));
                 }
                 // The answer came too late to use: let the lease go (in the
@@ -282,27 +299,35 @@ async fn wait_for(
                 sent_at,
                 fence,
                 holder,
+                acked,
+                server,
             }) => {
                 seen.answered = true;
                 seen.holder = holder;
                 seen.in_grace = false;
                 seen.unacked = None;
+                seen.unacked_since = None;
                 queued_at.get_or_insert(sent_at);
                 if matches!(queue_mode, Queueing::Refresh | Queueing::Again) {
                     refreshed = Some((sent_at, asks_hand_over));
                 }
                 backoff = FIRST_BACKOFF;
-                (pttl, sent_at, fence)
+                (pttl, sent_at, fence, acked, server)
             }
-            Ok(Outcome::Unacked { acked, ack }) => {
+            Ok(Outcome::Unacked { acked, replicas }) => {
                 // Undone before anything else, so that nothing stays held
                 // while the replicas catch up; the wait goes on afresh.
                 seen.answered = true;
                 leave(engine, keys, &mut pending, &token).await;
-                seen.unacked = Some(unacked(request, acked, ack));
+                seen.unacked = Some(unacked(request, acked, &replicas));
+                let since = *seen.unacked_since.get_or_insert_with(Instant::now);
                 token = new_token()?;
                 refreshed = None;
-                if !queue || deadline.is_some_and(|d| Instant::now() >= d) {
+                // A free lock that cannot be made safe is an outage to
+                // report: a wait without a bound gives up as one that never
+                // reached Redis does.
+                let outage = wait.is_none() && since.elapsed() >= engine.config.connect_timeout;
+                if !queue || outage || deadline.is_some_and(|d| Instant::now() >= d) {
                     return Err(seen.give_up(request, waited));
                 }
                 pause(backoff_step(&mut backoff), deadline).await;
@@ -375,8 +400,10 @@ async fn wait_for(
         match listen(listening, &token, until).await {
             Heard::TryAgain => {}
             // Without the watchdog the hand-off lease is made whole by the
-            // next attempt (see the acquire scripts), which then grants it.
-            Heard::HandedOver { .. } if !request.renew => {}
+            // next attempt (see the acquire scripts), which then grants it;
+            // so it is where replicas acknowledge: the release that handed
+            // the lock over did not wait for them.
+            Heard::HandedOver { .. } if !request.renew || busy_acked => {}
             Heard::HandedOver { fence } => {
                 let ttl = hand_off_lease(request);
                 if fence > busy_fence && usable(busy_sent, ttl) {
@@ -384,7 +411,15 @@ async fn wait_for(
                         pending.disarm();
                     }
                     return Ok(Held::take(
-                        engine, request, token, None, fence, busy_sent, ttl, None,
+                        engine,
+                        request,
+                        token,
+                        None,
+                        fence,
+                        busy_sent,
+                        ttl,
+                        None,
+                        busy_server,
                     ));
                 }
                 // Stale, or too little left to trust from this message: the
@@ -534,6 +569,18 @@ async fn attempt<'k>(
     if let Some(left) = engine.grace_left(&keys.lock, route.server()) {
         return Ok(Outcome::InGrace { left });
     }
+    let route = route.with_ack(request.replica_ack);
+    // The replicas are asked by one request at a time (see
+    // `Route::ack_permit`); nothing is sent when the turn does not come.
+    let _asking = match route.ack_permit().await {
+        Ok(permit) => permit,
+        Err(acked) => {
+            return Ok(Outcome::Unacked {
+                acked,
+                replicas: route.replicas().online,
+            })
+        }
+    };
     // Sent before: this token may hold the lock or be queued already.
     let sent_before = pending.is_some();
     let armed = pending.get_or_insert_with(|| PendingRelease::arm(engine, keys, token));
@@ -667,21 +714,34 @@ async fn run_attempt(
 ) -> Result<Outcome> {
     let keys = request.keys;
     let sent_at = Instant::now();
-    let route = route.with_ack(request.replica_ack);
-    let (reply, acked) = match engine
+    let (reply, acked, route) = match engine
         .send(route, &keys.lock, "acquire", pick, keys_list, args, true)
         .await?
     {
-        Answer::Reply(reply, acked, _) => (reply, acked),
+        Answer::Reply(reply, acked, route) => (reply, acked, route),
         Answer::InGrace(left) => return Ok(Outcome::InGrace { left }),
     };
-    let outcome = read_attempt(request, &reply, sent_at);
-    if let (Ok(Outcome::Granted { .. }), Some(ack), Some(acked)) =
-        (&outcome, request.replica_ack, acked)
-    {
-        if acked < ack.replicas {
-            return Ok(Outcome::Unacked { acked, ack });
+    let mut outcome = read_attempt(request, &reply, sent_at);
+    match (&mut outcome, acked) {
+        (Ok(Outcome::Granted { .. }), Some(acked)) if acked.is_short() => {
+            return Ok(Outcome::Unacked {
+                acked,
+                replicas: route.replicas().online,
+            });
         }
+        _ => {}
+    }
+    match &mut outcome {
+        Ok(Outcome::Granted { server, .. }) => *server = route.server().identity,
+        Ok(Outcome::Busy {
+            acked: waited,
+            server,
+            ..
+        }) => {
+            *waited = acked.is_some();
+            *server = route.server().identity;
+        }
+        _ => {}
     }
     if !sent_before && outcome.as_ref().is_err_and(Error::is_conflict) {
         // Refused before it could hold or queue anything.
@@ -711,6 +771,7 @@ fn read_attempt(request: &Request<'_>, reply: &redis::Value, sent_at: Instant) -
             sent_at,
             hold: None,
             acquired,
+            server: 0,
         });
     }
     let redis::Value::Array(items) = reply else {
@@ -738,6 +799,7 @@ fn read_attempt(request: &Request<'_>, reply: &redis::Value, sent_at: Instant) -
                         sent_at,
                         hold,
                         acquired: None,
+                        server: 0,
                     })
                 }
                 _ => Err(unexpected()),
@@ -764,6 +826,8 @@ fn read_attempt(request: &Request<'_>, reply: &redis::Value, sent_at: Instant) -
                 sent_at,
                 fence: u64::try_from(fence).unwrap_or(0),
                 holder,
+                acked: false,
+                server: 0,
             })
         }
         (Some(-1), 2) => {

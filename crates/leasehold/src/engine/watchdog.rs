@@ -16,9 +16,10 @@ use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::deploy::ReplicaAck;
 use crate::deploy::Route;
-use crate::engine::lease::{Lease, LossReason};
-use crate::engine::ops::renew_one;
+use crate::engine::lease::Lease;
+use crate::engine::ops::{renew_one, Renewed};
 use crate::engine::scripts;
 use crate::engine::Engine;
 use crate::keys::{hash_slot, millis};
@@ -268,7 +269,7 @@ async fn renew_on_server(engine: &Engine, leases: Vec<Due>) {
                     crate::engine::metrics::renewed();
                     lease.renewed(sent_at, *length);
                 }
-                scripts::Renewal::NotHeld => lease.mark_lost(LossReason::TokenGone),
+                scripts::Renewal::NotHeld => lease.mark_gone(route.server().identity),
                 scripts::Renewal::Refused(_) => lease.retry_renewal_later(),
             }
             engine.leases.watchdog.enqueue(lease);
@@ -311,13 +312,21 @@ async fn renew_alone(engine: &Engine, lease: &Arc<Lease>) {
         return;
     };
     // No WAIT here: it would hold back the client's connection every round.
-    match renew_one(engine, &lease.keys, &lease.renewal_token(), length, None).await {
-        Ok(true) if !lease.is_finished() => {
+    match renew_one(
+        engine,
+        &lease.keys,
+        &lease.renewal_token(),
+        length,
+        ReplicaAck::Off,
+    )
+    .await
+    {
+        Ok(Renewed::Yes) if !lease.is_finished() => {
             crate::engine::metrics::renewed();
             lease.renewed(sent_at, length);
         }
-        Ok(true) => {}
-        Ok(false) => lease.mark_lost(LossReason::TokenGone),
+        Ok(Renewed::Yes) => {}
+        Ok(Renewed::NotHeld { server }) => lease.mark_gone(server),
         Err(_) => lease.retry_renewal_later(),
     }
     engine.leases.watchdog.enqueue(lease);
