@@ -51,6 +51,11 @@ pub(crate) struct Connection {
     /// answered, waits ride out outages [default: 10s]
     #[arg(long, global = true, value_name = "DUR", value_parser = duration::up_to_a_day)]
     connect_timeout: Option<Dur>,
+    /// How long one command to Redis may take before Redis counts as not answering it (10ms
+    /// to 60s): raise it for a Redis that is slow or far away, and keep it well below a third
+    /// of the lease, so that a renewal that gets no answer is noticed in time [default: 2s]
+    #[arg(long, global = true, value_name = "DUR", value_parser = duration::command_timeout)]
+    command_timeout: Option<Dur>,
     /// Take the lock on N independent Redis masters (Redlock) instead of one deployment: their
     /// URLs, at least 3, separated by commas [default: $LEASEHOLD_REDLOCK unless --url is
     /// given]. The lock is held while a majority of the masters hold it; only the mutex is
@@ -96,6 +101,9 @@ impl Connection {
             .name(crate::kind::client_name());
         if let Some(grace) = restart_grace {
             builder = builder.restart_grace(grace);
+        }
+        if let Some(timeout) = &self.command_timeout {
+            builder = builder.command_timeout(timeout.get());
         }
         Ok(Some(builder.build()?))
     }
@@ -161,6 +169,9 @@ impl Connection {
         }
         if let Some(timeout) = &self.connect_timeout {
             builder = builder.connect_timeout(timeout.get());
+        }
+        if let Some(timeout) = &self.command_timeout {
+            builder = builder.command_timeout(timeout.get());
         }
         builder
     }

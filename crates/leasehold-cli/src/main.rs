@@ -83,9 +83,10 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             let code = exit::code_for(&err);
-            eprintln!("leasehold: {err:#}");
+            let message = exit::message(&err);
+            eprintln!("leasehold: {message}");
             if json {
-                exit::print_json(code, &format!("{err:#}"));
+                exit::print_json(code, &message);
             }
             ExitCode::from(code)
         }

@@ -1372,3 +1372,91 @@ fn watch_lines_count_waiters_in_words() {
     let out = waiter.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+/// Where the library's advice is a call or a setting of its Rust API, the
+/// command names its own subcommand or flag instead.
+#[test]
+fn advice_names_the_commands_way_not_the_rust_api() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let out = leasehold(&url, &["acquire", "pool", "--semaphore", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for json in [false, true] {
+        let mut args = vec!["acquire", "pool", "--semaphore", "3", "--no-wait"];
+        if json {
+            args.push("--json");
+        }
+        let out = leasehold(&url, &args);
+        assert_eq!(out.status.code(), Some(65), "{}", stderr(&out));
+        let said = if json { stdout(&out) } else { stderr(&out) };
+        assert!(
+            said.contains("has 2 permits, not 3")
+                && said.contains("`leasehold semaphore set-permits NAME N`"),
+            "{said}"
+        );
+        assert!(!said.contains("Semaphore::set_permits"), "{said}");
+    }
+
+    // Replies that come later than the command timeout.
+    let proxy = leasehold_testkit::FaultProxy::start(server.addr());
+    proxy.set_reply_latency(Duration::from_millis(300));
+    let out = leasehold(
+        &proxy.url(),
+        &["--command-timeout", "100ms", "inspect", "pool"],
+    );
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains("did not answer connect within 100ms"),
+        "{said}"
+    );
+    assert!(
+        said.contains("give it longer with --command-timeout"),
+        "{said}"
+    );
+    assert!(!said.contains("ClientBuilder"), "{said}");
+    let out = leasehold(
+        &proxy.url(),
+        &["--command-timeout", "5s", "inspect", "pool"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = leasehold(&url, &["--command-timeout", "0s", "inspect", "pool"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+/// A certificate the public roots do not know: the command says how it
+/// trusts certificates, not the library's builder setting.
+#[test]
+fn an_untrusted_certificate_is_told_the_commands_way() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../leasehold/tests/fixtures");
+    let tls_port = leasehold_testkit::free_port().to_string();
+    let cert = format!("{fixtures}/server.pem");
+    let key = format!("{fixtures}/server-key.pem");
+    let started = RedisServer::try_start_with_args(&[
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-auth-clients",
+        "no",
+    ]);
+    let _server = match started {
+        Ok(server) => server,
+        Err(e) if e.is_tls_unsupported() => {
+            eprintln!("skipped: this redis-server has no TLS support");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let url = format!("rediss://127.0.0.1:{tls_port}");
+    let out = leasehold(&url, &["inspect", "job"]);
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(said.contains("TLS handshake"), "{said}");
+    assert!(said.contains("#insecure"), "{said}");
+    assert!(!said.contains("tls_root_certificate"), "{said}");
+    let out = leasehold(&format!("{url}/#insecure"), &["inspect", "job"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}

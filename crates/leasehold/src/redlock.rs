@@ -706,11 +706,13 @@ impl RedlockMutex {
                     crate::ErrorKind::Quorum,
                     format!(
                         "force-release of lock {:?} reached {} of {n} masters (quorum not \
-                         reached): {last}",
+                         reached): {}",
                         self.keys.name,
-                        n - failed
+                        n - failed,
+                        last.situation()
                     ),
-                ));
+                )
+                .remedy_of(Some(&last)));
             }
         }
         Ok(removed)
@@ -760,7 +762,7 @@ impl RedlockMutex {
         let n = masters.len();
         let majority = crate::engine::quorum::majority(n);
         let mut read = Vec::new();
-        let mut last = None;
+        let mut last: Option<Error> = None;
         for master in masters {
             match master.info {
                 Ok(info) => read.push(info),
@@ -768,16 +770,20 @@ impl RedlockMutex {
             }
         }
         if read.len() < majority {
-            return Err(Error::new(
+            let error = Error::new(
                 crate::ErrorKind::Quorum,
                 format!(
                     "inspect of lock {:?} read {} of {n} masters, fewer than a majority \
                      ({majority}): quorum not reached{}",
                     self.keys.name,
                     read.len(),
-                    last.map(|e| format!(" (last: {e})")).unwrap_or_default()
+                    last.as_ref()
+                        .map(|e| format!(" (last: {})", e.situation()))
+                        .unwrap_or_default()
                 ),
-            ));
+            )
+            .remedy_of(last.as_ref());
+            return Err(error);
         }
         let last_fence = read.iter().filter_map(|info| info.last_fence).max();
         let held = read.iter().filter(|info| info.held).count() >= majority;
