@@ -108,6 +108,14 @@ impl Connection {
         Ok(Some(builder.build()?))
     }
 
+    /// How long a loop that has never reached Redis goes on (`watch`), as a
+    /// wait does.
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+            .as_ref()
+            .map_or(leasehold::DEFAULT_CONNECT_TIMEOUT, Dur::get)
+    }
+
     /// `--redlock` was on the command line.
     pub(crate) fn redlock_given(&self) -> bool {
         !self.redlock.is_empty()
@@ -455,7 +463,9 @@ pub(crate) struct WatchArgs {
     /// Wait until each lock is free: print a line as each lease ends
     /// (released, force-released, expired: heard from the release itself,
     /// or looked for when the lease runs out) and exit 0 once every lock
-    /// has been seen free; a lock free at the start is done at once
+    /// has been seen free; a lock free at the start is done at once. Redis
+    /// not answering (a restart, a failover) is said on stderr and ridden
+    /// out until --wait ends it
     #[arg(long, conflicts_with = "once")]
     pub(crate) until_free: bool,
     /// With --until-free: give up after this long and exit 75 (e.g. 30s,

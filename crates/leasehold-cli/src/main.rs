@@ -35,6 +35,7 @@ mod duration;
 mod exit;
 mod kind;
 mod leader;
+mod outage;
 mod plural;
 mod private_cluster;
 mod private_redis;

@@ -181,9 +181,18 @@ impl Error {
         }
     }
 
-    /// A fault a wait rides out: Redis did not answer, the connection
-    /// failed, or the server was not ready.
-    pub(crate) fn is_transient(&self) -> bool {
+    /// A passing fault, which a lock's wait rides out: Redis did not
+    /// answer, the connection failed or was lost, the server was not ready
+    /// (loading, busy), or a cluster slot or a master was moving (a
+    /// failover under way). A loop of the caller's own, such as one over
+    /// [`LockWatch::next`](crate::LockWatch::next), can pause and try again
+    /// on it the same way.
+    ///
+    /// False for what only a fix mends (credentials, settings, input), and
+    /// for a client that never reached Redis within its connect timeout.
+    /// Narrower than [`is_retryable`](Self::is_retryable), which also holds
+    /// for a wait that ran out or a quorum not reached.
+    pub fn is_transient(&self) -> bool {
         self.transient
     }
 

@@ -763,10 +763,14 @@ impl RedlockMutex {
         let majority = crate::engine::quorum::majority(n);
         let mut read = Vec::new();
         let mut last: Option<Error> = None;
+        let mut passing = true;
         for master in masters {
             match master.info {
                 Ok(info) => read.push(info),
-                Err(error) => last = Some(error),
+                Err(error) => {
+                    passing &= error.is_transient();
+                    last = Some(error);
+                }
             }
         }
         if read.len() < majority {
@@ -783,7 +787,8 @@ impl RedlockMutex {
                 ),
             )
             .remedy_of(last.as_ref());
-            return Err(error);
+            // Masters out of reach for a while: a look again may read them.
+            return Err(if passing { error.transient() } else { error });
         }
         let last_fence = read.iter().filter_map(|info| info.last_fence).max();
         let held = read.iter().filter(|info| info.held).count() >= majority;
