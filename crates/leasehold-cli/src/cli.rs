@@ -31,7 +31,7 @@ ready (or, for `demo`, redis-server not installed); 75 lock busy (wait ran out o
 --no-wait); 76 lease lost or its release unanswered (unless --on-lost ignore), lease ran out \
 before the command could start, or token no longer holds the lock; 77 Redis refused the \
 credentials; 78 Redis refused the connection settings (database number, TLS), or the URL names a \
-replica or a Sentinel; 128+N a signal \
+replica, a Sentinel or a port where no Redis listens; 128+N a signal \
 ended `run`'s wait or stopped `demo`. With --json a failure also prints {\"error\", \"message\", \
 \"exit\"} on stdout.";
 

@@ -19,7 +19,8 @@ pub(crate) const LOST: u8 = 76;
 pub(crate) const AUTH: u8 = 77;
 /// EX_CONFIG: Redis refused the connection's settings (database, TLS), or
 /// the URL names a server that cannot hold the locks: a replica, a
-/// Sentinel, a node of a Redis Cluster that sends the lock elsewhere.
+/// Sentinel, a node of a Redis Cluster that sends the lock elsewhere, or
+/// no Redis at all (a web server's port).
 pub(crate) const CONFIG: u8 = 78;
 pub(crate) const CANNOT_EXECUTE: u8 = 126;
 pub(crate) const NOT_FOUND: u8 = 127;

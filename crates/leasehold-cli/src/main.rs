@@ -15,7 +15,7 @@
 //! | 75 | the lock is held by someone else and the wait ran out (or `--no-wait`) |
 //! | 76 | `run`: the lease was lost while the command ran, or the release after it got no answer (both unless `--on-lost ignore`), or the lease ran out before the command could start (nothing was run); `release` / `extend`: the token no longer holds the lock |
 //! | 77 | Redis refused the credentials: a wrong or missing password or user, or an ACL user without the rights |
-//! | 78 | Redis refused the connection settings: a database number it does not have, TLS on a port without it, an untrusted certificate; or the URL names a read-only replica, a Sentinel, or a node of a Redis Cluster that sends the lock to another node |
+//! | 78 | Redis refused the connection settings: a database number it does not have, TLS on a port without it, an untrusted certificate; or the URL names a read-only replica, a Sentinel, a node of a Redis Cluster that sends the lock to another node, or a port where no Redis listens (a web server) |
 //! | 128+N | `run`: signal N ended the wait before the lock was taken; `demo`: signal N stopped it early |
 //! | 127 / 126 | `run`: the command was not found / could not be executed |
 //!

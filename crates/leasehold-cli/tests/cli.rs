@@ -1460,3 +1460,54 @@ fn an_untrusted_certificate_is_told_the_commands_way() {
     let out = leasehold(&format!("{url}/#insecure"), &["inspect", "job"]);
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+/// A port where something else than Redis listens: every connection is
+/// read from once and answered with `reply`, then closed. Returns
+/// `127.0.0.1:PORT`.
+fn not_redis(reply: &'static [u8]) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(reply);
+        }
+    });
+    addr.to_string()
+}
+
+/// A URL that names a web server's port, or a port that answers bytes of
+/// no protocol, is a setting to fix (78) named as such, at once: not a
+/// TLS port, not a parse error, not a wait until the connect timeout.
+#[test]
+fn a_port_that_is_not_redis_exits_78_and_says_so() {
+    let http = not_redis(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n");
+    let garbage = not_redis(b"\x00\x01garbage\xff\xfe");
+    let cases = [
+        (format!("redis://{http}"), "it answered HTTP"),
+        (format!("rediss://{http}/#insecure"), "it answered HTTP"),
+        (format!("redis://{garbage}"), "not the Redis protocol"),
+    ];
+    for (url, says) in &cases {
+        for args in [
+            &["inspect", "job"][..],
+            &["--connect-timeout", "1m", "acquire", "job", "--wait", "2m"],
+            &["--connect-timeout", "1m", "watch", "--until-free", "job"],
+        ] {
+            let out = leasehold(url, args);
+            let said = stderr(&out);
+            assert_eq!(out.status.code(), Some(78), "{url} {args:?}: {said}");
+            assert!(
+                said.contains("is not a Redis server"),
+                "{url} {args:?}: {said}"
+            );
+            assert!(said.contains(says), "{url} {args:?}: {said}");
+            for wrong in ["TLS on this port", "Parse error", "Unexpected"] {
+                assert!(!said.contains(wrong), "{url} {args:?}: {said}");
+            }
+        }
+    }
+}

@@ -34,8 +34,9 @@ pub enum ErrorKind {
     /// Or the URL names a server that cannot hold the locks as it is: a
     /// read-only replica (READONLY), or a Sentinel given as a data node
     /// (`redis://` instead of `redis+sentinel://`), or the sentinels watch
-    /// no master of the URL's name. Trying again does not help: fix the
-    /// URL or the TLS settings.
+    /// no master of the URL's name, or no Redis at all (a port that answers
+    /// HTTP, or bytes that are not the Redis protocol). Trying again does
+    /// not help: fix the URL or the TLS settings.
     Config,
     /// Redis answered with an error, or with a reply leasehold does not
     /// understand. Trying again does not help; the message and the
@@ -785,7 +786,7 @@ fn is_server_error(err: &redis::RedisError) -> bool {
 }
 
 /// Whether `err` comes from a failed TLS handshake.
-fn is_tls_failure(err: &redis::RedisError) -> bool {
+pub(crate) fn is_tls_failure(err: &redis::RedisError) -> bool {
     let mut next: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(current) = next {
         if current.is::<rustls::Error>() {
