@@ -744,10 +744,16 @@ impl RedlockMutex {
     }
 
     /// The lock as a majority of the masters see it: held when a majority
-    /// hold it, with the holder and lease of the first of those; the last
-    /// fence is the largest counter any master has, at least the last fence
-    /// handed out (a master that granted after the majority had counts its
-    /// own clock, which may be a little past it).
+    /// hold it, with the holder and lease of the first of those. While it
+    /// is held, the last fence is the holder's, the one its acquisition
+    /// returned: the counter that a majority of the masters hold the lock
+    /// at (its round two wrote it there). A master that granted after the
+    /// majority had keeps a fence of its own, from its clock, a little
+    /// past it: [`inspect_masters`](Self::inspect_masters) shows each
+    /// master's. While it is free (or while no counter is shared by a
+    /// majority of its holding masters, as in the moment its round two is
+    /// written), the last fence is the largest counter any master has, at
+    /// least the last fence handed out.
     ///
     /// # Errors
     ///
@@ -790,9 +796,18 @@ impl RedlockMutex {
             // Masters out of reach for a while: a look again may read them.
             return Err(if passing { error.transient() } else { error });
         }
-        let last_fence = read.iter().filter_map(|info| info.last_fence).max();
         let held = read.iter().filter(|info| info.held).count() >= majority;
-        let at = read.iter().position(|info| info.held == held).unwrap_or(0);
+        let holders_fence = if held {
+            agreed_fence(&read, majority)
+        } else {
+            None
+        };
+        let last_fence = holders_fence.or(read.iter().filter_map(|info| info.last_fence).max());
+        let at = read
+            .iter()
+            .position(|info| info.held == held && (!held || info.last_fence == last_fence))
+            .or(read.iter().position(|info| info.held == held))
+            .unwrap_or(0);
         let mut chosen = read.swap_remove(at);
         chosen.last_fence = last_fence;
         chosen.held = held;
@@ -803,6 +818,23 @@ impl RedlockMutex {
         chosen.server = format!("{n} masters");
         Ok(chosen)
     }
+}
+
+/// The fence counter that at least `majority` of the masters read hold the
+/// lock at, if one is.
+fn agreed_fence(read: &[LockInfo], majority: usize) -> Option<u64> {
+    let mut counts: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+    for fence in read
+        .iter()
+        .filter(|info| info.held)
+        .filter_map(|info| info.last_fence)
+    {
+        *counts.entry(fence).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .find(|&(_, count)| count >= majority)
+        .map(|(fence, _)| fence)
 }
 
 impl Lock for RedlockMutex {
