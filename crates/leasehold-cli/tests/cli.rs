@@ -1142,6 +1142,34 @@ fn watch_draws_live_on_a_terminal_and_exits_cleanly_on_ctrl_c() {
     assert_terminal_restored(&screen);
 }
 
+/// At a terminal, Redis not answering is said under the last table read,
+/// and the view goes on with the lock as Redis has it once it is back.
+#[test]
+fn watch_on_a_terminal_says_redis_is_not_answering_and_goes_on() {
+    let mut server = RedisServer::start();
+    acquire(&server.url(), "job", "1m");
+    let args = ["--url", &server.url(), "watch", "job"].map(String::from);
+    let terminal = OnTerminal::start(&args);
+    eventually("the view to draw the lock", || {
+        terminal.screen().contains("held")
+    });
+    server.stop();
+    eventually("the view to say redis is not answering", || {
+        let screen = terminal.screen();
+        screen.contains("redis not answering since") && screen.contains("retrying")
+    });
+    server.restart();
+    // Without persistence the restart lost the lock: free once read again.
+    eventually("the view to show the lock free", || {
+        let screen = terminal.screen();
+        let after = screen.rfind("retrying").unwrap_or(0);
+        screen[after..].contains("free")
+    });
+    let (code, screen) = terminal.ctrl_c();
+    assert_eq!(code, Some(0), "{screen}");
+    assert_terminal_restored(&screen);
+}
+
 /// The cron story: two hosts start the same job half a second apart; the
 /// first runs it and ends at once, the second finds the lock held on.
 #[test]
