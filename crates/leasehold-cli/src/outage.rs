@@ -67,6 +67,11 @@ impl Outages {
         self.reached
     }
 
+    /// What the last failure said, while Redis does not answer.
+    pub(crate) fn reason(&self) -> Option<&str> {
+        self.down.as_ref().map(|down| down.said.as_str())
+    }
+
     /// A look failed with `error`. `Ok` to go on (after [`pause`]), with
     /// the line to say on stderr if there is something new to say; `Err`
     /// with what ends the loop: a fault that no retry mends, or no answer

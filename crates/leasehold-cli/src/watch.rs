@@ -217,11 +217,12 @@ fn describe(info: &leasehold::LockInfo) -> String {
 enum Heard {
     Ended(String, Box<leasehold::LockEvent>),
     Free(String),
-    /// Redis does not answer the watch of the lock: what to say, and
-    /// whether it ever answered it.
+    /// Redis does not answer the watch of the lock: the line to say, the
+    /// fault, and whether Redis ever answered this watch.
     Down {
         name: String,
-        said: String,
+        line: String,
+        reason: String,
         reached: bool,
     },
     /// Redis answers again.
@@ -263,8 +264,8 @@ async fn until_free(conn: &Connection, args: WatchArgs) -> anyhow::Result<ExitCo
     drop(tx);
     let mut stop = Stop::listen()?;
     let mut freed = std::collections::HashSet::new();
-    // By lock: what Redis not answering its watch said last, and whether
-    // it ever answered.
+    // By lock, while Redis does not answer its watch: the fault, and
+    // whether Redis ever answered it.
     let mut down: std::collections::HashMap<String, (String, bool)> =
         std::collections::HashMap::new();
     let outcome: anyhow::Result<ExitCode> = loop {
@@ -279,13 +280,13 @@ async fn until_free(conn: &Connection, args: WatchArgs) -> anyhow::Result<ExitCo
                     .collect();
                 // As a lock's wait: one that never reached Redis ends with
                 // why, not as busy.
-                if let Some((said, _)) = busy
+                if let Some((reason, _)) = busy
                     .iter()
                     .find_map(|name| down.get(*name).filter(|(_, reached)| !reached))
                 {
                     break Err(Fail {
                         code: exit::UNAVAILABLE,
-                        message: format!("no answer from redis within {waited}: {said}"),
+                        message: format!("no answer from redis within {waited}: {reason}"),
                     }
                     .into());
                 }
@@ -332,11 +333,12 @@ async fn until_free(conn: &Connection, args: WatchArgs) -> anyhow::Result<ExitCo
             }
             Some(Ok(Heard::Down {
                 name,
-                said,
+                line,
+                reason,
                 reached,
             })) => {
-                eprintln!("leasehold: lock {name:?}: {said}");
-                down.insert(name, (said, reached));
+                eprintln!("leasehold: lock {name:?}: {line}");
+                down.insert(name, (reason, reached));
             }
             Some(Ok(Heard::Up(name, said))) => {
                 eprintln!("leasehold: lock {name:?}: {said}");
@@ -409,10 +411,11 @@ async fn watch_one(
             }
             Err(error) => match outages.failed(error) {
                 Ok(said) => {
-                    if let Some(said) = said {
+                    if let Some(line) = said {
                         let _ = tx.send(Ok(Heard::Down {
                             name: name.clone(),
-                            said,
+                            line,
+                            reason: outages.reason().unwrap_or_default().to_owned(),
                             reached: outages.reached(),
                         }));
                     }

@@ -217,4 +217,14 @@ fn a_watch_that_never_reaches_redis_ends_after_the_connect_timeout() {
             stderr(&out)
         );
     }
+    // A wait shorter than the connect timeout ends with the fault too, as
+    // a lock's wait does, not as a lock still held.
+    let out = leasehold(&url, &["watch", "--until-free", "--wait", "500ms", "job"]);
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    let said = stderr(&out);
+    let last = said.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("leasehold: no answer from redis within 0.5s: cannot reach redis at"),
+        "{said}"
+    );
 }
