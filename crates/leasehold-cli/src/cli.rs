@@ -31,7 +31,7 @@ ready (or, for `demo`, redis-server not installed); 75 lock busy (wait ran out o
 --no-wait); 76 lease lost or its release unanswered (unless --on-lost ignore), lease ran out \
 before the command could start, or token no longer holds the lock; 77 Redis refused the \
 credentials; 78 Redis refused the connection settings (database number, TLS), or the URL names a \
-replica or a Sentinel; 128+N a signal \
+replica, a Sentinel or a port where no Redis listens; 128+N a signal \
 ended `run`'s wait or stopped `demo`. With --json a failure also prints {\"error\", \"message\", \
 \"exit\"} on stdout.";
 
@@ -51,6 +51,11 @@ pub(crate) struct Connection {
     /// answered, waits ride out outages [default: 10s]
     #[arg(long, global = true, value_name = "DUR", value_parser = duration::up_to_a_day)]
     connect_timeout: Option<Dur>,
+    /// How long one command to Redis may take before Redis counts as not answering it (10ms
+    /// to 60s): raise it for a Redis that is slow or far away, and keep it well below a third
+    /// of the lease, so that a renewal that gets no answer is noticed in time [default: 2s]
+    #[arg(long, global = true, value_name = "DUR", value_parser = duration::command_timeout)]
+    command_timeout: Option<Dur>,
     /// Take the lock on N independent Redis masters (Redlock) instead of one deployment: their
     /// URLs, at least 3, separated by commas [default: $LEASEHOLD_REDLOCK unless --url is
     /// given]. The lock is held while a majority of the masters hold it; only the mutex is
@@ -97,7 +102,18 @@ impl Connection {
         if let Some(grace) = restart_grace {
             builder = builder.restart_grace(grace);
         }
+        if let Some(timeout) = &self.command_timeout {
+            builder = builder.command_timeout(timeout.get());
+        }
         Ok(Some(builder.build()?))
+    }
+
+    /// How long a loop that has never reached Redis goes on (`watch`), as a
+    /// wait does.
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+            .as_ref()
+            .map_or(leasehold::DEFAULT_CONNECT_TIMEOUT, Dur::get)
     }
 
     /// `--redlock` was on the command line.
@@ -161,6 +177,9 @@ impl Connection {
         }
         if let Some(timeout) = &self.connect_timeout {
             builder = builder.connect_timeout(timeout.get());
+        }
+        if let Some(timeout) = &self.command_timeout {
+            builder = builder.command_timeout(timeout.get());
         }
         builder
     }
@@ -457,7 +476,9 @@ pub(crate) struct WatchArgs {
     /// Wait until each lock is free: print a line as each lease ends
     /// (released, force-released, expired: heard from the release itself,
     /// or looked for when the lease runs out) and exit 0 once every lock
-    /// has been seen free; a lock free at the start is done at once
+    /// has been seen free; a lock free at the start is done at once. Redis
+    /// not answering (a restart, a failover) is said on stderr and ridden
+    /// out until --wait ends it
     #[arg(long, conflicts_with = "once")]
     pub(crate) until_free: bool,
     /// With --until-free: give up after this long and exit 75 (e.g. 30s,

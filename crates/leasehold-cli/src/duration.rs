@@ -54,6 +54,11 @@ pub(crate) fn replica_timeout(text: &str) -> Result<Dur, String> {
     within(parse(text)?, leasehold::MIN_LEASE, Duration::from_secs(60))
 }
 
+/// A command timeout: 10 ms to 60 s.
+pub(crate) fn command_timeout(text: &str) -> Result<Dur, String> {
+    within(parse(text)?, leasehold::MIN_LEASE, Duration::from_secs(60))
+}
+
 pub(crate) fn up_to_a_day(text: &str) -> Result<Dur, String> {
     within(parse(text)?, Duration::ZERO, MAX_WAIT.min(MAX_LEASE))
 }

@@ -19,7 +19,8 @@ pub(crate) const LOST: u8 = 76;
 pub(crate) const AUTH: u8 = 77;
 /// EX_CONFIG: Redis refused the connection's settings (database, TLS), or
 /// the URL names a server that cannot hold the locks: a replica, a
-/// Sentinel, a node of a Redis Cluster that sends the lock elsewhere.
+/// Sentinel, a node of a Redis Cluster that sends the lock elsewhere, or
+/// no Redis at all (a web server's port).
 pub(crate) const CONFIG: u8 = 78;
 pub(crate) const CANNOT_EXECUTE: u8 = 126;
 pub(crate) const NOT_FOUND: u8 = 127;
@@ -58,6 +59,52 @@ pub(crate) fn code_for(err: &anyhow::Error) -> u8 {
         leasehold::ErrorKind::ReplicasMissing => REPLICAS,
         _ => FAILURE,
     }
+}
+
+/// An error that ends the program as the command says it: each cause after
+/// the one it explains (as `{:#}` does), with a library error's remedy in
+/// the command's own words (see [`said`]).
+pub(crate) fn message(err: &anyhow::Error) -> String {
+    err.chain()
+        .map(|cause| match cause.downcast_ref::<leasehold::Error>() {
+            Some(err) => said(err),
+            None => cause.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
+/// A library error as the command says it: where the library's message
+/// ends with a setting or a call of its Rust API, the command's flag or
+/// subcommand instead.
+pub(crate) fn said(err: &leasehold::Error) -> String {
+    match err.remedy().and_then(advice) {
+        Some(advice) => format!("{}; {advice}", err.situation()),
+        None => err.to_string(),
+    }
+}
+
+/// A remedy in the command's words; `None` for one it has no words of its
+/// own for (the library's are kept).
+fn advice(remedy: leasehold::Remedy) -> Option<&'static str> {
+    use leasehold::Remedy;
+    Some(match remedy {
+        Remedy::SetPermits => {
+            "change it for everyone with `leasehold semaphore set-permits NAME N`, or give \
+             the count it has (--semaphore N)"
+        }
+        Remedy::CommandTimeout => "if it is only slow, give it longer with --command-timeout",
+        Remedy::TrustCa => {
+            "the leasehold command trusts the public CAs only (a URL ending in #insecure \
+             skips the check, for development only)"
+        }
+        Remedy::ReplicaTimeout => "or allow a longer --replica-timeout",
+        Remedy::ReleaseAsAdmin => {
+            "release it with `leasehold release NAME TOKEN`, or as an admin with \
+             `leasehold force-release NAME`"
+        }
+        _ => return None,
+    })
 }
 
 /// The name of an exit code, as the `"error"` of a JSON failure.

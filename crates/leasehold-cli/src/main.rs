@@ -15,7 +15,7 @@
 //! | 75 | the lock is held by someone else and the wait ran out (or `--no-wait`) |
 //! | 76 | `run`: the lease was lost while the command ran, or the release after it got no answer (both unless `--on-lost ignore`), or the lease ran out before the command could start (nothing was run); `release` / `extend`: the token no longer holds the lock |
 //! | 77 | Redis refused the credentials: a wrong or missing password or user, or an ACL user without the rights |
-//! | 78 | Redis refused the connection settings: a database number it does not have, TLS on a port without it, an untrusted certificate; or the URL names a read-only replica, a Sentinel, or a node of a Redis Cluster that sends the lock to another node |
+//! | 78 | Redis refused the connection settings: a database number it does not have, TLS on a port without it, an untrusted certificate; or the URL names a read-only replica, a Sentinel, a node of a Redis Cluster that sends the lock to another node, or a port where no Redis listens (a web server) |
 //! | 128+N | `run`: signal N ended the wait before the lock was taken; `demo`: signal N stopped it early |
 //! | 127 / 126 | `run`: the command was not found / could not be executed |
 //!
@@ -35,6 +35,7 @@ mod duration;
 mod exit;
 mod kind;
 mod leader;
+mod outage;
 mod plural;
 mod private_cluster;
 mod private_redis;
@@ -83,9 +84,10 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             let code = exit::code_for(&err);
-            eprintln!("leasehold: {err:#}");
+            let message = exit::message(&err);
+            eprintln!("leasehold: {message}");
             if json {
-                exit::print_json(code, &format!("{err:#}"));
+                exit::print_json(code, &message);
             }
             ExitCode::from(code)
         }

@@ -241,8 +241,8 @@ impl From<leasehold::Result<()>> for Released {
     fn from(result: leasehold::Result<()>) -> Self {
         match result {
             Ok(()) => Released::Done,
-            Err(err) if err.is_not_held() => Released::NotHeld(err.to_string()),
-            Err(err) => Released::Unknown(err.to_string()),
+            Err(err) if err.is_not_held() => Released::NotHeld(crate::exit::said(&err)),
+            Err(err) => Released::Unknown(crate::exit::said(&err)),
         }
     }
 }

@@ -315,12 +315,21 @@ pub(crate) async fn inspect(conn: &Connection, args: InspectArgs) -> anyhow::Res
         "server:          {}",
         server_label(&info, master.as_deref())
     );
+    let holders_fence = info.held.then_some(info.last_fence).flatten();
     for master in masters.iter().flatten() {
         let what = match &master.info {
             Ok(info) if info.held => {
-                let fence = info
-                    .last_fence
-                    .map_or_else(String::new, |f| format!(", last fence {f}"));
+                let fence = match (info.last_fence, holders_fence) {
+                    (Some(own), Some(holders)) if own > holders => format!(
+                        ", its own fence {own}: it granted after the majority had, and kept \
+                         the fence it counted, past the holder's"
+                    ),
+                    (Some(own), Some(holders)) if own < holders => {
+                        format!(", fence {own}: the holder's is not written here yet")
+                    }
+                    (Some(own), _) => format!(", last fence {own}"),
+                    (None, _) => String::new(),
+                };
                 match (info.holders.first(), state::lease_left(info)) {
                     (Some(holder), Some(left)) => format!(
                         "held by {}, {} of lease left{fence}",

@@ -53,7 +53,7 @@ async fn show(lock: &Lock, limit: Option<&Dur>, started: Instant, line: &mut Lin
     loop {
         let state = match lock.inspect().await {
             Ok(info) => describe(&info),
-            Err(err) => format!("its state is unknown: {err}"),
+            Err(err) => format!("its state is unknown: {}", crate::exit::said(&err)),
         };
         let waited = human(Duration::from_secs(started.elapsed().as_secs()));
         let waited = match limit {

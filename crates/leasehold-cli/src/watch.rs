@@ -20,6 +20,7 @@ use serde_json::json;
 
 use crate::cli::{Connection, WatchArgs};
 use crate::exit::{self, Fail};
+use crate::outage::Outages;
 use crate::plural;
 use crate::screen::{self, LiveView};
 use crate::scripting::{info_json, seconds, server_label};
@@ -78,6 +79,11 @@ pub(crate) async fn watch(conn: &Connection, args: WatchArgs) -> anyhow::Result<
     };
     let started = Instant::now();
     let mut last: Vec<Option<Seen>> = vec![None; locks.len()];
+    let mut outages = Outages::new(conn.connect_timeout());
+    // At a terminal: the last table Redis answered, and what is said
+    // under it while Redis does not answer.
+    let mut table_shown: Vec<String> = Vec::new();
+    let mut trouble: Option<String> = None;
     loop {
         tokio::select! {
             _ = stop.recv() => break,
@@ -85,11 +91,38 @@ pub(crate) async fn watch(conn: &Connection, args: WatchArgs) -> anyhow::Result<
         }
         let infos = tokio::select! {
             _ = stop.recv() => break,
-            infos = snapshot(&locks) => infos?,
+            infos = snapshot(&locks) => infos,
+        };
+        let infos = match infos {
+            Ok(infos) => {
+                if let Some(line) = outages.answered() {
+                    if view.is_none() {
+                        eprintln!("leasehold: {line}");
+                    }
+                }
+                trouble = None;
+                infos
+            }
+            Err(error) => {
+                if let Some(line) = outages.failed(error)? {
+                    if view.is_none() {
+                        eprintln!("leasehold: {line}");
+                    }
+                    trouble = Some(line);
+                }
+                if let (Some(view), Some(line)) = (&mut view, &trouble) {
+                    let mut lines = table_shown.clone();
+                    lines.push(String::new());
+                    lines.push(line.clone());
+                    view.draw(&lines)?;
+                }
+                continue;
+            }
         };
         match &mut view {
             Some(view) => {
-                let mut lines = table(&infos, master);
+                table_shown = table(&infos, master);
+                let mut lines = table_shown.clone();
                 lines.push(String::new());
                 lines.push(format!(
                     "refreshed every {} ms; Ctrl-C to stop",
@@ -184,6 +217,16 @@ fn describe(info: &leasehold::LockInfo) -> String {
 enum Heard {
     Ended(String, Box<leasehold::LockEvent>),
     Free(String),
+    /// Redis does not answer the watch of the lock: the line to say, the
+    /// fault, and whether Redis ever answered this watch.
+    Down {
+        name: String,
+        line: String,
+        reason: String,
+        reached: bool,
+    },
+    /// Redis answers again.
+    Up(String, String),
 }
 
 /// `watch --until-free`: each lock is watched by a task of its own, which
@@ -210,26 +253,54 @@ async fn until_free(conn: &Connection, args: WatchArgs) -> anyhow::Result<ExitCo
     let names: std::collections::BTreeSet<&String> = args.names.iter().collect();
     for name in &names {
         let watch = client.mutex(name)?.watch()?;
-        tasks.push(tokio::spawn(watch_one(watch, tx.clone(), stop_rx.clone())));
+        let outages = Outages::new(conn.connect_timeout());
+        tasks.push(tokio::spawn(watch_one(
+            watch,
+            outages,
+            tx.clone(),
+            stop_rx.clone(),
+        )));
     }
     drop(tx);
     let mut stop = Stop::listen()?;
     let mut freed = std::collections::HashSet::new();
+    // By lock, while Redis does not answer its watch: the fault, and
+    // whether Redis ever answered it.
+    let mut down: std::collections::HashMap<String, (String, bool)> =
+        std::collections::HashMap::new();
     let outcome: anyhow::Result<ExitCode> = loop {
         let heard = tokio::select! {
             signal = stop.recv() => break Ok(ExitCode::from(signal_code(signal))),
             () = sleep_until(deadline) => {
-                let busy: Vec<String> = args
+                let waited = seconds(args.wait.as_ref().map_or(Duration::ZERO, |w| w.get()));
+                let busy: Vec<&String> = args
                     .names
                     .iter()
                     .filter(|name| !freed.contains(*name))
-                    .map(|name| format!("{name:?}"))
+                    .collect();
+                // As a lock's wait: one that never reached Redis ends with
+                // why, not as busy.
+                if let Some((reason, _)) = busy
+                    .iter()
+                    .find_map(|name| down.get(*name).filter(|(_, reached)| !reached))
+                {
+                    break Err(Fail {
+                        code: exit::UNAVAILABLE,
+                        message: format!("no answer from redis within {waited}: {reason}"),
+                    }
+                    .into());
+                }
+                let busy: Vec<String> = busy
+                    .iter()
+                    .map(|name| match down.get(*name) {
+                        Some(_) => format!("{name:?} (redis not answering)"),
+                        None => format!("{name:?}"),
+                    })
                     .collect();
                 break Err(Fail {
                     code: exit::BUSY,
                     message: format!(
-                        "not every lock was free within {}: {}",
-                        seconds(args.wait.as_ref().map_or(Duration::ZERO, |w| w.get())),
+                        "not every lock was free within {waited}: {}",
                         busy.join(", ")
                     ),
                 }
@@ -260,7 +331,20 @@ async fn until_free(conn: &Connection, args: WatchArgs) -> anyhow::Result<ExitCo
                     break Ok(ExitCode::SUCCESS);
                 }
             }
-            Some(Err(error)) => break Err(error.into()),
+            Some(Ok(Heard::Down {
+                name,
+                line,
+                reason,
+                reached,
+            })) => {
+                eprintln!("leasehold: lock {name:?}: {line}");
+                down.insert(name, (reason, reached));
+            }
+            Some(Ok(Heard::Up(name, said))) => {
+                eprintln!("leasehold: lock {name:?}: {said}");
+                down.remove(&name);
+            }
+            Some(Err(error)) => break Err(error),
             None => break Ok(ExitCode::SUCCESS),
         }
     };
@@ -284,50 +368,67 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 }
 
 /// Watches one lock until it is seen free (or told to stop), then ends
-/// the watch. A look that fails (Redis restarting, a failover) is tried
-/// again, as waits ride out outages; one that never reached Redis ends it.
+/// the watch. A look that fails on a passing fault (Redis restarting, a
+/// failover) is tried again, as waits ride out outages: until the end of
+/// the wait, or, if Redis never answered this watch, the connect timeout.
 async fn watch_one(
     mut watch: leasehold::LockWatch,
-    tx: tokio::sync::mpsc::UnboundedSender<leasehold::Result<Heard>>,
+    mut outages: Outages,
+    tx: tokio::sync::mpsc::UnboundedSender<anyhow::Result<Heard>>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let name = watch.name().to_owned();
-    let mut reached = false;
     loop {
-        let step = async {
-            // At the start, and after each end: is it free now, or taken
-            // by the next holder?
-            if watch.holders().await?.is_empty() {
-                return Ok(None);
-            }
-            watch.next().await.map(Some)
-        };
-        let result = tokio::select! {
+        // At the start, after each end, and after a failed look: is it
+        // free now, or taken by the next holder?
+        let holders = tokio::select! {
             _ = stop.changed() => break,
-            result = step => result,
+            holders = watch.holders() => holders,
         };
-        if result.is_ok() {
-            reached = true;
-        }
-        match result {
-            Ok(None) => {
-                // The look that found it free may have read ends too.
-                while let Some(event) = watch.try_next().await {
-                    let _ = tx.send(Ok(Heard::Ended(name.clone(), Box::new(event))));
+        let result = match holders {
+            Ok(holders) => {
+                if let Some(said) = outages.answered() {
+                    let _ = tx.send(Ok(Heard::Up(name.clone(), said)));
                 }
-                let _ = tx.send(Ok(Heard::Free(name.clone())));
-                break;
+                if holders.is_empty() {
+                    // The look that found it free may have read ends too.
+                    while let Some(event) = watch.try_next().await {
+                        let _ = tx.send(Ok(Heard::Ended(name.clone(), Box::new(event))));
+                    }
+                    let _ = tx.send(Ok(Heard::Free(name.clone())));
+                    break;
+                }
+                tokio::select! {
+                    _ = stop.changed() => break,
+                    event = watch.next() => event,
+                }
             }
-            Ok(Some(event)) => {
+            Err(error) => Err(error),
+        };
+        match result {
+            Ok(event) => {
                 let _ = tx.send(Ok(Heard::Ended(name.clone(), Box::new(event))));
             }
-            Err(error) if reached && error.is_connection() => {
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            Err(error) => {
-                let _ = tx.send(Err(error));
-                break;
-            }
+            Err(error) => match outages.failed(error) {
+                Ok(said) => {
+                    if let Some(line) = said {
+                        let _ = tx.send(Ok(Heard::Down {
+                            name: name.clone(),
+                            line,
+                            reason: outages.reason().unwrap_or_default().to_owned(),
+                            reached: outages.reached(),
+                        }));
+                    }
+                    tokio::select! {
+                        _ = stop.changed() => break,
+                        () = tokio::time::sleep(outages.pause()) => {}
+                    }
+                }
+                Err(error) => {
+                    let _ = tx.send(Err(error));
+                    break;
+                }
+            },
         }
     }
     let _ = watch.close().await;

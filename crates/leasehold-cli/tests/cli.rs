@@ -1163,6 +1163,34 @@ fn watch_draws_live_on_a_terminal_and_exits_cleanly_on_ctrl_c() {
     assert_terminal_restored(&screen);
 }
 
+/// At a terminal, Redis not answering is said under the last table read,
+/// and the view goes on with the lock as Redis has it once it is back.
+#[test]
+fn watch_on_a_terminal_says_redis_is_not_answering_and_goes_on() {
+    let mut server = RedisServer::start();
+    acquire(&server.url(), "job", "1m");
+    let args = ["--url", &server.url(), "watch", "job"].map(String::from);
+    let terminal = OnTerminal::start(&args);
+    eventually("the view to draw the lock", || {
+        terminal.screen().contains("held")
+    });
+    server.stop();
+    eventually("the view to say redis is not answering", || {
+        let screen = terminal.screen();
+        screen.contains("redis not answering since") && screen.contains("retrying")
+    });
+    server.restart();
+    // Without persistence the restart lost the lock: free once read again.
+    eventually("the view to show the lock free", || {
+        let screen = terminal.screen();
+        let after = screen.rfind("retrying").unwrap_or(0);
+        screen[after..].contains("free")
+    });
+    let (code, screen) = terminal.ctrl_c();
+    assert_eq!(code, Some(0), "{screen}");
+    assert_terminal_restored(&screen);
+}
+
 /// The cron story: two hosts start the same job half a second apart; the
 /// first runs it and ends at once, the second finds the lock held on.
 #[test]
@@ -1392,4 +1420,143 @@ fn watch_lines_count_waiters_in_words() {
     assert!(out.status.success(), "{}", stderr(&out));
     let out = waiter.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// Where the library's advice is a call or a setting of its Rust API, the
+/// command names its own subcommand or flag instead.
+#[test]
+fn advice_names_the_commands_way_not_the_rust_api() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let out = leasehold(&url, &["acquire", "pool", "--semaphore", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for json in [false, true] {
+        let mut args = vec!["acquire", "pool", "--semaphore", "3", "--no-wait"];
+        if json {
+            args.push("--json");
+        }
+        let out = leasehold(&url, &args);
+        assert_eq!(out.status.code(), Some(65), "{}", stderr(&out));
+        let said = if json { stdout(&out) } else { stderr(&out) };
+        assert!(
+            said.contains("has 2 permits, not 3")
+                && said.contains("`leasehold semaphore set-permits NAME N`"),
+            "{said}"
+        );
+        assert!(!said.contains("Semaphore::set_permits"), "{said}");
+    }
+
+    // Replies that come later than the command timeout.
+    let proxy = leasehold_testkit::FaultProxy::start(server.addr());
+    proxy.set_reply_latency(Duration::from_millis(300));
+    let out = leasehold(
+        &proxy.url(),
+        &["--command-timeout", "100ms", "inspect", "pool"],
+    );
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains("did not answer connect within 100ms"),
+        "{said}"
+    );
+    assert!(
+        said.contains("give it longer with --command-timeout"),
+        "{said}"
+    );
+    assert!(!said.contains("ClientBuilder"), "{said}");
+    let out = leasehold(
+        &proxy.url(),
+        &["--command-timeout", "5s", "inspect", "pool"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = leasehold(&url, &["--command-timeout", "0s", "inspect", "pool"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+/// A certificate the public roots do not know: the command says how it
+/// trusts certificates, not the library's builder setting.
+#[test]
+fn an_untrusted_certificate_is_told_the_commands_way() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../leasehold/tests/fixtures");
+    let tls_port = leasehold_testkit::free_port().to_string();
+    let cert = format!("{fixtures}/server.pem");
+    let key = format!("{fixtures}/server-key.pem");
+    let started = RedisServer::try_start_with_args(&[
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-auth-clients",
+        "no",
+    ]);
+    let _server = match started {
+        Ok(server) => server,
+        Err(e) if e.is_tls_unsupported() => {
+            eprintln!("skipped: this redis-server has no TLS support");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let url = format!("rediss://127.0.0.1:{tls_port}");
+    let out = leasehold(&url, &["inspect", "job"]);
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(said.contains("TLS handshake"), "{said}");
+    assert!(said.contains("#insecure"), "{said}");
+    assert!(!said.contains("tls_root_certificate"), "{said}");
+    let out = leasehold(&format!("{url}/#insecure"), &["inspect", "job"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// A port where something else than Redis listens: every connection is
+/// read from once and answered with `reply`, then closed. Returns
+/// `127.0.0.1:PORT`.
+fn not_redis(reply: &'static [u8]) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(reply);
+        }
+    });
+    addr.to_string()
+}
+
+/// A URL that names a web server's port, or a port that answers bytes of
+/// no protocol, is a setting to fix (78) named as such, at once: not a
+/// TLS port, not a parse error, not a wait until the connect timeout.
+#[test]
+fn a_port_that_is_not_redis_exits_78_and_says_so() {
+    let http = not_redis(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n");
+    let garbage = not_redis(b"\x00\x01garbage\xff\xfe");
+    let cases = [
+        (format!("redis://{http}"), "it answered HTTP"),
+        (format!("rediss://{http}/#insecure"), "it answered HTTP"),
+        (format!("redis://{garbage}"), "not the Redis protocol"),
+    ];
+    for (url, says) in &cases {
+        for args in [
+            &["inspect", "job"][..],
+            &["--connect-timeout", "1m", "acquire", "job", "--wait", "2m"],
+            &["--connect-timeout", "1m", "watch", "--until-free", "job"],
+        ] {
+            let out = leasehold(url, args);
+            let said = stderr(&out);
+            assert_eq!(out.status.code(), Some(78), "{url} {args:?}: {said}");
+            assert!(
+                said.contains("is not a Redis server"),
+                "{url} {args:?}: {said}"
+            );
+            assert!(said.contains(says), "{url} {args:?}: {said}");
+            for wrong in ["TLS on this port", "Parse error", "Unexpected"] {
+                assert!(!said.contains(wrong), "{url} {args:?}: {said}");
+            }
+        }
+    }
 }

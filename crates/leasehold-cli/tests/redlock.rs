@@ -215,3 +215,58 @@ fn run_under_kill_9() {
     next.wait().unwrap();
     eventually("the second command to die", || !alive(next_pid));
 }
+
+/// Five masters, the last two behind proxies that hold their replies back
+/// past the per-node deadline, with fence counters far ahead of every
+/// clock: those two grant after the majority decided the fence, and keep
+/// their own, larger ones. `inspect` shows the fence the holder was given,
+/// and says which masters count another and why.
+#[test]
+fn inspect_shows_the_holders_own_fence() {
+    let masters = Masters::start(5);
+    let slow: Vec<leasehold_testkit::FaultProxy> = masters.servers()[3..]
+        .iter()
+        .map(|server| {
+            server
+                .command(&["SET", "leasehold:{job}:fence", "5000000000000000"])
+                .unwrap();
+            let proxy = leasehold_testkit::FaultProxy::start(server.addr());
+            proxy.set_reply_latency(Duration::from_millis(300));
+            proxy
+        })
+        .collect();
+    let mut urls = masters.urls()[..3].to_vec();
+    urls.extend(slow.iter().map(|proxy| proxy.url()));
+    let out = leasehold(&urls, &["acquire", "job", "--lease", "30s"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let printed = text(&out.stdout);
+    let fence: u64 = printed.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(
+        fence < 5_000_000_000_000_000,
+        "the fast majority's: {fence}"
+    );
+
+    let info = inspect(&urls, "job");
+    assert_eq!(info["held"], true, "{info}");
+    assert_eq!(info["last_fence"], fence, "{info}");
+    assert_eq!(info["holders"][0]["fence"], fence, "{info}");
+    let out = leasehold(&urls, &["inspect", "job"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains(&format!("last fence:      {fence}\n")),
+        "{shown}"
+    );
+    assert!(shown.contains(&format!(", fence {fence}\n")), "{shown}");
+    let own: Vec<&str> = shown
+        .lines()
+        .filter(|line| line.contains("granted after the majority"))
+        .collect();
+    for line in &own {
+        assert!(line.contains("5000000000000001"), "{shown}");
+    }
+    assert!(
+        !own.is_empty() && own.len() <= 2,
+        "the late masters are named: {shown}"
+    );
+}

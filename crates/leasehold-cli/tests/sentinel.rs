@@ -5,7 +5,7 @@ use leasehold_testkit::Sentinels;
 
 mod common;
 
-use common::{leasehold, stderr};
+use common::{leasehold, spawn, stderr, Lines};
 
 #[test]
 fn replicas_acknowledge_or_the_grant_is_undone_with_74() {
@@ -200,4 +200,84 @@ fn by_default_a_replica_that_does_not_acknowledge_ends_the_wait_with_74() {
     let out = leasehold(&url, &["run", "job", "--replicas", "0", "--", "true"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(replica.command(&["CLIENT", "UNPAUSE"]).unwrap(), "OK");
+}
+
+/// The master killed (SIGKILL) while `watch` and `watch --until-free`
+/// look at a lock through the sentinels: both follow them to the promoted
+/// replica, and see the release that comes after the failover.
+#[test]
+fn watch_rides_out_the_kill_of_the_master() {
+    let mut group = Sentinels::start(1, 3);
+    let url = group.url();
+    let out = leasehold(
+        &url,
+        &[
+            "acquire",
+            "job",
+            "--lease",
+            "2m",
+            "--replicas",
+            "1",
+            "--no-wait",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut words = printed.split_whitespace();
+    let token = words.next().unwrap().to_owned();
+    let fence: u64 = words.next().unwrap().parse().unwrap();
+    let mut until_free = spawn(
+        &url,
+        &["--json", "watch", "--until-free", "--wait", "5m", "job"],
+    );
+    let mut ends = Lines::of(until_free.stdout.take().unwrap());
+    let until_free_err = Lines::of(until_free.stderr.take().unwrap());
+    let mut live = spawn(&url, &["watch", "job"]);
+    let mut view = Lines::of(live.stdout.take().unwrap());
+    let live_err = Lines::of(live.stderr.take().unwrap());
+    let held = view.until("about the lock", |_| true);
+    assert!(held.contains(": held"), "{held}");
+    for _ in 0..1500 {
+        let registered = group
+            .master()
+            .command(&["EXISTS", "leasehold:{job}:watch"])
+            .unwrap();
+        if registered.trim() == "1" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+
+    group.kill_master();
+    assert!(
+        until_free.try_wait().unwrap().is_none(),
+        "watch --until-free ended in the failover: {:#?}",
+        until_free_err.rest()
+    );
+    assert!(
+        live.try_wait().unwrap().is_none(),
+        "watch ended in the failover: {:#?}",
+        live_err.rest()
+    );
+    let out = leasehold(&url, &["release", "job", &token]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let ended: serde_json::Value =
+        serde_json::from_str(&ends.until("with the end", |_| true)).unwrap();
+    assert_eq!(
+        (ended["ended"].as_str(), ended["fence"].as_u64()),
+        (Some("released"), Some(fence)),
+        "{ended}"
+    );
+    let free: serde_json::Value = serde_json::from_str(&ends.until("when free", |_| true)).unwrap();
+    assert_eq!(free["free"], true, "{free}");
+    let status = until_free.wait().unwrap();
+    assert!(status.success(), "{:#?}", until_free_err.rest());
+
+    let promoted = master_addr(&group);
+    let free = view.until("with the lock free", |line| line.contains(": free"));
+    assert!(free.contains(&promoted), "on the promoted master: {free}");
+    common::interrupt(&live);
+    let status = live.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{:#?}", live_err.rest());
 }

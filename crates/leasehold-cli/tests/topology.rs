@@ -9,7 +9,7 @@ use serde_json::Value;
 
 mod common;
 
-use common::{leasehold, stderr, stdout, BIN};
+use common::{leasehold, spawn, stderr, stdout, Lines, BIN};
 
 fn succeeded(out: Output) -> String {
     assert!(out.status.success(), "{}", stderr(&out));
@@ -272,4 +272,90 @@ fn a_demo_stopped_by_a_signal_takes_its_cluster_with_it() {
         assert!(dir.starts_with(std::env::temp_dir()), "{}", dir.display());
         let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+/// The token and fence `acquire` printed, with a replica's acknowledgement:
+/// the lock is on the replica that a failover promotes.
+fn acquire_replicated(url: &str, name: &str) -> (String, u64) {
+    let text = succeeded(leasehold(
+        url,
+        &[
+            "acquire",
+            name,
+            "--lease",
+            "2m",
+            "--replicas",
+            "1",
+            "--no-wait",
+        ],
+    ));
+    let mut words = text.split_whitespace();
+    let token = words.next().unwrap().to_owned();
+    (token, words.next().unwrap().parse().unwrap())
+}
+
+/// Waits (bounded) until some watcher is registered on `name` at `server`.
+fn watched_on(server: &RedisServer, name: &str) {
+    let key = format!("leasehold:{{{name}}}:watch");
+    for _ in 0..1500 {
+        if server.command(&["EXISTS", &key]).unwrap().trim() == "1" {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("nobody came to watch {name}");
+}
+
+/// The master of a lock's shard killed (SIGKILL) while `watch` and `watch
+/// --until-free` look at the lock: both go on through the failover, on
+/// the promoted replica, and see the release that comes after it.
+#[test]
+fn watch_rides_out_the_kill_of_the_locks_master() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let url = cluster.urls().join(",");
+    let name = name_on(&cluster, 1);
+    let (token, fence) = acquire_replicated(&url, &name);
+    let mut until_free = spawn(
+        &url,
+        &["--json", "watch", "--until-free", "--wait", "5m", &name],
+    );
+    let mut ends = Lines::of(until_free.stdout.take().unwrap());
+    let until_free_err = Lines::of(until_free.stderr.take().unwrap());
+    let mut live = spawn(&url, &["watch", &name]);
+    let mut view = Lines::of(live.stdout.take().unwrap());
+    let live_err = Lines::of(live.stderr.take().unwrap());
+    let held = view.until("about the lock", |_| true);
+    assert!(held.contains(": held"), "{held}");
+    watched_on(cluster.master(1), &name);
+
+    cluster.kill_master(1);
+    assert!(
+        until_free.try_wait().unwrap().is_none(),
+        "watch --until-free ended in the failover: {:#?}",
+        until_free_err.rest()
+    );
+    assert!(
+        live.try_wait().unwrap().is_none(),
+        "watch ended in the failover: {:#?}",
+        live_err.rest()
+    );
+    succeeded(leasehold(&url, &["release", &name, &token]));
+
+    let ended: Value = serde_json::from_str(&ends.until("with the end", |_| true)).unwrap();
+    assert_eq!(
+        (ended["ended"].as_str(), ended["fence"].as_u64()),
+        (Some("released"), Some(fence)),
+        "{ended}"
+    );
+    let free: Value = serde_json::from_str(&ends.until("when free", |_| true)).unwrap();
+    assert_eq!(free["free"], true, "{free}");
+    let status = until_free.wait().unwrap();
+    assert!(status.success(), "{:#?}", until_free_err.rest());
+
+    let promoted = addr(cluster.master(1));
+    let free = view.until("with the lock free", |line| line.contains(": free"));
+    assert!(free.contains(&promoted), "on the promoted master: {free}");
+    common::interrupt(&live);
+    let status = live.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{:#?}", live_err.rest());
 }

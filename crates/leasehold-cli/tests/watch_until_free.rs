@@ -6,7 +6,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::{leasehold, spawn, stderr, stdout};
+use common::{leasehold, spawn, stderr, stdout, Lines};
 use leasehold_testkit::RedisServer;
 use serde_json::Value;
 
@@ -133,4 +133,98 @@ fn until_free_refuses_a_key_that_holds_no_lock() {
     assert_eq!(out.status.code(), Some(65), "{}", stderr(&out));
     assert!(stderr(&out).contains("a Redis list"), "{}", stderr(&out));
     assert!(!stdout(&out).contains("free"), "{}", stdout(&out));
+}
+
+/// Redis killed (SIGKILL) and started again with its data, inside the
+/// wait: the watch says Redis is not answering, goes on, and reports the
+/// release that comes after the restart.
+#[test]
+fn until_free_rides_out_a_restart() {
+    let mut server =
+        RedisServer::start_with_args(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let url = server.url();
+    let (token, fence) = acquire(&url, "job", "1m");
+    let mut watch = spawn(
+        &url,
+        &["--json", "watch", "--until-free", "--wait", "2m", "job"],
+    );
+    let mut out = Lines::of(watch.stdout.take().unwrap());
+    let mut err = Lines::of(watch.stderr.take().unwrap());
+    watched(&server, "job");
+    server.stop();
+    let outage = err.until("about the outage", |line| line.contains("not answering"));
+    assert!(outage.contains("retrying"), "{outage}");
+    assert!(outage.contains(&server.port().to_string()), "{outage}");
+    server.restart();
+    let out_after = leasehold(&url, &["release", "job", &token]);
+    assert!(out_after.status.success(), "{}", stderr(&out_after));
+    let ended: Value = serde_json::from_str(&out.until("with the end", |_| true)).unwrap();
+    assert_eq!(ended["ended"], "released", "{ended}");
+    assert_eq!(ended["fence"], fence, "{ended}");
+    let free: Value = serde_json::from_str(&out.until("when free", |_| true)).unwrap();
+    assert_eq!(free["free"], true, "{free}");
+    let status = watch.wait().unwrap();
+    let said = err.rest();
+    assert!(status.success(), "{said:#?}");
+    assert!(
+        said.iter().any(|line| line.contains("answers again")),
+        "{said:#?}"
+    );
+}
+
+/// The live view off a terminal rides out a restart as well: it says
+/// Redis is not answering, and shows the lock as Redis has it after.
+#[test]
+fn watch_rides_out_a_restart() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let mut watch = spawn(&url, &["watch", "job"]);
+    let mut out = Lines::of(watch.stdout.take().unwrap());
+    let mut err = Lines::of(watch.stderr.take().unwrap());
+    let first = out.until("about the lock", |_| true);
+    assert!(first.contains(": free"), "{first}");
+    server.stop();
+    let outage = err.until("about the outage", |line| line.contains("not answering"));
+    assert!(outage.contains("retrying"), "{outage}");
+    server.restart();
+    let (_, fence) = acquire(&url, "job", "1m");
+    let held = out.until("with the lock held", |line| line.contains(": held"));
+    assert!(held.contains(&format!("last fence {fence}")), "{held}");
+    common::interrupt(&watch);
+    let status = watch.wait().unwrap();
+    let said = err.rest();
+    assert_eq!(status.code(), Some(0), "{said:#?}");
+    assert!(
+        said.iter().any(|line| line.contains("answers again")),
+        "{said:#?}"
+    );
+}
+
+/// A URL where no Redis ever answers ends the watch after the connect
+/// timeout, with the reason, as a wait does.
+#[test]
+fn a_watch_that_never_reaches_redis_ends_after_the_connect_timeout() {
+    let url = leasehold_testkit::unreachable_url();
+    for args in [
+        &["--connect-timeout", "1s", "watch", "--until-free", "job"][..],
+        &["--connect-timeout", "1s", "watch", "job"],
+    ] {
+        let out = leasehold(&url, args);
+        assert_eq!(out.status.code(), Some(69), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("without reaching redis once"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    // A wait shorter than the connect timeout ends with the fault too, as
+    // a lock's wait does, not as a lock still held.
+    let out = leasehold(&url, &["watch", "--until-free", "--wait", "500ms", "job"]);
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    let said = stderr(&out);
+    let last = said.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("leasehold: no answer from redis within 0.5s: cannot reach redis at"),
+        "{said}"
+    );
 }

@@ -34,8 +34,9 @@ pub enum ErrorKind {
     /// Or the URL names a server that cannot hold the locks as it is: a
     /// read-only replica (READONLY), or a Sentinel given as a data node
     /// (`redis://` instead of `redis+sentinel://`), or the sentinels watch
-    /// no master of the URL's name. Trying again does not help: fix the
-    /// URL or the TLS settings.
+    /// no master of the URL's name, or no Redis at all (a port that answers
+    /// HTTP, or bytes that are not the Redis protocol). Trying again does
+    /// not help: fix the URL or the TLS settings.
     Config,
     /// Redis answered with an error, or with a reply leasehold does not
     /// understand. Trying again does not help; the message and the
@@ -73,13 +74,71 @@ pub enum ErrorKind {
     Quorum,
 }
 
+/// A change that gets past an error when the change is a setting or a call
+/// of this API: an [`Error`]'s message ends with it, in the API's names
+/// ([`advice`](Remedy::advice)). A front end with names of its own for
+/// these (the `leasehold` command's flags and subcommands) shows
+/// [`Error::situation`] and says the remedy its own way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Remedy {
+    /// A semaphore was asked for with another permit count than it has:
+    /// change the count for every user
+    /// ([`Semaphore::set_permits`](crate::Semaphore::set_permits)), or ask
+    /// with the count it has.
+    SetPermits,
+    /// Redis did not answer within the command timeout: if it is only
+    /// slow, raise the timeout
+    /// ([`ClientBuilder::command_timeout`](crate::ClientBuilder::command_timeout),
+    /// [`RedlockBuilder::command_timeout`](crate::RedlockBuilder::command_timeout)).
+    CommandTimeout,
+    /// A TLS handshake failed, as one does on a certificate signed by a
+    /// private CA: trust that CA
+    /// ([`ClientBuilder::tls_root_certificate`](crate::ClientBuilder::tls_root_certificate)).
+    TrustCa,
+    /// Fewer replicas than asked acknowledged in time: allow them longer
+    /// (the timeout of [`ReplicaAck`](crate::ReplicaAck)).
+    ReplicaTimeout,
+    /// The lease at a token belongs to another owner: release it by token
+    /// with a face that has no owner
+    /// ([`Mutex::release_token`](crate::Mutex::release_token)), or as an
+    /// admin (`force_release`).
+    ReleaseAsAdmin,
+}
+
+impl Remedy {
+    /// The remedy in the API's names, as an error's message ends with it.
+    pub fn advice(self) -> &'static str {
+        match self {
+            Remedy::SetPermits => "change it for everyone with `Semaphore::set_permits`",
+            Remedy::CommandTimeout => {
+                "if it is only slow, raise the command timeout \
+                 (`ClientBuilder::command_timeout`, `RedlockBuilder::command_timeout`)"
+            }
+            Remedy::TrustCa => {
+                "for a certificate signed by a private CA, trust the CA with \
+                 `ClientBuilder::tls_root_certificate`"
+            }
+            Remedy::ReplicaTimeout => {
+                "or allow a longer replica timeout (the timeout of `ReplicaAck`, \
+                 `ClientBuilder::replica_ack`, `with_replica_ack`)"
+            }
+            Remedy::ReleaseAsAdmin => "use `Mutex::release_token` or `force_release` as an admin",
+        }
+    }
+}
+
 /// The error of every fallible leasehold operation.
 ///
 /// Its message says what happened and what to do; the Redis error behind it,
-/// if any, is kept as [`source`](std::error::Error::source).
+/// if any, is kept as [`source`](std::error::Error::source). Where what to
+/// do is a setting or a call of this API, the message ends with it in the
+/// API's names, and [`remedy`](Self::remedy) says which it is.
 pub struct Error {
     kind: ErrorKind,
+    /// What happened, and what to do that is no setting or call.
     message: Cow<'static, str>,
+    remedy: Option<Remedy>,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
     /// A passing fault (no answer, connection lost, server not ready): a
     /// wait tries again instead of ending on it.
@@ -91,6 +150,7 @@ impl Error {
         Error {
             kind,
             message: message.into(),
+            remedy: None,
             source: None,
             transient: false,
         }
@@ -101,19 +161,41 @@ impl Error {
         self
     }
 
+    pub(crate) fn with_remedy(mut self, remedy: Remedy) -> Self {
+        self.remedy = Some(remedy);
+        self
+    }
+
+    /// Takes the remedy of `inner`, an error this one's message tells of
+    /// (by its [`situation`](Self::situation)), if it has none of its own.
+    pub(crate) fn remedy_of(mut self, inner: Option<&Error>) -> Self {
+        self.remedy = self.remedy.or(inner.and_then(|inner| inner.remedy));
+        self
+    }
+
     /// The same error for another caller, without its source.
     pub(crate) fn shared_copy(&self) -> Error {
         Error {
             kind: self.kind,
             message: self.message.clone(),
+            remedy: self.remedy,
             source: None,
             transient: self.transient,
         }
     }
 
-    /// A fault a wait rides out: Redis did not answer, the connection
-    /// failed, or the server was not ready.
-    pub(crate) fn is_transient(&self) -> bool {
+    /// A passing fault, which a lock's wait rides out: Redis did not
+    /// answer, the connection failed or was lost, the server was not ready
+    /// (loading, busy), or a cluster slot or a master was moving (a
+    /// failover under way). A loop of the caller's own, such as one over
+    /// [`LockWatch::next`](crate::LockWatch::next), can pause and try again
+    /// on it the same way.
+    ///
+    /// False for what only a fix mends (credentials, settings, input), and
+    /// for a client that never reached Redis within its connect timeout.
+    /// Narrower than [`is_retryable`](Self::is_retryable), which also holds
+    /// for a wait that ran out or a quorum not reached.
+    pub fn is_transient(&self) -> bool {
         self.transient
     }
 
@@ -180,9 +262,10 @@ impl Error {
             ErrorKind::Conflict,
             format!(
                 "semaphore {name:?} has {stored} permits, not {asked}: every user must give the \
-                 same count; change it for everyone with `Semaphore::set_permits`"
+                 same count"
             ),
         )
+        .with_remedy(Remedy::SetPermits)
     }
 
     /// Fewer replicas than asked acknowledged that the lock `name` was
@@ -211,11 +294,10 @@ impl Error {
         };
         let advice = if connected {
             "check the replicas (INFO replication on the master lists them; one that stopped \
-             answering is waited for until the master drops it), allow a longer replica timeout, \
-             or turn the acknowledgement off, at the cost of its safety on a failover"
+             answering is waited for until the master drops it), turn the acknowledgement off at \
+             the cost of its safety on a failover"
         } else {
-            "check the replicas (INFO replication on the master lists them), ask for fewer, or \
-             allow a longer replica timeout"
+            "check the replicas (INFO replication on the master lists them), ask for fewer"
         };
         Error::new(
             ErrorKind::ReplicasMissing,
@@ -224,6 +306,7 @@ impl Error {
                  acknowledged it within {timeout:?}, so {then}: {advice}"
             ),
         )
+        .with_remedy(Remedy::ReplicaTimeout)
     }
 
     /// A wait that ran out while the server was younger than the restart grace.
@@ -250,6 +333,19 @@ impl Error {
     /// What kind of error this is.
     pub fn kind(&self) -> ErrorKind {
         self.kind
+    }
+
+    /// The change that gets past this error, when it is a setting or a
+    /// call of this API; the message ends with it, in the API's names.
+    pub fn remedy(&self) -> Option<Remedy> {
+        self.remedy
+    }
+
+    /// The message without the words of its [`remedy`](Self::remedy): what
+    /// happened, and what to do that is no setting or call. The whole
+    /// message is this, then `; `, then [`Remedy::advice`].
+    pub fn situation(&self) -> &str {
+        &self.message
     }
 
     /// The wait for a lock ran out.
@@ -374,9 +470,10 @@ impl Error {
                 format!(
                     "the TLS handshake with redis at {address} failed: check that the \
                      server speaks TLS on this port (else use redis://) and that its certificate \
-                     is for this host and signed by a trusted CA (see tls_root_certificate)"
+                     is for this host and signed by a trusted CA"
                 ),
             )
+            .with_remedy(Remedy::TrustCa)
         } else if has_code(&err, "UNBLOCKED") {
             // A WAIT for the replicas cut short: the server was made a
             // replica (a failover), or its operator unblocked the client.
@@ -510,9 +607,10 @@ impl Error {
             ErrorKind::Connection,
             format!(
                 "redis at {address} did not answer {operation} within {timeout:?}: it is slow, \
-                 paused or out of reach; check its load, or raise the command timeout"
+                 paused or out of reach; check its load"
             ),
         )
+        .with_remedy(Remedy::CommandTimeout)
         .transient()
     }
 
@@ -523,10 +621,12 @@ impl Error {
             ErrorKind::Connection,
             format!(
                 "release of lock {name:?} (fence {fence}) got no answer, so whether the lease \
-                 held to the end is unknown: {last}; the lock expires by itself at the end of \
-                 its lease"
+                 held to the end is unknown: {}; the lock expires by itself at the end of \
+                 its lease",
+                last.message
             ),
         )
+        .remedy_of(Some(last))
     }
 
     /// A release of lock `name` (fence `fence`) whose retry found the token
@@ -536,12 +636,14 @@ impl Error {
             ErrorKind::OutcomeUnknown,
             format!(
                 "release of lock {name:?} (fence {fence}) was sent again after its first attempt \
-                 got no answer ({first}), and the retry found the lock no longer held by this \
+                 got no answer ({}), and the retry found the lock no longer held by this \
                  lease: the first attempt most likely released it, so the lease held to the \
                  end, unless the lock was removed first by a force-release or lost by redis \
-                 (a restart or failover); the lease did not run out. Nothing is held now"
+                 (a restart or failover); the lease did not run out. Nothing is held now",
+                first.message
             ),
         )
+        .remedy_of(Some(first))
     }
 
     /// This fault, met by a client that has not reached Redis once in
@@ -555,6 +657,7 @@ impl Error {
                 self.message
             )
             .into(),
+            remedy: self.remedy,
             source: self.source,
             transient: false,
         }
@@ -716,7 +819,7 @@ fn is_server_error(err: &redis::RedisError) -> bool {
 }
 
 /// Whether `err` comes from a failed TLS handshake.
-fn is_tls_failure(err: &redis::RedisError) -> bool {
+pub(crate) fn is_tls_failure(err: &redis::RedisError) -> bool {
     let mut next: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(current) = next {
         if current.is::<rustls::Error>() {
@@ -775,7 +878,11 @@ impl std::error::Error for RedisCause {}
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
+        f.write_str(&self.message)?;
+        match self.remedy {
+            Some(remedy) => write!(f, "; {}", remedy.advice()),
+            None => Ok(()),
+        }
     }
 }
 
@@ -783,6 +890,9 @@ impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Error");
         d.field("kind", &self.kind).field("message", &self.message);
+        if let Some(remedy) = &self.remedy {
+            d.field("remedy", remedy);
+        }
         if let Some(source) = &self.source {
             d.field("source", source);
         }
@@ -1012,6 +1122,61 @@ mod tests {
         );
         assert!(down.is_retryable(), "{down:?}");
         assert!(!Error::not_held("gone").is_readonly());
+    }
+
+    /// An error whose remedy is a setting or a call ends with it in the
+    /// API's names; its situation has none of them, and an error that
+    /// tells of it takes its remedy.
+    #[test]
+    fn a_remedy_is_said_last_and_kept_apart() {
+        let permits = Error::permits_mismatch("pool", 5, 3);
+        assert_eq!(permits.remedy(), Some(Remedy::SetPermits));
+        assert_eq!(
+            permits.to_string(),
+            "semaphore \"pool\" has 3 permits, not 5: every user must give the same count; \
+             change it for everyone with `Semaphore::set_permits`"
+        );
+        assert!(!permits.situation().contains("set_permits"), "{permits}");
+
+        let slow = Error::no_answer(ADDRESS, "acquire", Duration::from_secs(2));
+        assert_eq!(slow.remedy(), Some(Remedy::CommandTimeout));
+        assert!(slow.is_transient());
+        assert!(
+            slow.to_string().ends_with(&format!(
+                "check its load; {}",
+                Remedy::CommandTimeout.advice()
+            )),
+            "{slow}"
+        );
+        assert!(
+            Remedy::CommandTimeout
+                .advice()
+                .contains("`ClientBuilder::command_timeout`"),
+            "the advice names the builder setting"
+        );
+        assert!(!slow.situation().contains("command timeout"), "{slow:?}");
+
+        let unknown = Error::release_unknown("job", 7, &slow);
+        assert_eq!(unknown.remedy(), Some(Remedy::CommandTimeout));
+        assert!(unknown.situation().contains(slow.situation()), "{unknown}");
+        assert!(
+            !unknown.situation().contains("command_timeout"),
+            "{unknown}"
+        );
+        assert_eq!(
+            unknown
+                .to_string()
+                .matches("ClientBuilder::command_timeout")
+                .count(),
+            1,
+            "the advice once, at the end: {unknown}"
+        );
+        let gave_up = slow.shared_copy().never_reached(Duration::from_secs(10));
+        assert_eq!(gave_up.remedy(), Some(Remedy::CommandTimeout));
+        assert!(!gave_up.is_transient());
+
+        assert_eq!(Error::invalid("no").remedy(), None);
+        assert_eq!(Error::invalid("no").situation(), "no");
     }
 
     /// The source says what Redis said in its words, without the Redis

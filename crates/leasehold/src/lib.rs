@@ -436,7 +436,7 @@ pub use deploy::{ReplicaAck, DEFAULT_REPLICA_TIMEOUT};
 pub use election::{Election, Leader, Leadership, MAX_LEADER_VALUE_LEN};
 pub use engine::lease::LossReason;
 pub use engine::watch::{LeaseEnd, LockEvent, LockWatch, WATCH_EVENTS_KEPT};
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, Remedy, Result};
 pub use fair_mutex::FairMutex;
 pub use guard::{DetachedLease, LeaseGuard, MutexGuard};
 pub use holder::{HoldMode, Holder, LockInfo, ReplicaStatus, Waiter, MAX_CLIENT_NAME_LEN};

@@ -708,11 +708,13 @@ impl RedlockMutex {
                     crate::ErrorKind::Quorum,
                     format!(
                         "force-release of lock {:?} reached {} of {n} masters (quorum not \
-                         reached): {last}",
+                         reached): {}",
                         self.keys.name,
-                        n - failed
+                        n - failed,
+                        last.situation()
                     ),
-                ));
+                )
+                .remedy_of(Some(&last)));
             }
         }
         Ok(removed)
@@ -744,10 +746,16 @@ impl RedlockMutex {
     }
 
     /// The lock as a majority of the masters see it: held when a majority
-    /// hold it, with the holder and lease of the first of those; the last
-    /// fence is the largest counter any master has, at least the last fence
-    /// handed out (a master that granted after the majority had counts its
-    /// own clock, which may be a little past it).
+    /// hold it, with the holder and lease of the first of those. While it
+    /// is held, the last fence is the holder's, the one its acquisition
+    /// returned: the counter that a majority of the masters hold the lock
+    /// at (its round two wrote it there). A master that granted after the
+    /// majority had keeps a fence of its own, from its clock, a little
+    /// past it: [`inspect_masters`](Self::inspect_masters) shows each
+    /// master's. While it is free (or while no counter is shared by a
+    /// majority of its holding masters, as in the moment its round two is
+    /// written), the last fence is the largest counter any master has, at
+    /// least the last fence handed out.
     ///
     /// # Errors
     ///
@@ -762,28 +770,46 @@ impl RedlockMutex {
         let n = masters.len();
         let majority = crate::engine::quorum::majority(n);
         let mut read = Vec::new();
-        let mut last = None;
+        let mut last: Option<Error> = None;
+        let mut passing = true;
         for master in masters {
             match master.info {
                 Ok(info) => read.push(info),
-                Err(error) => last = Some(error),
+                Err(error) => {
+                    passing &= error.is_transient();
+                    last = Some(error);
+                }
             }
         }
         if read.len() < majority {
-            return Err(Error::new(
+            let error = Error::new(
                 crate::ErrorKind::Quorum,
                 format!(
                     "inspect of lock {:?} read {} of {n} masters, fewer than a majority \
                      ({majority}): quorum not reached{}",
                     self.keys.name,
                     read.len(),
-                    last.map(|e| format!(" (last: {e})")).unwrap_or_default()
+                    last.as_ref()
+                        .map(|e| format!(" (last: {})", e.situation()))
+                        .unwrap_or_default()
                 ),
-            ));
+            )
+            .remedy_of(last.as_ref());
+            // Masters out of reach for a while: a look again may read them.
+            return Err(if passing { error.transient() } else { error });
         }
-        let last_fence = read.iter().filter_map(|info| info.last_fence).max();
         let held = read.iter().filter(|info| info.held).count() >= majority;
-        let at = read.iter().position(|info| info.held == held).unwrap_or(0);
+        let holders_fence = if held {
+            agreed_fence(&read, majority)
+        } else {
+            None
+        };
+        let last_fence = holders_fence.or(read.iter().filter_map(|info| info.last_fence).max());
+        let at = read
+            .iter()
+            .position(|info| info.held == held && (!held || info.last_fence == last_fence))
+            .or(read.iter().position(|info| info.held == held))
+            .unwrap_or(0);
         let mut chosen = read.swap_remove(at);
         chosen.last_fence = last_fence;
         chosen.held = held;
@@ -794,6 +820,23 @@ impl RedlockMutex {
         chosen.server = format!("{n} masters");
         Ok(chosen)
     }
+}
+
+/// The fence counter that at least `majority` of the masters read hold the
+/// lock at, if one is.
+fn agreed_fence(read: &[LockInfo], majority: usize) -> Option<u64> {
+    let mut counts: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+    for fence in read
+        .iter()
+        .filter(|info| info.held)
+        .filter_map(|info| info.last_fence)
+    {
+        *counts.entry(fence).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .find(|&(_, count)| count >= majority)
+        .map(|(fence, _)| fence)
 }
 
 impl Lock for RedlockMutex {

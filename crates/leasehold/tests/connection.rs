@@ -756,3 +756,74 @@ async fn a_wrong_address_ends_a_wait_but_an_outage_does_not() {
         .expect("a client that had reached redis rides out the outage");
     guard.release().await.unwrap();
 }
+
+/// A port where something else than Redis listens: every connection is
+/// read from once and answered with `reply`, then closed (`close`) or
+/// kept open. Returns its URL without the scheme (`127.0.0.1:PORT`).
+fn not_redis(reply: &'static [u8], close: bool) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request);
+                let _ = stream.write_all(reply);
+                if !close {
+                    // Held open until the client goes away.
+                    while matches!(stream.read(&mut request), Ok(n) if n > 0) {}
+                }
+            });
+        }
+    });
+    addr.to_string()
+}
+
+const HTTP_400: &[u8] =
+    b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 11\r\nConnection: \
+      close\r\n\r\nBad Request";
+
+/// A port that answers HTTP, or bytes of no protocol at all, is named not
+/// a Redis server, as a setting to fix: a wait ends on it at once, with no
+/// retry until the connect timeout.
+#[tokio::test]
+async fn a_port_that_is_not_redis_is_named_so() {
+    let cases = [
+        (not_redis(HTTP_400, true), "redis", Some("HTTP")),
+        (not_redis(HTTP_400, false), "redis", Some("HTTP")),
+        (not_redis(b"\x00\x01garbage\xff\xfe", false), "redis", None),
+        (not_redis(b"\x00\x01garbage\xff\xfe", true), "redis", None),
+        // TLS asked of a web server's plain port.
+        (not_redis(HTTP_400, true), "rediss", Some("HTTP")),
+    ];
+    for (addr, scheme, answered) in cases {
+        let client = Client::builder(format!("{scheme}://{addr}/#insecure"))
+            .connect_timeout(LONG)
+            .build()
+            .unwrap();
+        let mutex = client.mutex("job").unwrap();
+        let err = mutex.try_acquire().await.unwrap_err();
+        assert_eq!(
+            err.kind(),
+            ErrorKind::Config,
+            "{scheme} {answered:?}: {err:?}"
+        );
+        assert!(!err.is_transient(), "{err:?}");
+        let said = err.to_string();
+        assert!(
+            said.contains(&format!("{addr} is not a Redis server")),
+            "{said}"
+        );
+        match answered {
+            Some(protocol) => assert!(said.contains(&format!("answered {protocol}")), "{said}"),
+            None => assert!(said.contains("not the Redis protocol"), "{said}"),
+        }
+        assert!(!said.contains("TLS on this port"), "{said}");
+        // A wait does not retry it until the connect timeout: a retried
+        // fault would end as a Connection error after the 30 s.
+        let err = mutex.acquire_timeout(LONG * 2).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Config, "{err:?}");
+    }
+}

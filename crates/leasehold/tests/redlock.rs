@@ -415,6 +415,50 @@ async fn flush_sees_a_late_grant_fenced() {
     assert_eq!(mutex.release_token(&token).await.unwrap(), 3);
 }
 
+/// Masters that grant after the majority decided the fence keep a larger
+/// one of their own (here, counters planted far ahead): `inspect` reports
+/// the holder's fence, the one its acquisition returned, and
+/// `inspect_masters` each master's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_reports_the_holders_fence_not_a_late_masters() {
+    let masters = Masters::start(5);
+    let mut urls = masters.urls()[..3].to_vec();
+    let mut slow = Vec::new();
+    for server in &masters.servers()[3..] {
+        let _: () = cmd(server, &["SET", "leasehold:{job}:fence", FAR_AHEAD]).await;
+        let proxy = FaultProxy::start(server.addr());
+        proxy.set_reply_latency(Duration::from_millis(300));
+        urls.push(proxy.url());
+        slow.push(proxy);
+    }
+    let redlock = redlock(&urls);
+    let mutex = redlock.mutex("job").unwrap();
+    let guard = tokio::time::timeout(NO_HANG, mutex.acquire())
+        .await
+        .unwrap()
+        .unwrap();
+    redlock.flush().await;
+    let info = mutex.inspect().await.unwrap();
+    assert!(info.held);
+    assert_eq!(info.last_fence, Some(guard.fence()), "{info:?}");
+    let late = mutex
+        .inspect_masters()
+        .await
+        .into_iter()
+        .filter_map(|master| master.info.ok())
+        .filter(|info| info.last_fence > Some(guard.fence()))
+        .count();
+    assert!(late <= 2, "only the slow masters count their own");
+    for proxy in &slow {
+        proxy.set_reply_latency(Duration::ZERO);
+    }
+    guard.release().await.unwrap();
+    // Free: the largest counter any master has.
+    let info = mutex.inspect().await.unwrap();
+    assert!(!info.held);
+    assert!(info.last_fence > FAR_AHEAD.parse().ok(), "{info:?}");
+}
+
 /// A grant that arrives after the hold was released releases itself, and
 /// `flush` waits for that.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -401,15 +401,19 @@ impl Connection {
                 Ok(Ok(made)) => made,
                 Ok(Err(e)) => {
                     let refused = e.is_connection_refusal();
+                    // The server answered bytes that are not RESP.
+                    let garbled = e.kind() == redis::ErrorKind::Parse;
+                    let handshake = crate::error::is_tls_failure(&e);
                     let error = Error::redis(&self.address, "connect", e);
-                    if refused || !error.is_connection() {
+                    if refused || !(error.is_connection() || garbled || handshake) {
                         return Err(error);
                     }
                     let within = deadline.saturating_duration_since(Instant::now());
-                    return Err(self
-                        .mismatch(within.min(PROBE_AFTER_FAILURE))
-                        .await
-                        .unwrap_or(error));
+                    return Err(match self.mismatch(within.min(PROBE_AFTER_FAILURE)).await {
+                        Some(found) => found.error(&self.address),
+                        None if garbled => probe::Mismatch::NotRedis(None).error(&self.address),
+                        None => error,
+                    });
                 }
                 Err(_) => {
                     let error = Error::no_answer(&self.address, "connect", self.timeout);
@@ -422,7 +426,10 @@ impl Connection {
                         return Err(error);
                     }
                     let within = (self.timeout / 4).min(PROBE_AFTER_TIMEOUT);
-                    return Err(self.mismatch(within).await.unwrap_or(error));
+                    return Err(match self.mismatch(within).await {
+                        Some(found) => found.error(&self.address),
+                        None => error,
+                    });
                 }
             };
         // Valkey names the field server_mode.
@@ -455,11 +462,9 @@ impl Connection {
         Ok((conn, info))
     }
 
-    /// A settings error when the port speaks the other protocol than the URL.
-    async fn mismatch(&self, within: Duration) -> Option<Error> {
-        let addr = self.redis.get_connection_info().addr();
-        let found = probe::mismatch(addr, within).await?;
-        Some(found.error(&self.address))
+    /// What the port speaks, when it is another protocol than the URL's.
+    async fn mismatch(&self, within: Duration) -> Option<probe::Mismatch> {
+        probe::mismatch(self.redis.get_connection_info().addr(), within).await
     }
 
     /// Runs `f` on a connection taken with [`get`](Self::get), bounded by

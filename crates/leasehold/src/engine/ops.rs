@@ -150,9 +150,9 @@ pub(crate) async fn release_owned_token(
         ))),
         None => Err(Error::not_held(format!(
             "lock {name:?} is held at this token by another owner, not by {owner:?}: only \
-             the owner's handles release its {unit}s; use `Mutex::release_token` or \
-             `force_release` as an admin"
-        ))),
+             the owner's handles release its {unit}s"
+        ))
+        .with_remedy(crate::error::Remedy::ReleaseAsAdmin)),
     }
 }
 

@@ -781,10 +781,11 @@ impl Masters {
                 tally.failed,
                 tally.majority(),
                 last.as_ref()
-                    .map(|e| format!(", last: {e}"))
+                    .map(|e| format!(", last: {}", e.situation()))
                     .unwrap_or_default()
             ),
-        );
+        )
+        .remedy_of(last.as_ref());
         if let Some(source) = last {
             error = error.with_source(source);
         }
@@ -1786,10 +1787,11 @@ impl QuorumHeld {
                 tally.n,
                 tally.majority(),
                 last.as_ref()
-                    .map(|e| format!(" (last: {e})"))
+                    .map(|e| format!(" (last: {})", e.situation()))
                     .unwrap_or_default()
             ),
-        );
+        )
+        .remedy_of(last.as_ref());
         if let Some(last) = last {
             error = error.with_source(last);
         }
@@ -1853,9 +1855,12 @@ impl QuorumHeld {
                 tally.yes,
                 tally.n,
                 tally.failed,
-                last.map(|e| format!(" (last: {e})")).unwrap_or_default()
+                last.as_ref()
+                    .map(|e| format!(" (last: {})", e.situation()))
+                    .unwrap_or_default()
             ),
-        ))
+        )
+        .remedy_of(last.as_ref()))
     }
 
     /// Stops renewing without releasing. A grant that comes later is
