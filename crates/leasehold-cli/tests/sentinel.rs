@@ -182,7 +182,7 @@ fn by_default_a_replica_that_does_not_acknowledge_ends_the_wait_with_74() {
     let err = stderr(&out);
     let listed = format!("127.0.0.1:{}", replica.port());
     assert!(
-        err.contains("only 0 of its 1 connected replica") && err.contains(&listed),
+        err.contains("only 0 of its 1 replica (") && err.contains(&listed),
         "{err}"
     );
     assert!(

@@ -195,24 +195,25 @@ impl ClientBuilder {
     /// lock of this client (a lock may say otherwise with `with_replica_ack`).
     /// The default, [`ReplicaAck::Connected`] with a
     /// [`DEFAULT_REPLICA_TIMEOUT`](crate::DEFAULT_REPLICA_TIMEOUT) of 1 s,
-    /// waits for every replica the master has connected, so that a
-    /// failover to one of them keeps the lock; a master without replicas
-    /// pays nothing. [`ReplicaAck::Off`] grants as soon as the master has:
-    /// faster on a replicated master (no `WAIT`, which costs a round trip
-    /// from the master to its slowest replica per grant), but a failover to
-    /// a replica that had not got the grant yet can give the lock to a
-    /// second holder while the first still holds it.
+    /// waits for every replica of the master, those it lists and those that
+    /// could take over from it, so that a failover to one of them keeps the
+    /// lock; a master without replicas pays nothing. [`ReplicaAck::Off`]
+    /// grants as soon as the master has: faster on a replicated master (no
+    /// `WAIT`, which costs a round trip from the master to its slowest
+    /// replica per grant), but a failover to a replica that had not got the
+    /// grant yet can give the lock to a second holder while the first
+    /// still holds it.
     ///
-    /// While a replica the master still lists does not answer (stopped,
-    /// cut off: until the master drops it after its `repl-timeout`, 60 s by
-    /// default), no grant is acknowledged: each is undone, a wait with a
-    /// bound tries again until it runs out, and a wait without one gives
-    /// up after the [`connect_timeout`](Self::connect_timeout) with
+    /// While a replica that could take over does not acknowledge (stopped,
+    /// restarting, resynchronising, cut off from its master: until it is
+    /// back, or the sentinels or the cluster mark it down, or, for a master
+    /// named directly, the master drops it), no grant on that master is
+    /// acknowledged: each is undone, a wait with a bound tries again until
+    /// it runs out, and a wait without one gives up after the
+    /// [`connect_timeout`](Self::connect_timeout) with
     /// [`ErrorKind::ReplicasMissing`](crate::ErrorKind::ReplicasMissing). A
-    /// replica stopped cleanly (a rolling restart) leaves the list at once:
-    /// the grants in flight then cost up to one replica timeout more, and
-    /// until it is back (asked for again every 5 s) grants wait for the
-    /// replicas still there.
+    /// rolling restart of the replicas pauses grants on each master while
+    /// its replica is away; locks already held are not affected.
     pub fn replica_ack(mut self, ack: ReplicaAck) -> Self {
         self.config.replica_ack = ack;
         self

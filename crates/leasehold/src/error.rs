@@ -270,8 +270,9 @@ impl Error {
 
     /// Fewer replicas than asked acknowledged that the lock `name` was
     /// `done` (taken, extended) within the WAIT's `timeout`; `connected`:
-    /// those asked were every replica the master lists (`replicas`, their
-    /// addresses); `then` says what became of it.
+    /// those asked were every replica the master has (`replicas`, their
+    /// addresses: those it lists and those that could take over from it);
+    /// `then` says what became of it.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn replicas_missing(
         name: &str,
@@ -286,7 +287,7 @@ impl Error {
         let plural = if asked == 1 { "" } else { "s" };
         let which = if connected {
             format!(
-                "its {asked} connected replica{plural} ({})",
+                "its {asked} replica{plural} ({})",
                 replicas.join(", ")
             )
         } else {

@@ -305,10 +305,28 @@ pub struct ReplicaStatus {
     /// `host:port` of each replica the master listed connected and in
     /// sync when this client last asked (`INFO replication`).
     pub online: Vec<String>,
+    /// `host:port` of each replica that could take over from the master, as
+    /// the deployment knows them (a cluster's nodes, the sentinels), cut
+    /// off from it or not; empty for a master named directly. A grant waits
+    /// for as many replicas as the longer of the two lists.
+    pub promotable: Vec<String>,
     /// The last acknowledgement this client asked for on this master,
     /// when too few replicas gave it: `(acknowledged, asked)`. `None` once
     /// one was had.
     pub last_shortfall: Option<(u32, u32)>,
+}
+
+impl ReplicaStatus {
+    /// Every replica named, listed by the master or able to take over.
+    pub(crate) fn named(&self) -> Vec<String> {
+        let mut all = self.online.clone();
+        for replica in &self.promotable {
+            if !all.contains(replica) {
+                all.push(replica.clone());
+            }
+        }
+        all
+    }
 }
 
 /// One waiter in a lock's waiter queue, as [`Mutex::waiters`](crate::Mutex::waiters)

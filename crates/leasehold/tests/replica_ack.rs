@@ -81,7 +81,7 @@ async fn behind_sentinel_a_grant_waits_for_the_replica_by_default() {
     assert_eq!(err.kind(), ErrorKind::ReplicasMissing, "{err:?}");
     let text = err.to_string();
     assert!(
-        text.contains("only 0 of its 1 connected replica")
+        text.contains("only 0 of its 1 replica (")
             && text.contains(&listed(replica))
             && text.contains("it was released and is not held"),
         "{text}"
@@ -131,10 +131,90 @@ async fn behind_sentinel_a_grant_waits_for_the_replica_by_default() {
     guard.release().await.unwrap();
 }
 
-/// A replica stopped for good (a rolling restart, a crash the master
-/// sees) leaves the master's list: grants go on without it.
+/// The master's replicas cut off from it (it refuses their PSYNC): the
+/// master no longer lists them, but the sentinels could still promote
+/// them, so a grant they cannot have is not made.
+fn cut_off(master: &RedisServer, on: bool) {
+    let acl = if on { ["-psync", "-sync"] } else { ["+psync", "+sync"] };
+    let reply = master
+        .command(&["ACL", "SETUSER", "default", acl[0], acl[1]])
+        .unwrap();
+    assert_eq!(reply, "OK");
+    if on {
+        master.command(&["CLIENT", "KILL", "TYPE", "replica"]).unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_that_left_is_no_longer_waited_for() {
+async fn a_replica_cut_off_that_could_still_take_over_is_waited_for() {
+    let group = Sentinels::start(1, 1);
+    let client = client(&group.url());
+    let replica = group.replicas()[0];
+    let mutex = client.mutex("job").unwrap();
+    mutex.acquire().await.unwrap().release().await.unwrap();
+    let status = mutex.inspect().await.unwrap().replicas.unwrap();
+    assert_eq!(status.promotable, [listed(replica)], "{status:?}");
+
+    cut_off(group.master(), true);
+    tokio::time::timeout(LONG, async {
+        while group
+            .master()
+            .command(&["INFO", "replication"])
+            .unwrap()
+            .contains("slave0:")
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the master drops its replica");
+    let err = mutex.try_acquire().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ReplicasMissing, "{err:?}");
+    assert!(!exists(group.master(), "leasehold:{job}"));
+
+    cut_off(group.master(), false);
+    let guard = mutex.acquire_timeout(LONG).await.unwrap();
+    assert!(exists(replica, "leasehold:{job}"));
+    guard.release().await.unwrap();
+}
+
+/// The same on a cluster: the master knows its replica through the
+/// cluster's bus when their replication link is cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_replica_cut_off_is_waited_for() {
+    let cluster = RedisCluster::start(3, 1);
+    let client = client(&cluster.urls().join(","));
+    let key = "leasehold:{job}";
+    let master = cluster.master_for_key(key);
+    let replica = cluster.replicas_of(cluster.shard_of_slot(leasehold_testkit::key_slot("job")))[0];
+    let mutex = client.mutex("job").unwrap();
+    mutex.acquire().await.unwrap().release().await.unwrap();
+    let status = mutex.inspect().await.unwrap().replicas.unwrap();
+    assert_eq!(status.promotable, [listed(replica)], "{status:?}");
+
+    cut_off(master, true);
+    tokio::time::timeout(LONG, async {
+        while master
+            .command(&["INFO", "replication"])
+            .unwrap()
+            .contains("slave0:")
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the master drops its replica");
+    let err = mutex.try_acquire().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ReplicasMissing, "{err:?}");
+    assert!(!exists(master, key));
+    cut_off(master, false);
+}
+
+/// A replica stopped for good (a crash) leaves the master's list at once,
+/// but could still be promoted until the sentinels find it down: grants
+/// wait for it until then, and go on without it after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_the_sentinels_find_down_is_no_longer_waited_for() {
     let mut group = Sentinels::start(1, 1);
     let client = client(&group.url());
     client
@@ -147,9 +227,9 @@ async fn a_replica_that_left_is_no_longer_waited_for() {
         .await
         .unwrap();
     tokio::task::block_in_place(|| group.stop_replica(0));
-    let guard = client.mutex("a").unwrap().try_acquire().await.unwrap();
+    let guard = client.mutex("a").unwrap().acquire_timeout(LONG).await;
     guard
-        .expect("granted once the replica has left")
+        .expect("granted once the replica is down")
         .release()
         .await
         .unwrap();

@@ -143,6 +143,8 @@ pub(crate) struct Connection {
     replicas: Mutex<ReplicaList>,
     /// One request at a time asks the replicas to acknowledge its writes.
     ack_turn: std::sync::Arc<tokio::sync::Semaphore>,
+    /// The server runs in cluster mode.
+    cluster: AtomicBool,
 }
 
 /// The command that deletes a key only if it holds a given value, where the
@@ -179,6 +181,7 @@ impl Connection {
             compare_and_delete: AtomicU8::new(CompareAndDelete::Unknown as u8),
             replicas: Mutex::default(),
             ack_turn: std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
+            cluster: AtomicBool::new(false),
         }
     }
 
@@ -213,14 +216,29 @@ impl Connection {
         self.replica_list().is_due()
     }
 
-    /// What the server said of its replicas just now.
-    pub(crate) fn read_replicas(&self, info: &str) {
-        self.replica_list().replace(ReplicaList::parse(info));
+    /// What the server said of its replicas just now (`INFO
+    /// replication`), and of those that could take over from it when it
+    /// was asked that too (`CLUSTER NODES`).
+    pub(crate) fn read_replicas(&self, info: &str, nodes: Option<&str>) {
+        let promotable = nodes.map(ReplicaList::promotable_in_cluster);
+        self.replica_list()
+            .replace(ReplicaList::parse(info), promotable);
     }
 
-    /// How many replicas the server listed connected and in sync.
-    pub(crate) fn online_replicas(&self) -> u32 {
-        self.replica_list().online()
+    /// The replicas that could take over from the server, as its
+    /// deployment knows them (the sentinels).
+    pub(crate) fn promotable_replicas(&self, replicas: Vec<String>) {
+        self.replica_list().set_promotable(replicas);
+    }
+
+    /// How many replicas a grant waits for (see [`ReplicaList::asked`]).
+    pub(crate) fn replicas_asked(&self) -> u32 {
+        self.replica_list().asked()
+    }
+
+    /// Whether the server runs in cluster mode, as its connection found.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster.load(Ordering::Relaxed)
     }
 
     /// How an acknowledgement asked of the server's replicas went.
@@ -458,7 +476,14 @@ impl Connection {
                 .map(|id| digest(&[id])),
             clock,
         };
-        self.read_replicas(&replication);
+        self.cluster.store(info.cluster, Ordering::Relaxed);
+        if info.cluster {
+            // Its replicas, and which could take over, are read with
+            // CLUSTER NODES before a grant relies on them.
+            self.replica_list().mark_due();
+        } else {
+            self.read_replicas(&replication, None);
+        }
         Ok((conn, info))
     }
 

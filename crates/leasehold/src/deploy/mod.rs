@@ -197,7 +197,7 @@ impl Route {
                         })
                         .await?;
                 }
-                let online = connection.online_replicas();
+                let online = connection.replicas_asked();
                 (online > 0).then_some((online, timeout))
             }
         };
@@ -240,7 +240,7 @@ impl Route {
             ReplicaAck::Off => return Ok(conn::AckPermit::none()),
             ReplicaAck::AtLeast { replicas, timeout } => (replicas, timeout),
             ReplicaAck::Connected { timeout } => {
-                let online = connection.online_replicas();
+                let online = connection.replicas_asked();
                 if online == 0 && !connection.replicas_due() {
                     return Ok(conn::AckPermit::none());
                 }
@@ -359,11 +359,33 @@ async fn read_replicas(
     conn: &mut redis::aio::MultiplexedConnection,
     connection: &conn::Connection,
 ) -> redis::RedisResult<()> {
-    let info: String = redis::cmd("INFO")
+    if !connection.is_cluster() {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(conn)
+            .await?;
+        connection.read_replicas(&info, None);
+        return Ok(());
+    }
+    // A cluster's master knows its replicas cut off from it too; where this
+    // user may not ask (an ACL), its list alone is what is known.
+    let mut replies = redis::pipe()
+        .ignore_errors()
+        .cmd("INFO")
         .arg("replication")
-        .query_async(conn)
-        .await?;
-    connection.read_replicas(&info);
+        .cmd("CLUSTER")
+        .arg("NODES")
+        .query_async::<Vec<redis::Value>>(conn)
+        .await?
+        .into_iter();
+    let text = |value: Option<redis::Value>| match value {
+        Some(redis::Value::BulkString(bytes)) => String::from_utf8(bytes).ok(),
+        Some(redis::Value::VerbatimString { text, .. }) => Some(text),
+        _ => None,
+    };
+    let info = text(replies.next()).unwrap_or_default();
+    let nodes = text(replies.next());
+    connection.read_replicas(&info, nodes.as_deref());
     Ok(())
 }
 
@@ -437,7 +459,7 @@ impl Call<'_> {
             // A replica that left during the WAIT is not waited for: every
             // replica still there has the write.
             read_replicas(conn, self.connection).await?;
-            acked.asked = acked.asked.min(self.connection.online_replicas());
+            acked.asked = acked.asked.min(self.connection.replicas_asked());
         }
         self.connection.note_ack(acked);
         Ok((reply, Some(acked)))

@@ -38,13 +38,19 @@ const REREAD_AFTER: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ReplicaAck {
-    /// Every replica the master lists as connected and in sync (`INFO
-    /// replication`, `state=online`) must acknowledge within `timeout`.
+    /// Every replica of the master must acknowledge within `timeout`:
+    /// those it lists as connected and in sync (`INFO replication`,
+    /// `state=online`), and at least as many as could take over from it,
+    /// cut off from it or not: on a Redis Cluster its replicas not marked
+    /// failed (`CLUSTER NODES`, asked of the master), behind Sentinel the
+    /// replicas the sentinels could promote (not down, not of priority 0,
+    /// not cut off for longer than ten times `down-after-milliseconds`).
     /// A master without replicas is sent no `WAIT` and pays nothing. The
-    /// default, with [`DEFAULT_REPLICA_TIMEOUT`]. The list is read when a
-    /// connection is made, again every few seconds while locks are taken,
-    /// and at once when an acknowledgement falls short (a replica that
-    /// left is then no longer waited for).
+    /// default, with [`DEFAULT_REPLICA_TIMEOUT`]. The lists are read when a
+    /// connection is made (and a master found), again every few seconds
+    /// while locks are taken, and at once when an acknowledgement falls
+    /// short (a replica that left and could not take over is then no
+    /// longer waited for).
     Connected {
         /// How long Redis waits for them (10 ms to 60 s).
         timeout: Duration,
@@ -125,11 +131,17 @@ impl Acked {
     }
 }
 
-/// What a master last said of its replicas, as one connection read it.
+/// What a master last said of its replicas, as one connection read it,
+/// and which of its replicas could take over from it.
 #[derive(Debug, Default)]
 pub(crate) struct ReplicaList {
     /// `ip:port` of each replica listed connected and in sync.
     online: Vec<String>,
+    /// `ip:port` of each replica that could be promoted in its place, as
+    /// the deployment knows them (a cluster's nodes, the sentinels), even
+    /// when cut off from it: a grant they have not got is not safe. Empty
+    /// where nothing but the master says (a master named directly).
+    promotable: Vec<String>,
     /// When it was read; `None`: never, or to be read again at once.
     read: Option<Instant>,
     /// The last acknowledgement asked of them, when it fell short.
@@ -160,9 +172,47 @@ impl ReplicaList {
             .collect();
         ReplicaList {
             online,
+            promotable: Vec::new(),
             read: Some(Instant::now()),
             short: None,
         }
+    }
+
+    /// The replicas of the master whose own view `nodes` is (`CLUSTER
+    /// NODES`, asked of the master) that could take over from it: those
+    /// that replicate it and are not known failed. A replica cut off from
+    /// the master is one of them: the cluster may still promote it.
+    pub(crate) fn promotable_in_cluster(nodes: &str) -> Vec<String> {
+        let lines: Vec<Vec<&str>> = nodes
+            .lines()
+            .map(|line| line.split_ascii_whitespace().collect())
+            .collect();
+        let flags = |fields: &[&str]| -> Vec<String> {
+            fields
+                .get(2)
+                .map(|f| f.split(',').map(str::to_owned).collect())
+                .unwrap_or_default()
+        };
+        let Some(me) = lines
+            .iter()
+            .find(|fields| flags(fields).iter().any(|f| f == "myself"))
+            .and_then(|fields| fields.first())
+        else {
+            return Vec::new();
+        };
+        lines
+            .iter()
+            .filter(|fields| fields.get(3) == Some(me))
+            .filter(|fields| {
+                !flags(fields)
+                    .iter()
+                    .any(|f| matches!(f.as_str(), "fail" | "handshake" | "noaddr"))
+            })
+            .filter_map(|fields| {
+                let addr = fields.get(1)?;
+                Some(addr.split(['@', ',']).next()?.to_owned())
+            })
+            .collect()
     }
 
     /// Whether it is to be read again before a grant relies on it.
@@ -170,17 +220,32 @@ impl ReplicaList {
         self.read.is_none_or(|at| at.elapsed() >= REREAD_AFTER)
     }
 
-    /// How many replicas the master listed connected and in sync.
-    pub(crate) fn online(&self) -> u32 {
-        u32::try_from(self.online.len()).unwrap_or(u32::MAX)
+    /// To be read again before a grant relies on it.
+    pub(crate) fn mark_due(&mut self) {
+        self.read = None;
     }
 
-    /// A new reading replaces this one; the last shortfall stays until an
+    /// A new reading of the master's list (`INFO replication`) replaces
+    /// this one, with the replicas that could take over when they were read
+    /// with it (else those known stay); the last shortfall stays until an
     /// acknowledgement is had.
-    pub(crate) fn replace(&mut self, new: ReplicaList) {
-        let short = self.short.take();
+    pub(crate) fn replace(&mut self, mut new: ReplicaList, promotable: Option<Vec<String>>) {
+        new.short = self.short.take();
+        new.promotable = promotable.unwrap_or_else(|| std::mem::take(&mut self.promotable));
         *self = new;
-        self.short = short;
+    }
+
+    /// The replicas the deployment says could take over (see
+    /// [`promotable`](Self::promotable)).
+    pub(crate) fn set_promotable(&mut self, replicas: Vec<String>) {
+        self.promotable = replicas;
+    }
+
+    /// How many replicas a grant waits for: every one the master lists in
+    /// sync, and at least as many as could take over from it.
+    pub(crate) fn asked(&self) -> u32 {
+        let n = self.online.len().max(self.promotable.len());
+        u32::try_from(n).unwrap_or(u32::MAX)
     }
 
     /// The last acknowledgement asked, when it fell short.
@@ -193,7 +258,7 @@ impl ReplicaList {
         if acked.is_short() {
             self.short = Some(acked);
             // Read again before the next grant: a replica may have left.
-            self.read = None;
+            self.mark_due();
         } else {
             self.short = None;
         }
@@ -205,6 +270,7 @@ impl ReplicaList {
     pub(crate) fn status(&self) -> ReplicaStatus {
         ReplicaStatus {
             online: self.online.clone(),
+            promotable: self.promotable.clone(),
             last_shortfall: self.short.map(|a| (a.acked, a.asked)),
         }
     }
@@ -223,10 +289,10 @@ mod tests {
             slave_expires_tracked_keys:0\r\nmaster_replid:abc\r\n";
         let list = ReplicaList::parse(info);
         assert_eq!(list.online, ["10.0.0.5:6380", "::1:6382"]);
-        assert_eq!(list.online(), 2);
+        assert_eq!(list.asked(), 2);
         assert!(!list.is_due());
         assert_eq!(
-            ReplicaList::parse("role:master\r\nconnected_slaves:0\r\n").online(),
+            ReplicaList::parse("role:master\r\nconnected_slaves:0\r\n").asked(),
             0
         );
     }
@@ -236,10 +302,39 @@ mod tests {
         let mut list = ReplicaList::parse("slave0:ip=a,port=1,state=online\r\n");
         list.note(Acked { asked: 1, acked: 0 });
         assert!(list.is_due());
-        list.replace(ReplicaList::parse(""));
+        list.replace(ReplicaList::parse(""), None);
         assert_eq!(list.short, Some(Acked { asked: 1, acked: 0 }));
         list.note(Acked { asked: 0, acked: 0 });
         assert_eq!(list.short, None);
+    }
+
+    #[test]
+    fn replicas_that_could_take_over_are_waited_for_even_when_cut_off() {
+        let mut list = ReplicaList::parse("role:master\r\nconnected_slaves:0\r\n");
+        assert_eq!(list.asked(), 0);
+        list.set_promotable(vec!["10.0.0.6:6380".to_owned()]);
+        assert_eq!(list.asked(), 1);
+        // Another reading of the master alone keeps what the deployment said.
+        list.replace(ReplicaList::parse(""), None);
+        assert_eq!(list.asked(), 1);
+        list.replace(ReplicaList::parse(""), Some(Vec::new()));
+        assert_eq!(list.asked(), 0);
+    }
+
+    #[test]
+    fn a_cluster_master_s_replicas_are_those_not_failed() {
+        let nodes = "\
+            aaa 10.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460\n\
+            bbb 10.0.0.2:7001@17001,host-b slave aaa 0 1 1 connected\n\
+            ccc 10.0.0.3:7002@17002 slave,fail aaa 0 1 1 disconnected\n\
+            ddd 10.0.0.4:7003@17003 slave,fail? aaa 0 1 1 connected\n\
+            eee 10.0.0.5:7004@17004 slave fff 0 1 2 connected\n\
+            fff 10.0.0.6:7005@17005 master - 0 1 2 connected 5461-10922\n";
+        assert_eq!(
+            ReplicaList::promotable_in_cluster(nodes),
+            ["10.0.0.2:7001", "10.0.0.4:7003"]
+        );
+        assert!(ReplicaList::promotable_in_cluster("").is_empty());
     }
 
     #[test]

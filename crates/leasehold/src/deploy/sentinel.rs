@@ -32,6 +32,9 @@ use crate::error::{Error, ErrorKind, Redirect, Result};
 
 /// The channel on which sentinels announce a new master.
 const SWITCH_MASTER: &str = "+switch-master";
+/// How often the listener asks its sentinel which replicas could take
+/// over from the master.
+const REPLICAS_EVERY: Duration = Duration::from_secs(2);
 /// The listener's pause before it tries the next sentinel, doubling.
 const LISTEN_RETRY: Duration = Duration::from_millis(100);
 const LISTEN_RETRY_MAX: Duration = Duration::from_secs(2);
@@ -206,6 +209,14 @@ impl Sentinel {
             Some(same) => same,
             None => self.confirm(&addr).await?,
         };
+        // Which replicas could take over from it: a grant waits for them,
+        // cut off from the master or not (see `ReplicaList`).
+        for (sentinel, _) in &self.sentinels {
+            if let Ok(replicas) = promotable(sentinel, &self.name, self.command_timeout).await {
+                master.connection.promotable_replicas(replicas);
+                break;
+            }
+        }
         let mut current = self.shared.current();
         if current.switches != switches
             && current
@@ -423,6 +434,83 @@ async fn master_addr(
     Ok(reply.map(|(host, port)| join_addr(&host, port)))
 }
 
+/// The replicas of master `name` that its sentinels could promote in its
+/// place, as one sentinel sees them: not down (`s_down`, `o_down`) or out
+/// of its reach (`disconnected`), not of priority 0, and not cut off from
+/// the master for longer than the sentinels let a replica be and still
+/// promote it (ten times `down-after-milliseconds`). One cut off for less
+/// is among them: a failover may still promote it.
+async fn promotable(
+    sentinel: &redis::Client,
+    name: &str,
+    timeout: Duration,
+) -> redis::RedisResult<Vec<String>> {
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout));
+    let mut conn = sentinel
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    let (master, replicas): (Value, Value) = redis::pipe()
+        .cmd("SENTINEL")
+        .arg("MASTER")
+        .arg(name)
+        .cmd("SENTINEL")
+        .arg("REPLICAS")
+        .arg(name)
+        .query_async(&mut conn)
+        .await?;
+    Ok(promotable_of(&master, &replicas))
+}
+
+/// What [`promotable`] reads from `SENTINEL MASTER` and `SENTINEL REPLICAS`.
+fn promotable_of(master: &Value, replicas: &Value) -> Vec<String> {
+    let down_after = fields(master)
+        .get("down-after-milliseconds")
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .unwrap_or(30_000);
+    let Value::Array(replicas) = replicas else {
+        return Vec::new();
+    };
+    replicas
+        .iter()
+        .map(fields)
+        .filter(|replica| {
+            let flags = replica.get("flags").map_or("", String::as_str);
+            let down = flags
+                .split(',')
+                .any(|f| matches!(f, "s_down" | "o_down" | "disconnected"));
+            let priority = replica
+                .get("replica-priority")
+                .or_else(|| replica.get("slave-priority"))
+                .and_then(|p| p.parse::<u64>().ok());
+            let cut_off_ms = replica
+                .get("master-link-down-time")
+                .and_then(|ms| ms.parse::<u64>().ok())
+                .unwrap_or(0);
+            !down && priority != Some(0) && cut_off_ms <= down_after.saturating_mul(10)
+        })
+        .filter_map(|replica| {
+            let port = replica.get("port")?.parse::<u16>().ok()?;
+            Some(join_addr(replica.get("ip")?, port))
+        })
+        .collect()
+}
+
+/// The fields of a sentinel's reply about one server: a flat array of
+/// names and values (RESP2), or a map.
+fn fields(value: &Value) -> std::collections::HashMap<String, String> {
+    let pairs: Vec<(&Value, &Value)> = match value {
+        Value::Array(items) => items.chunks(2).filter_map(|p| Some((p.first()?, p.get(1)?))).collect(),
+        Value::Map(pairs) => pairs.iter().map(|(k, v)| (k, v)).collect(),
+        _ => Vec::new(),
+    };
+    pairs
+        .into_iter()
+        .filter_map(|(k, v)| Some((scripts::as_text(k)?, scripts::as_text(v)?)))
+        .collect()
+}
+
 fn join_addr(host: &str, port: u16) -> String {
     if host.contains(':') {
         format!("[{host}]:{port}")
@@ -458,7 +546,27 @@ async fn listen(
                 }
                 pause = LISTEN_RETRY;
                 let mut messages = pubsub.on_message();
-                while let Some(message) = messages.next().await {
+                let mut replicas = tokio::time::interval(REPLICAS_EVERY);
+                replicas.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    let message = tokio::select! {
+                        message = messages.next() => message,
+                        _ = replicas.tick() => {
+                            let Some(shared) = shared.upgrade() else {
+                                return;
+                            };
+                            let master = shared.current().master.clone();
+                            if let Some(master) = master {
+                                if let Ok(list) = promotable(sentinel, &name, timeout).await {
+                                    master.connection.promotable_replicas(list);
+                                }
+                            }
+                            continue;
+                        }
+                    };
+                    let Some(message) = message else {
+                        break;
+                    };
                     let Ok(payload) = message.get_payload::<String>() else {
                         continue;
                     };

@@ -65,7 +65,7 @@ pub(crate) async fn renew_one(
                 acked.acked,
                 acked.asked,
                 matches!(ack, ReplicaAck::Connected { .. }),
-                &route.replicas().online,
+                &route.replicas().named(),
                 ack.timeout().unwrap_or_default(),
                 "the lease stays extended on the master",
             )),

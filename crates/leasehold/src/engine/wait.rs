@@ -577,7 +577,7 @@ async fn attempt<'k>(
         Err(acked) => {
             return Ok(Outcome::Unacked {
                 acked,
-                replicas: route.replicas().online,
+                replicas: route.replicas().named(),
             })
         }
     };
@@ -726,7 +726,7 @@ async fn run_attempt(
         (Ok(Outcome::Granted { .. }), Some(acked)) if acked.is_short() => {
             return Ok(Outcome::Unacked {
                 acked,
-                replicas: route.replicas().online,
+                replicas: route.replicas().named(),
             });
         }
         _ => {}
