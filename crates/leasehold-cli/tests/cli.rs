@@ -436,6 +436,32 @@ fn names_with_braces_are_locks_like_any_other() {
     assert_eq!(stdout(&out).trim(), "}{");
 }
 
+/// Lock names and command lines of multi-byte characters, long enough for
+/// a server that quotes a command's first 128 bytes back to cut inside
+/// one: the run releases its locks and exits with its command's code.
+#[test]
+fn multibyte_names_and_command_lines_run_and_release() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let report = ["user:{42}", "xyzw-锁"];
+    let out = leasehold(
+        &url,
+        &["run", report[0], report[1], "--", "true", "xxxxxxxxxx"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    for shift in 0..3 {
+        // Shifted by a byte each time: two of three cuts fall inside a
+        // character.
+        let wide = format!("{}{}", "x".repeat(shift), "锁".repeat(50));
+        let out = leasehold(&url, &["run", &wide, "--no-wait", "--", "true", &wide]);
+        assert!(out.status.success(), "{shift}: {}", stderr(&out));
+        assert_eq!(inspect(&url, &wide)["held"], false);
+    }
+    for name in report {
+        assert_eq!(inspect(&url, name)["held"], false);
+    }
+}
+
 #[test]
 fn acquire_extend_release_and_inspect_for_shell_scripts() {
     let server = RedisServer::start();
