@@ -462,6 +462,37 @@ fn multibyte_names_and_command_lines_run_and_release() {
     }
 }
 
+/// `watch --once` lines its columns up by the columns a name takes on a
+/// terminal, not by its characters or bytes.
+#[test]
+fn watch_aligns_names_that_take_two_columns_a_character() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let names = ["job", "锁锁锁", "é-job"];
+    let (_token, _fence) = acquire(&url, names[1], "1m");
+    let out = leasehold(&url, &["watch", "--once", names[0], names[1], names[2]]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    // Where the state column starts on each line, in terminal columns
+    // (each 锁 takes two).
+    let starts: Vec<usize> = text
+        .lines()
+        .map(|line| {
+            let at = ["state", "held", "free"]
+                .iter()
+                .filter_map(|word| line.find(&format!("  {word}")))
+                .min()
+                .unwrap_or_else(|| panic!("no state on {line:?}"));
+            line[..at]
+                .chars()
+                .map(|c| if c == '锁' { 2 } else { 1 })
+                .sum()
+        })
+        .collect();
+    assert_eq!(starts.len(), 4, "{text}");
+    assert!(starts.iter().all(|s| *s == starts[0]), "{starts:?}\n{text}");
+}
+
 #[test]
 fn acquire_extend_release_and_inspect_for_shell_scripts() {
     let server = RedisServer::start();
