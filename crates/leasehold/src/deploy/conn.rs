@@ -287,9 +287,9 @@ impl Connection {
                 .await?;
             let asked = Instant::now();
             type Replies = (
-                redis::RedisResult<String>,
-                redis::RedisResult<String>,
-                redis::RedisResult<String>,
+                redis::RedisResult<redis::Value>,
+                redis::RedisResult<redis::Value>,
+                redis::RedisResult<redis::Value>,
                 redis::RedisResult<Vec<redis::Value>>,
             );
             let (server, cluster, replication, commands): Replies = redis::pipe()
@@ -305,7 +305,11 @@ impl Connection {
                 .arg(&OPTIONAL_COMMANDS)
                 .query_async(&mut conn)
                 .await?;
-            let (server, cluster, replication) = (server?, cluster?, replication?);
+            let (server, cluster, replication) = (
+                info_text(server)?,
+                info_text(cluster)?,
+                info_text(replication)?,
+            );
             // A server that will not say (COMMAND refused to this user).
             let commands = commands.ok();
             let clock = info_field(&server, "server_time_usec")
@@ -475,6 +479,16 @@ fn digest(parts: &[&str]) -> u64 {
         }
     }
     hash
+}
+
+/// An `INFO` reply as text. It holds paths of the server's host (its
+/// executable, its config file), which need not be UTF-8: such bytes are
+/// replaced, never refused.
+fn info_text(reply: redis::RedisResult<redis::Value>) -> redis::RedisResult<String> {
+    match reply? {
+        redis::Value::BulkString(bytes) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
+        other => Ok(redis::from_redis_value(other)?),
+    }
 }
 
 /// The value of `field` in an `INFO` reply.
