@@ -389,14 +389,7 @@ impl Error {
                 ),
             )
         } else if let Some(command) = unknown_script_command(&err) {
-            Error::new(
-                ErrorKind::Config,
-                format!(
-                    "redis at {address} does not know {command}, which leasehold needs: it is \
-                     not a Redis data node with Lua scripting; if it is a Sentinel, point the \
-                     URL at the master it watches"
-                ),
-            )
+            Error::lacks_command(address, &command)
         } else if let Some(why) = not_ready(&err) {
             Error::new(
                 ErrorKind::Connection,
@@ -445,6 +438,19 @@ impl Error {
             )
         };
         error.with_source(RedisCause(err))
+    }
+
+    /// The server at `address` does not have `command`, a scripting
+    /// command leasehold needs.
+    pub(crate) fn lacks_command(address: &str, command: &str) -> Self {
+        Error::new(
+            ErrorKind::Config,
+            format!(
+                "redis at {address} does not know {command}, which leasehold needs: it is \
+                 not a Redis data node with Lua scripting; if it is a Sentinel, point the \
+                 URL at the master it watches"
+            ),
+        )
     }
 
     /// The URL names a Sentinel: it answers `INFO` but keeps no keys.

@@ -108,6 +108,32 @@ async fn a_server_without_its_optional_commands_takes_multibyte_names() {
     assert!(common::evalsha_calls(&server).await > 0);
 }
 
+/// A server without Lua scripting is refused as such, whatever the name: it
+/// is never sent a script it would answer by quoting the name.
+#[tokio::test]
+async fn a_server_without_scripting_is_refused_as_such() {
+    let plain = RedisServer::start();
+    let mut renames = Vec::new();
+    for command in ["EVALSHA", "EVAL", "FCALL", "DELIFEQ", "DELEX"] {
+        if has(&plain, command).await {
+            renames.extend(["--rename-command", command, ""]);
+        }
+    }
+    drop(plain);
+    let server = RedisServer::start_with_args(&renames);
+    let client = common::client(&server);
+    for name in shifted_runs("", 50) {
+        let err = client
+            .mutex(&name)
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), leasehold::ErrorKind::Config, "{err}");
+        assert!(err.to_string().contains("does not know EVALSHA"), "{err}");
+    }
+}
+
 /// A user that may not run COMMAND, so that the client cannot ask which
 /// commands the server has: FCALL goes by the server's version, and the
 /// compare-and-delete is left to a script.

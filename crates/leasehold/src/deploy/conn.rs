@@ -54,6 +54,9 @@ pub(crate) struct ServerInfo {
     pub(crate) clock: Option<ClockReading>,
     /// The server has FCALL (Redis 7.0 on, Valkey).
     pub(crate) functions: bool,
+    /// The server has EVALSHA: it has Lua scripting, unless it was taken
+    /// away (a Sentinel never has it, but is refused before).
+    pub(crate) evalsha: bool,
     /// Which compare-and-delete the server has.
     pub(crate) compare_and_delete: CompareAndDelete,
 }
@@ -131,7 +134,7 @@ pub(crate) enum CompareAndDelete {
 /// arguments, where a lock's name and its holder's identity are, cut
 /// inside a character as often as not; and redis-rs reads an error line
 /// as UTF-8 or drops the connection, with every request on it.
-const OPTIONAL_COMMANDS: [&str; 3] = ["FCALL", "DELIFEQ", "DELEX"];
+const OPTIONAL_COMMANDS: [&str; 4] = ["FCALL", "DELIFEQ", "DELEX", "EVALSHA"];
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -366,7 +369,7 @@ impl Connection {
         // COMMAND INFO answers nil for each command the server lacks.
         let commands = commands.map(|reply| {
             let has = |at: usize| reply.get(at).is_some_and(|c| *c != redis::Value::Nil);
-            [has(0), has(1), has(2)]
+            [has(0), has(1), has(2), has(3)]
         });
         let info = ServerInfo {
             started: now.checked_sub(Duration::from_secs(uptime)).unwrap_or(now),
@@ -382,12 +385,13 @@ impl Connection {
                 .map(|id| digest(&[id])),
             clock,
             // Unasked, by the version: every server from 7.0 on has FCALL.
-            functions: commands.map_or(seven, |[fcall, _, _]| fcall),
+            functions: commands.map_or(seven, |[fcall, ..]| fcall),
             compare_and_delete: match commands {
-                Some([_, true, _]) => CompareAndDelete::DelIfEq,
-                Some([_, _, true]) => CompareAndDelete::DelEx,
+                Some([_, true, ..]) => CompareAndDelete::DelIfEq,
+                Some([_, _, true, _]) => CompareAndDelete::DelEx,
                 _ => CompareAndDelete::None,
             },
+            evalsha: commands.is_none_or(|[.., evalsha]| evalsha),
         };
         Ok((conn, info))
     }

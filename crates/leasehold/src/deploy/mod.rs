@@ -38,7 +38,7 @@ use crate::engine::scripts::{
     is_noscript_error, is_readonly_error, Publish, Scripts,
 };
 use crate::engine::ReplicaAck;
-use crate::error::{Redirect, Result};
+use crate::error::{Error, Redirect, Result};
 
 /// A future a deployment returns: boxed, so that the trait stays usable
 /// as `dyn Deployment`. One allocation per request, against a network
@@ -178,6 +178,10 @@ impl Route {
         let function = scripts
             .function(script)
             .filter(|_| self.connection.functions(&self.checkout.server));
+        if function.is_none() && !self.checkout.server.evalsha {
+            // Never sent to find out: see conn::OPTIONAL_COMMANDS.
+            return Err(Error::lacks_command(self.address(), "EVALSHA"));
+        }
         let connection = &self.connection;
         self.connection
             .run_on_within(self.checkout, operation, within, |mut conn, _| async move {
