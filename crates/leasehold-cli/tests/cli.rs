@@ -462,6 +462,23 @@ fn multibyte_names_and_command_lines_run_and_release() {
     }
 }
 
+/// A command's arguments are bytes, as `exec` takes them: one that is not
+/// UTF-8 (a Latin-1 file name) is passed on as it is.
+#[test]
+fn run_passes_arguments_that_are_not_utf8() {
+    use std::os::unix::ffi::OsStrExt;
+    let server = RedisServer::start();
+    let latin1 = std::ffi::OsStr::from_bytes(b"caf\xe9");
+    let out = Command::new(BIN)
+        .args(["--url", &server.url(), "run", "job", "--", "printf", "%s"])
+        .arg(latin1)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.stdout, b"caf\xe9");
+    assert_eq!(inspect(&server.url(), "job")["held"], false);
+}
+
 /// `watch --once` lines its columns up by the columns a name takes on a
 /// terminal, not by its characters or bytes.
 #[test]
