@@ -325,7 +325,7 @@ pub(crate) struct RunArgs {
     /// name), and LEASEHOLD_FENCE_1, LEASEHOLD_NAME_1, LEASEHOLD_FENCE_2, ... for each name in
     /// the order given
     #[arg(last = true, required = true, value_name = "CMD")]
-    pub(crate) command: Vec<String>,
+    pub(crate) command: Vec<std::ffi::OsString>,
     /// From the global --json: after the command, one JSON object about the
     /// lock on stdout
     #[arg(skip)]

@@ -368,7 +368,11 @@ impl leasehold::Lock for Taking {
 /// longest name a lease records. `--url` and its value are left out: a URL
 /// may carry a password.
 pub(crate) fn client_name() -> String {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    // A command's arguments need not be UTF-8.
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|arg| arg.to_string_lossy().into_owned())
+        .collect();
     client_name_from(&args)
 }
 

@@ -4,6 +4,8 @@
 
 use std::io::{self, Write};
 
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
+
 const HIDE_CURSOR: &str = "\x1b[?25l";
 const SHOW_CURSOR: &str = "\x1b[?25h";
 const CLEAR_TO_END: &str = "\x1b[J";
@@ -38,7 +40,7 @@ impl LiveView {
         }
         frame.push_str(CLEAR_TO_END);
         for line in lines {
-            frame.extend(line.chars().take(width));
+            frame.push_str(fit(line, width));
             frame.push('\n');
         }
         let mut out = io::stdout().lock();
@@ -57,7 +59,28 @@ impl Drop for LiveView {
     }
 }
 
-fn width() -> usize {
+/// `text` cut to at most `columns` columns of a terminal, by the columns
+/// each character takes there (two for most CJK characters, none for a
+/// combining mark), never inside a character.
+pub(crate) fn fit(text: &str, columns: usize) -> &str {
+    let mut used = 0;
+    for (at, c) in text.char_indices() {
+        used += c.width().unwrap_or(0);
+        if used > columns {
+            return &text[..at];
+        }
+    }
+    text
+}
+
+/// `text` followed by spaces up to `columns` columns of a terminal.
+pub(crate) fn pad(text: &str, columns: usize) -> String {
+    let fill = columns.saturating_sub(text.width());
+    format!("{text}{}", " ".repeat(fill))
+}
+
+/// The terminal's width in columns (80 when it will not say).
+pub(crate) fn width() -> usize {
     // SAFETY: TIOCGWINSZ writes only into `size`, which lives on this stack.
     unsafe {
         let mut size: libc::winsize = std::mem::zeroed();
@@ -66,5 +89,31 @@ fn width() -> usize {
         } else {
             80
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_cut_to_the_columns_they_take() {
+        assert_eq!(fit("lock", 10), "lock");
+        assert_eq!(fit("lock held", 4), "lock");
+        // Two columns each.
+        assert_eq!(fit("锁锁锁 held", 4), "锁锁");
+        assert_eq!(fit("锁锁锁 held", 5), "锁锁");
+        // Nothing of a character that would overrun.
+        assert_eq!(fit("a锁", 2), "a");
+        // A combining accent takes none.
+        assert_eq!(fit("e\u{301}tat", 2), "e\u{301}t");
+    }
+
+    #[test]
+    fn padding_counts_columns() {
+        assert_eq!(pad("job", 5), "job  ");
+        assert_eq!(pad("锁锁", 5), "锁锁 ");
+        assert_eq!(pad("é", 2), "é ");
+        assert_eq!(pad("longer", 2), "longer");
     }
 }

@@ -170,14 +170,25 @@ impl Line {
     fn show(&mut self, text: &str) -> std::io::Result<()> {
         let mut err = std::io::stderr().lock();
         if self.terminal {
-            // Carriage return and erase-line: the line is redrawn in place.
-            write!(err, "\r\x1b[2Kleasehold: {text}")?;
+            err.write_all(redrawn(text, crate::screen::width()).as_bytes())?;
             self.drawn = true;
         } else {
             writeln!(err, "leasehold: {text}")?;
         }
         err.flush()
     }
+}
+
+/// The status line redrawn in place of the last one at a terminal of
+/// `columns`: carriage return and erase-line, and no more than fits on the
+/// row (erase-line clears one row: a line that wrapped would leave its
+/// first rows behind at every redraw).
+fn redrawn(text: &str, columns: usize) -> String {
+    let line = format!("leasehold: {text}");
+    format!(
+        "\r\x1b[2K{}",
+        crate::screen::fit(&line, columns.saturating_sub(1))
+    )
 }
 
 impl Drop for Line {
@@ -193,6 +204,20 @@ impl Drop for Line {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_redrawn_line_never_wraps() {
+        let text = format!(
+            "waiting for lock {:?} (3s): held by pid 1 on vm",
+            "锁".repeat(30)
+        );
+        let line = redrawn(&text, 40);
+        let shown = line.strip_prefix("\r\x1b[2K").unwrap();
+        assert!(shown.starts_with("leasehold: waiting for lock"), "{line}");
+        let columns: usize = shown.chars().map(|c| if c == '锁' { 2 } else { 1 }).sum();
+        assert!(columns < 40, "{columns} columns: {shown}");
+        assert_eq!(redrawn("short", 40), "\r\x1b[2Kleasehold: short");
+    }
 
     #[test]
     fn describes_a_held_lock() {

@@ -17,6 +17,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use unicode_width::UnicodeWidthStr;
 
 use crate::cli::{Connection, WatchArgs};
 use crate::exit::{self, Fail};
@@ -168,15 +169,20 @@ async fn snapshot(
 }
 
 fn table(infos: &[leasehold::LockInfo], master: Option<&str>) -> Vec<String> {
+    // In terminal columns: a name's characters may take two each.
     let width = infos
         .iter()
-        .map(|info| info.name.chars().count())
+        .map(|info| info.name.width())
         .max()
         .unwrap_or(0)
         .max(4);
     let mut lines = vec![format!(
-        "{:width$}  {:5}  {:>18}  {:>10}  {:>7}  server",
-        "lock", "state", "last fence", "lease left", "waiting"
+        "{}  {:5}  {:>18}  {:>10}  {:>7}  server",
+        screen::pad("lock", width),
+        "state",
+        "last fence",
+        "lease left",
+        "waiting"
     )];
     for info in infos {
         let fence = info
@@ -188,8 +194,8 @@ fn table(infos: &[leasehold::LockInfo], master: Option<&str>) -> Vec<String> {
             (true, None) => "no expiry".to_owned(),
         };
         lines.push(format!(
-            "{:width$}  {:5}  {fence:>18}  {left:>10}  {:>7}  {}",
-            info.name,
+            "{}  {:5}  {fence:>18}  {left:>10}  {:>7}  {}",
+            screen::pad(&info.name, width),
             if info.held { "held" } else { "free" },
             info.waiting_clients,
             server_label(info, master)

@@ -436,6 +436,80 @@ fn names_with_braces_are_locks_like_any_other() {
     assert_eq!(stdout(&out).trim(), "}{");
 }
 
+/// Lock names and command lines of multi-byte characters, long enough for
+/// a server that quotes a command's first 128 bytes back to cut inside
+/// one: the run releases its locks and exits with its command's code.
+#[test]
+fn multibyte_names_and_command_lines_run_and_release() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let report = ["user:{42}", "xyzw-锁"];
+    let out = leasehold(
+        &url,
+        &["run", report[0], report[1], "--", "true", "xxxxxxxxxx"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    for shift in 0..3 {
+        // Shifted by a byte each time: two of three cuts fall inside a
+        // character.
+        let wide = format!("{}{}", "x".repeat(shift), "锁".repeat(50));
+        let out = leasehold(&url, &["run", &wide, "--no-wait", "--", "true", &wide]);
+        assert!(out.status.success(), "{shift}: {}", stderr(&out));
+        assert_eq!(inspect(&url, &wide)["held"], false);
+    }
+    for name in report {
+        assert_eq!(inspect(&url, name)["held"], false);
+    }
+}
+
+/// A command's arguments are bytes, as `exec` takes them: one that is not
+/// UTF-8 (a Latin-1 file name) is passed on as it is.
+#[test]
+fn run_passes_arguments_that_are_not_utf8() {
+    use std::os::unix::ffi::OsStrExt;
+    let server = RedisServer::start();
+    let latin1 = std::ffi::OsStr::from_bytes(b"caf\xe9");
+    let out = Command::new(BIN)
+        .args(["--url", &server.url(), "run", "job", "--", "printf", "%s"])
+        .arg(latin1)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.stdout, b"caf\xe9");
+    assert_eq!(inspect(&server.url(), "job")["held"], false);
+}
+
+/// `watch --once` lines its columns up by the columns a name takes on a
+/// terminal, not by its characters or bytes.
+#[test]
+fn watch_aligns_names_that_take_two_columns_a_character() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let names = ["job", "锁锁锁", "é-job"];
+    let (_token, _fence) = acquire(&url, names[1], "1m");
+    let out = leasehold(&url, &["watch", "--once", names[0], names[1], names[2]]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    // Where the state column starts on each line, in terminal columns
+    // (each 锁 takes two).
+    let starts: Vec<usize> = text
+        .lines()
+        .map(|line| {
+            let at = ["state", "held", "free"]
+                .iter()
+                .filter_map(|word| line.find(&format!("  {word}")))
+                .min()
+                .unwrap_or_else(|| panic!("no state on {line:?}"));
+            line[..at]
+                .chars()
+                .map(|c| if c == '锁' { 2 } else { 1 })
+                .sum()
+        })
+        .collect();
+    assert_eq!(starts.len(), 4, "{text}");
+    assert!(starts.iter().all(|s| *s == starts[0]), "{starts:?}\n{text}");
+}
+
 #[test]
 fn acquire_extend_release_and_inspect_for_shell_scripts() {
     let server = RedisServer::start();

@@ -286,10 +286,7 @@ impl Error {
     ) -> Self {
         let plural = if asked == 1 { "" } else { "s" };
         let which = if connected {
-            format!(
-                "its {asked} replica{plural} ({})",
-                replicas.join(", ")
-            )
+            format!("its {asked} replica{plural} ({})", replicas.join(", "))
         } else {
             format!("the {asked} replica{plural} asked for")
         };
@@ -517,14 +514,7 @@ impl Error {
                 ),
             )
         } else if let Some(command) = unknown_script_command(&err) {
-            Error::new(
-                ErrorKind::Config,
-                format!(
-                    "redis at {address} does not know {command}, which leasehold needs: it is \
-                     not a Redis data node with Lua scripting; if it is a Sentinel, point the \
-                     URL at the master it watches"
-                ),
-            )
+            Error::lacks_command(address, &command)
         } else if let Some(why) = not_ready(&err) {
             Error::new(
                 ErrorKind::Connection,
@@ -573,6 +563,19 @@ impl Error {
             )
         };
         error.with_source(RedisCause(err))
+    }
+
+    /// The server at `address` does not have `command`, a scripting
+    /// command leasehold needs.
+    pub(crate) fn lacks_command(address: &str, command: &str) -> Self {
+        Error::new(
+            ErrorKind::Config,
+            format!(
+                "redis at {address} does not know {command}, which leasehold needs: it is \
+                 not a Redis data node with Lua scripting; if it is a Sentinel, point the \
+                 URL at the master it watches"
+            ),
+        )
     }
 
     /// The URL names a Sentinel: it answers `INFO` but keeps no keys.

@@ -713,7 +713,7 @@ async fn a_release_nobody_waited_for_compares_and_deletes_where_the_server_can()
     let compare_and_delete = has("delifeq").await || has("delex").await;
     let client = client_with(&server, LONG, false);
     let mutex = client.mutex("job").unwrap();
-    // The first release learns which command the server has.
+    // A first round loads the scripts it runs.
     mutex
         .try_acquire()
         .await

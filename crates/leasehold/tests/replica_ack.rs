@@ -135,13 +135,19 @@ async fn behind_sentinel_a_grant_waits_for_the_replica_by_default() {
 /// master no longer lists them, but the sentinels could still promote
 /// them, so a grant they cannot have is not made.
 fn cut_off(master: &RedisServer, on: bool) {
-    let acl = if on { ["-psync", "-sync"] } else { ["+psync", "+sync"] };
+    let acl = if on {
+        ["-psync", "-sync"]
+    } else {
+        ["+psync", "+sync"]
+    };
     let reply = master
         .command(&["ACL", "SETUSER", "default", acl[0], acl[1]])
         .unwrap();
     assert_eq!(reply, "OK");
     if on {
-        master.command(&["CLIENT", "KILL", "TYPE", "replica"]).unwrap();
+        master
+            .command(&["CLIENT", "KILL", "TYPE", "replica"])
+            .unwrap();
     }
 }
 

@@ -6,7 +6,7 @@
 //! and a refused connection as "cannot reach".
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -54,6 +54,13 @@ pub(crate) struct ServerInfo {
     /// (`server_time_usec`, Redis 6.2 on and Valkey): where a client has
     /// not read it from a script's reply yet, it still knows it.
     pub(crate) clock: Option<ClockReading>,
+    /// The server has FCALL (Redis 7.0 on, Valkey).
+    pub(crate) functions: bool,
+    /// The server has EVALSHA: it has Lua scripting, unless it was taken
+    /// away (a Sentinel never has it, but is refused before).
+    pub(crate) evalsha: bool,
+    /// Which compare-and-delete the server has.
+    pub(crate) compare_and_delete: CompareAndDelete,
 }
 
 /// A server's clock, and when this host asked for it.
@@ -133,12 +140,12 @@ pub(crate) struct Connection {
     links: [Link; 2],
     /// The server answered READONLY: it is a replica now.
     demoted: AtomicBool,
-    /// The server has no functions, or refuses them to this user: scripts
-    /// go with EVALSHA.
+    /// The server refuses functions to this user: scripts go with
+    /// EVALSHA.
     no_functions: AtomicBool,
-    /// Which compare-and-delete the server has (see [`CompareAndDelete`]),
-    /// as its `u8`; learnt on first use.
-    compare_and_delete: AtomicU8,
+    /// The server refuses its compare-and-delete to this user: such
+    /// releases go through the bare script.
+    no_compare_and_delete: AtomicBool,
     /// The replicas the server last listed.
     replicas: Mutex<ReplicaList>,
     /// One request at a time asks the replicas to acknowledge its writes.
@@ -153,13 +160,19 @@ pub(crate) struct Connection {
 /// (elsewhere it is the bare `delete_if_equal.lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CompareAndDelete {
-    /// Not asked yet.
-    Unknown = 0,
-    DelIfEq = 1,
-    DelEx = 2,
+    DelIfEq,
+    DelEx,
     /// Neither: such releases go through the bare script.
-    None = 3,
+    None,
 }
+
+/// The commands that not every server has, asked about by name when a
+/// connection is made. They are never tried to find out: a server answers
+/// a command it lacks with an error that quotes the first 128 bytes of its
+/// arguments, where a lock's name and its holder's identity are, cut
+/// inside a character as often as not; and redis-rs reads an error line
+/// as UTF-8 or drops the connection, with every request on it.
+const OPTIONAL_COMMANDS: [&str; 4] = ["FCALL", "DELIFEQ", "DELEX", "EVALSHA"];
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -178,7 +191,7 @@ impl Connection {
             links: Default::default(),
             demoted: AtomicBool::new(false),
             no_functions: AtomicBool::new(false),
-            compare_and_delete: AtomicU8::new(CompareAndDelete::Unknown as u8),
+            no_compare_and_delete: AtomicBool::new(false),
             replicas: Mutex::default(),
             ack_turn: std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
             cluster: AtomicBool::new(false),
@@ -261,30 +274,28 @@ impl Connection {
         self.demoted.store(true, Ordering::Relaxed);
     }
 
-    /// Whether scripts may be called as functions on this server.
-    pub(crate) fn functions(&self) -> bool {
-        !self.no_functions.load(Ordering::Relaxed)
+    /// Whether scripts may be called as functions on `server`.
+    pub(crate) fn functions(&self, server: &ServerInfo) -> bool {
+        server.functions && !self.no_functions.load(Ordering::Relaxed)
     }
 
-    /// The server has no functions, or refuses them to this user.
+    /// The server refuses functions to this user.
     pub(crate) fn no_functions(&self) {
         self.no_functions.store(true, Ordering::Relaxed);
     }
 
-    /// Which compare-and-delete this server has, as far as known.
-    pub(crate) fn compare_and_delete(&self) -> CompareAndDelete {
-        match self.compare_and_delete.load(Ordering::Relaxed) {
-            1 => CompareAndDelete::DelIfEq,
-            2 => CompareAndDelete::DelEx,
-            3 => CompareAndDelete::None,
-            _ => CompareAndDelete::Unknown,
+    /// Which compare-and-delete `server` lets this user run.
+    pub(crate) fn compare_and_delete(&self, server: &ServerInfo) -> CompareAndDelete {
+        if self.no_compare_and_delete.load(Ordering::Relaxed) {
+            CompareAndDelete::None
+        } else {
+            server.compare_and_delete
         }
     }
 
-    /// What the server said it has.
-    pub(crate) fn set_compare_and_delete(&self, found: CompareAndDelete) {
-        self.compare_and_delete
-            .store(found as u8, Ordering::Relaxed);
+    /// The server refuses its compare-and-delete to this user.
+    pub(crate) fn no_compare_and_delete(&self) {
+        self.no_compare_and_delete.store(true, Ordering::Relaxed);
     }
 
     fn slot(&self, line: Line) -> MutexGuard<'_, Slot> {
@@ -396,15 +407,32 @@ impl Connection {
                 .get_multiplexed_async_connection_with_config(&config)
                 .await?;
             let asked = Instant::now();
-            let (server, cluster, replication): (String, String, String) = redis::pipe()
+            type Replies = (
+                redis::RedisResult<redis::Value>,
+                redis::RedisResult<redis::Value>,
+                redis::RedisResult<redis::Value>,
+                redis::RedisResult<Vec<redis::Value>>,
+            );
+            let (server, cluster, replication, commands): Replies = redis::pipe()
+                .ignore_errors()
                 .cmd("INFO")
                 .arg("server")
                 .cmd("INFO")
                 .arg("cluster")
                 .cmd("INFO")
                 .arg("replication")
+                .cmd("COMMAND")
+                .arg("INFO")
+                .arg(&OPTIONAL_COMMANDS)
                 .query_async(&mut conn)
                 .await?;
+            let (server, cluster, replication) = (
+                info_text(server)?,
+                info_text(cluster)?,
+                info_text(replication)?,
+            );
+            // A server that will not say (COMMAND refused to this user).
+            let commands = commands.ok();
             let clock = info_field(&server, "server_time_usec")
                 .and_then(|us| us.parse::<u64>().ok())
                 .map(|server_us| ClockReading {
@@ -412,9 +440,9 @@ impl Connection {
                     sent: asked,
                     loose: asked.elapsed(),
                 });
-            Ok::<_, redis::RedisError>((conn, server, cluster, replication, clock))
+            Ok::<_, redis::RedisError>((conn, server, cluster, replication, commands, clock))
         };
-        let (conn, server, cluster, replication, clock) =
+        let (conn, server, cluster, replication, commands, clock) =
             match tokio::time::timeout_at(deadline, connect).await {
                 Ok(Ok(made)) => made,
                 Ok(Err(e)) => {
@@ -459,13 +487,19 @@ impl Connection {
             .and_then(|s| s.parse::<u64>().ok())
             .unwrap_or(0);
         let now = Instant::now();
+        let seven = info_field(&server, "redis_version")
+            .and_then(|version| version.split('.').next())
+            .and_then(|major| major.parse::<u32>().ok())
+            .is_some_and(|major| major >= 7);
+        // COMMAND INFO answers nil for each command the server lacks.
+        let commands = commands.map(|reply| {
+            let has = |at: usize| reply.get(at).is_some_and(|c| *c != redis::Value::Nil);
+            [has(0), has(1), has(2), has(3)]
+        });
         let info = ServerInfo {
             started: now.checked_sub(Duration::from_secs(uptime)).unwrap_or(now),
             cluster: info_field(&cluster, "cluster_enabled") == Some("1"),
-            sharded_pubsub: info_field(&server, "redis_version")
-                .and_then(|version| version.split('.').next())
-                .and_then(|major| major.parse::<u32>().ok())
-                .is_some_and(|major| major >= 7),
+            sharded_pubsub: seven,
             identity: digest(&[
                 info_field(&server, "run_id").unwrap_or_default(),
                 info_field(&replication, "master_replid").unwrap_or_default(),
@@ -475,6 +509,14 @@ impl Connection {
                 .filter(|id| id.bytes().any(|b| b != b'0'))
                 .map(|id| digest(&[id])),
             clock,
+            // Unasked, by the version: every server from 7.0 on has FCALL.
+            functions: commands.map_or(seven, |[fcall, ..]| fcall),
+            compare_and_delete: match commands {
+                Some([_, true, ..]) => CompareAndDelete::DelIfEq,
+                Some([_, _, true, _]) => CompareAndDelete::DelEx,
+                _ => CompareAndDelete::None,
+            },
+            evalsha: commands.is_none_or(|[.., evalsha]| evalsha),
         };
         self.cluster.store(info.cluster, Ordering::Relaxed);
         if info.cluster {
@@ -573,6 +615,16 @@ fn digest(parts: &[&str]) -> u64 {
         }
     }
     hash
+}
+
+/// An `INFO` reply as text. It holds paths of the server's host (its
+/// executable, its config file), which need not be UTF-8: such bytes are
+/// replaced, never refused.
+fn info_text(reply: redis::RedisResult<redis::Value>) -> redis::RedisResult<String> {
+    match reply? {
+        redis::Value::BulkString(bytes) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
+        other => Ok(redis::from_redis_value(other)?),
+    }
 }
 
 /// The value of `field` in an `INFO` reply.

@@ -40,7 +40,7 @@ use crate::engine::scripts::{
     evalsha, fcall, is_function_missing, is_functions_refused, is_library_loaded,
     is_noscript_error, is_readonly_error, Publish, Scripts,
 };
-use crate::error::{Redirect, Result};
+use crate::error::{Error, Redirect, Result};
 use crate::holder::ReplicaStatus;
 
 /// A future a deployment returns: boxed, so that the trait stays usable
@@ -183,6 +183,14 @@ impl Route {
     ) -> Result<(redis::Value, Option<Acked>)> {
         let asking = self.asking;
         let ack = self.ack;
+        let scripts = self.scripts();
+        let function = scripts
+            .function(script)
+            .filter(|_| self.connection.functions(&self.checkout.server));
+        if function.is_none() && !self.checkout.server.evalsha {
+            // Never sent to find out: see conn::OPTIONAL_COMMANDS.
+            return Err(Error::lacks_command(self.address(), "EVALSHA"));
+        }
         let connection = &self.connection;
         // How many replicas must acknowledge, decided before anything is
         // sent; a master known to have none is sent no WAIT.
@@ -211,8 +219,6 @@ impl Route {
             ),
             None => (self.checkout, std::time::Duration::ZERO),
         };
-        let scripts = Scripts::get(self.publish);
-        let function = scripts.function(script).filter(|_| connection.functions());
         let call = Call {
             connection,
             scripts,
@@ -253,58 +259,44 @@ impl Route {
     /// Deletes `key` if it holds exactly `value`, with the server's own
     /// compare-and-delete (see [`conn::CompareAndDelete`]): `Some(true)`
     /// when deleted, `Some(false)` when the key holds something else or
-    /// nothing, `None` when the server has no such command or answered with
-    /// an error a script would have handled (a redirect, READONLY, an ACL
-    /// refusal): the caller sends the script then. The first call on a
-    /// server learns which command it has; an error of the connection is
-    /// returned as it is (the command may have been applied).
+    /// nothing, `None` when the server has no such command, refuses it to
+    /// this user, or answered with an error a script would have handled (a
+    /// redirect, READONLY): the caller sends the script then. An error of
+    /// the connection is returned as it is (the command may have been
+    /// applied).
     pub(crate) async fn compare_and_delete(&self, key: &str, value: &[u8]) -> Result<Option<bool>> {
         use conn::CompareAndDelete as Cad;
         if self.asking || self.ack != ReplicaAck::Off {
             return Ok(None);
         }
-        let known = self.connection.compare_and_delete();
-        if known == Cad::None {
-            return Ok(None);
+        let found = self.connection.compare_and_delete(&self.checkout.server);
+        let mut cmd = match found {
+            Cad::DelIfEq => redis::cmd("DELIFEQ"),
+            Cad::DelEx => redis::cmd("DELEX"),
+            Cad::None => return Ok(None),
+        };
+        cmd.arg(key);
+        if found == Cad::DelEx {
+            cmd.arg("IFEQ");
         }
+        cmd.arg(value);
         let connection = &self.connection;
         self.connection
             .run_on(self.checkout.clone(), "release", |mut conn, _| async move {
-                let candidates: &[Cad] = match known {
-                    Cad::DelIfEq => &[Cad::DelIfEq],
-                    Cad::DelEx => &[Cad::DelEx],
-                    _ => &[Cad::DelIfEq, Cad::DelEx],
-                };
-                for &candidate in candidates {
-                    let mut cmd = match candidate {
-                        Cad::DelIfEq => redis::cmd("DELIFEQ"),
-                        _ => redis::cmd("DELEX"),
-                    };
-                    cmd.arg(key);
-                    if candidate == Cad::DelEx {
-                        cmd.arg("IFEQ");
+                match cmd.query_async::<redis::Value>(&mut conn).await {
+                    Ok(redis::Value::Int(n)) => Ok(Some(n == 1)),
+                    Ok(_) => Ok(None),
+                    Err(e) if e.kind() == redis::ErrorKind::Io || e.is_connection_dropped() => {
+                        Err(e)
                     }
-                    cmd.arg(value);
-                    match cmd.query_async::<redis::Value>(&mut conn).await {
-                        Ok(redis::Value::Int(n)) => {
-                            connection.set_compare_and_delete(candidate);
-                            return Ok(Some(n == 1));
+                    Err(e) => {
+                        if is_refused(&e) {
+                            connection.no_compare_and_delete();
                         }
-                        // Not a command of this server (or not with these
-                        // arguments, or refused to this user): the next
-                        // candidate, then the script.
-                        Ok(_) => {}
-                        Err(e) if e.kind() == redis::ErrorKind::Io || e.is_connection_dropped() => {
-                            return Err(e)
-                        }
-                        Err(e) if is_unknown_command(&e) => {}
-                        // Anything else (MOVED, READONLY, ...): the script
-                        // handles it, and the command is asked again later.
-                        Err(_) => return Ok(None),
+                        // MOVED, READONLY, ...: the script handles it.
+                        Ok(None)
                     }
                 }
-                connection.set_compare_and_delete(Cad::None);
-                Ok(None)
             })
             .await
     }
@@ -342,9 +334,9 @@ impl Route {
     }
 }
 
-/// Whether the server does not know a command (or these arguments of it),
-/// or does not let this user run it.
-fn is_unknown_command(err: &redis::RedisError) -> bool {
+/// Whether the server does not let this user run a command (or does not
+/// know it, or these arguments of it, after all).
+fn is_refused(err: &redis::RedisError) -> bool {
     let detail = err.detail().unwrap_or("").to_ascii_lowercase();
     matches!(err.code(), Some("NOPERM"))
         || (matches!(err.code(), Some("ERR"))

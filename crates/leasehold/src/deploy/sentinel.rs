@@ -501,7 +501,10 @@ fn promotable_of(master: &Value, replicas: &Value) -> Vec<String> {
 /// names and values (RESP2), or a map.
 fn fields(value: &Value) -> std::collections::HashMap<String, String> {
     let pairs: Vec<(&Value, &Value)> = match value {
-        Value::Array(items) => items.chunks(2).filter_map(|p| Some((p.first()?, p.get(1)?))).collect(),
+        Value::Array(items) => items
+            .chunks(2)
+            .filter_map(|p| Some((p.first()?, p.get(1)?)))
+            .collect(),
         Value::Map(pairs) => pairs.iter().map(|(k, v)| (k, v)).collect(),
         _ => Vec::new(),
     };
