@@ -7,12 +7,13 @@ use std::future::Future;
 use std::mem::ManuallyDrop;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use pyo3::prelude::*;
 use pyo3_async_runtimes::generic::{ContextExt, JoinError, Runtime as AsyncRuntime};
 use pyo3_async_runtimes::TaskLocals;
 use tokio::runtime::Handle;
+use tokio::sync::Notify;
 
 use crate::error::Fail;
 
@@ -20,6 +21,8 @@ use crate::error::Fail;
 struct Rt {
     pid: u32,
     handle: Handle,
+    /// Wakes the blocking waits now and then (see [`block_on_interruptible`]).
+    tick: Arc<Notify>,
 }
 
 /// The current process's runtime, or one a parent made before it forked
@@ -36,30 +39,50 @@ pub(crate) fn pid() -> u32 {
 
 /// The runtime of this process, started on first use (again in a child).
 pub(crate) fn handle() -> Result<Handle, Fail> {
-    if let Some(handle) = current() {
-        return Ok(handle);
-    }
-    let _starting = STARTING.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(handle) = current() {
-        return Ok(handle);
-    }
-    let rt = Box::new(Rt {
-        pid: pid(),
-        handle: start()?,
-    });
-    let handle = rt.handle.clone();
-    // The runtime it replaces, if any, belongs to the parent of a fork: it
-    // is left as it is, never dropped.
-    CURRENT.store(Box::into_raw(rt), Ordering::Release);
-    Ok(handle)
+    Ok(runtime()?.handle.clone())
 }
 
-fn current() -> Option<Handle> {
+/// This process's runtime, started on first use (again in a child).
+fn runtime() -> Result<&'static Rt, Fail> {
+    if let Some(rt) = current() {
+        return Ok(rt);
+    }
+    let _starting = STARTING.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(rt) = current() {
+        return Ok(rt);
+    }
+    let handle = start()?;
+    let tick = Arc::new(Notify::new());
+    handle.spawn(ticks(Arc::clone(&tick)));
+    let rt = Box::new(Rt {
+        pid: pid(),
+        handle: handle.clone(),
+        tick,
+    });
+    // The runtime it replaces, if any, belongs to the parent of a fork: it
+    // is left as it is, never dropped.
+    let rt: &'static Rt = Box::leak(rt);
+    CURRENT.store(std::ptr::from_ref(rt).cast_mut(), Ordering::Release);
+    Ok(rt)
+}
+
+fn current() -> Option<&'static Rt> {
     let rt = CURRENT.load(Ordering::Acquire);
-    // SAFETY: a pointer stored in CURRENT comes from Box::into_raw and is
+    // SAFETY: a pointer stored in CURRENT comes from a leaked Box and is
     // never freed, so it stays valid for the life of the process.
-    let rt = unsafe { rt.as_ref() }?;
-    (rt.pid == pid()).then(|| rt.handle.clone())
+    let rt: &'static Rt = unsafe { rt.as_ref() }?;
+    (rt.pid == pid()).then_some(rt)
+}
+
+/// Wakes every blocking wait once per [`SIGNAL_CHECK`]: one timer for the
+/// process, not one per call.
+async fn ticks(tick: Arc<Notify>) {
+    let mut every = tokio::time::interval(SIGNAL_CHECK);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        tick.notify_waiters();
+    }
 }
 
 /// Starts a current-thread runtime on a thread named `leasehold-runtime`
@@ -106,25 +129,25 @@ where
     Ok(py.detach(|| handle.block_on(future)))
 }
 
-/// As [`block_on`], for waits that may last: on the main thread the wait
-/// wakes now and then to run Python's signal handlers, so that Ctrl-C ends
-/// it (the future is dropped, and the library undoes what it started).
+/// As [`block_on`], for waits that may last: the wait comes back to Python
+/// now and then to run its signal handlers (on the main thread), so that
+/// Ctrl-C ends it; the future is then dropped, and the library undoes what
+/// it started.
 pub(crate) fn block_on_interruptible<F>(py: Python<'_>, future: F) -> PyResult<F::Output>
 where
     F: Future + Send,
     F::Output: Send,
 {
-    if !on_main_thread(py) {
-        return block_on(py, future);
-    }
-    let handle = handle().map_err(|e| e.into_pyerr(py))?;
+    let rt = runtime().map_err(|e| e.into_pyerr(py))?;
     let mut future = std::pin::pin!(future);
     loop {
         let slice = py.detach(|| {
-            handle.block_on(async {
-                tokio::time::timeout(SIGNAL_CHECK, future.as_mut())
-                    .await
-                    .ok()
+            rt.handle.block_on(async {
+                tokio::select! {
+                    biased;
+                    output = future.as_mut() => Some(output),
+                    () = rt.tick.notified() => None,
+                }
             })
         });
         match slice {
@@ -134,17 +157,8 @@ where
     }
 }
 
-/// How often a wait on the main thread lets Python run its signal handlers.
+/// How often a blocking wait lets Python run its signal handlers.
 const SIGNAL_CHECK: std::time::Duration = std::time::Duration::from_millis(200);
-
-fn on_main_thread(py: Python<'_>) -> bool {
-    let check = || -> PyResult<bool> {
-        let threading = py.import("threading")?;
-        let main = threading.call_method0("main_thread")?;
-        Ok(threading.call_method0("current_thread")?.is(&main))
-    };
-    check().unwrap_or(false)
-}
 
 /// Drops `value` where the library expects to be dropped: inside this
 /// process's runtime, so that what it leaves to the background (a release,

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from typing import List
+
+import pytest
 
 import leasehold
 from servers import RedisServer
@@ -86,3 +90,24 @@ def test_one_thread_waits_for_loss_while_another_works(server: RedisServer, name
     assert leasehold.Client(server.url).mutex(name).force_release()
     watcher.join(timeout=60)
     assert lost.is_set()
+
+
+def test_ctrl_c_ends_a_blocking_wait(client: leasehold.Client, name: str) -> None:
+    holder = leasehold.Client(client.url).mutex(name).acquire()
+    waiter = client.mutex(name)
+
+    def interrupt() -> None:
+        while client.mutex(name).inspect().waiting_clients == 0:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    interrupter = threading.Thread(target=interrupt)
+    interrupter.start()
+    with pytest.raises(KeyboardInterrupt):
+        waiter.acquire()
+    interrupter.join()
+    client.flush()
+    holder.release()
+    # The interrupted wait left nothing behind: the lock is free to take.
+    with waiter.acquire(timeout=30) as guard:
+        assert guard.fence > holder.fence
