@@ -110,15 +110,20 @@ class PythonRedisLock(Worker):
     """python-redis-lock: SET NX, waiters block on a signal list (BLPOP)."""
 
     def __init__(self, url: str, key: str) -> None:
+        import logging
+
         import redis_lock
 
+        # It logs every failed non-waiting attempt.
+        logging.getLogger("redis_lock").setLevel(logging.ERROR)
         self.module = redis_lock
         self.redis = redis.Redis.from_url(url)
         self.key = key
 
     def acquire(self, wait: float) -> Any:
         lock = self.module.Lock(self.redis, self.key, expire=int(LEASE))
-        if not lock.acquire(timeout=wait):
+        # It refuses a wait longer than the lease.
+        if not lock.acquire(timeout=min(wait, LEASE)):
             raise TimeoutError("python-redis-lock wait ran out")
         return lock
 

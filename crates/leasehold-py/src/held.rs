@@ -260,9 +260,12 @@ impl Guard {
         let held = self.mine().map_err(|e| e.into_pyerr(py))?;
         let name = self.name.clone();
         call(py, self.mode, Length::RoundTrip, async move {
-            let first = !held.finished.send_replace(true);
-            let taken = held.inner.write().await.take();
-            let Some(inner) = taken.filter(|_| first) else {
+            // Only the first release takes the lease out; a second one,
+            // even a concurrent one, reports that it was released.
+            if held.finished.send_replace(true) {
+                return Err(released(&name));
+            }
+            let Some(inner) = held.inner.write().await.take() else {
                 return Err(released(&name));
             };
             let loss = inner.loss();
