@@ -127,6 +127,7 @@ impl Client {
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         url: String,
         asyncio: bool,
         prefix: Option<String>,
@@ -176,7 +177,7 @@ impl Client {
             builder = builder.sentinel_password(password);
         }
         // Built now so that a bad URL or setting is refused here.
-        let proc = Python::attach(|py| build_proc(&builder).map_err(|e| e.into_pyerr(py)))?;
+        let proc = build_proc(&builder).map_err(|e| e.into_pyerr(py))?;
         Ok(Client {
             core: Arc::new(ClientCore {
                 builder,
@@ -329,6 +330,7 @@ impl Redlock {
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         urls: Vec<String>,
         asyncio: bool,
         prefix: Option<String>,
@@ -369,7 +371,7 @@ impl Redlock {
         if let Some(name) = name {
             builder = builder.name(name);
         }
-        let redlock = Python::attach(|py| build_redlock(&builder).map_err(|e| e.into_pyerr(py)))?;
+        let redlock = build_redlock(&builder).map_err(|e| e.into_pyerr(py))?;
         Ok(Redlock {
             core: Arc::new(RedlockCore {
                 builder,

@@ -9,7 +9,9 @@ loop (the I/O runs on leasehold's own thread; results come back to the loop).
 
 The owner of a reentrant or read-write hold is the calling asyncio task (or
 the ``owner`` the lock was made with). Cancelling a task that waits for a
-lock leaves nothing held.
+lock leaves nothing held. Unlike the blocking client, a task that holds a
+``Mutex`` and asks for it again is not refused with ``ConflictError``: it
+waits for itself, so bound such a wait with ``timeout``.
 """
 
 from __future__ import annotations
