@@ -4,12 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::prelude::*;
+use tokio::sync::{watch, Mutex};
 
 use crate::call::{call, lib, secs, Length, Secs};
 use crate::client::ClientCore;
 use crate::error::Fail;
 use crate::held::{Guard, Inner};
-use crate::runtime::Rebuilt;
+use crate::runtime::{PerProcess, Rebuilt};
 
 /// One election: at most one leader at a time among its candidates.
 #[pyclass(frozen, module = "leasehold._native")]
@@ -97,12 +98,98 @@ impl Election {
         })
     }
 
+    /// Follows who leads: a watch that holds the leader and is updated
+    /// on each change, once its first reading from Redis is in.
+    fn observe(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let election = self.built().map_err(|e| e.into_pyerr(py))?;
+        let mode = self.core.mode();
+        let name = self.name.clone();
+        call(py, mode, Length::RoundTrip, async move {
+            let receiver = lib(election.observe().await)?;
+            Ok(LeaderWatch {
+                receiver: PerProcess::new(Arc::new(Mutex::new(receiver))),
+                mode,
+                name,
+            })
+        })
+    }
+
     /// Who leads now, as (value, fence), or None.
     fn leader(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let election = self.built().map_err(|e| e.into_pyerr(py))?;
         call(py, self.core.mode(), Length::RoundTrip, async move {
             let leader = lib(election.leader().await)?;
             Ok(leader.map(|l| (l.value, l.fence)))
+        })
+    }
+}
+
+type Leading = Option<(String, u64)>;
+
+fn leading(leader: &Option<leasehold::Leader>) -> Leading {
+    leader.as_ref().map(|l| (l.value.clone(), l.fence))
+}
+
+/// Who leads an election, followed: updated on each change.
+#[pyclass(frozen, module = "leasehold._native")]
+pub(crate) struct LeaderWatch {
+    receiver: PerProcess<Arc<Mutex<watch::Receiver<Option<leasehold::Leader>>>>>,
+    mode: crate::call::Mode,
+    name: String,
+}
+
+impl LeaderWatch {
+    fn mine(&self) -> Result<Arc<Mutex<watch::Receiver<Option<leasehold::Leader>>>>, Fail> {
+        self.receiver.mine().cloned().ok_or_else(|| {
+            Fail::invalid(format!(
+                "this watch of election {:?} follows it for process {}, which forked this one: \
+                 observe the election again in this process",
+                self.name,
+                self.receiver.owner_pid()
+            ))
+        })
+    }
+}
+
+#[pymethods]
+impl LeaderWatch {
+    /// The leader as last seen, as (value, fence), or None: nobody leads.
+    fn current(&self, py: Python<'_>) -> PyResult<Leading> {
+        let shared = self.mine().map_err(|e| e.into_pyerr(py))?;
+        let receiver = shared.try_lock().map_err(|_| {
+            Fail::invalid(
+                "another call waits on this watch: read it from one thread or task at a time",
+            )
+            .into_pyerr(py)
+        })?;
+        let now = leading(&receiver.borrow());
+        Ok(now)
+    }
+
+    /// Waits for the next change (at most `timeout` seconds): the leader
+    /// then, as (value, fence) or None, marked as a change; or no change
+    /// when the time ran out.
+    #[pyo3(signature = (timeout=None))]
+    fn changed(&self, py: Python<'_>, timeout: Option<Secs>) -> PyResult<Py<PyAny>> {
+        let receiver = self.mine().map_err(|e| e.into_pyerr(py))?;
+        let timeout = secs(timeout);
+        let name = self.name.clone();
+        call(py, self.mode, Length::Wait, async move {
+            let mut receiver = receiver.lock().await;
+            let changed = match timeout {
+                Some(wait) => match tokio::time::timeout(wait, receiver.changed()).await {
+                    Ok(changed) => changed,
+                    Err(_) => return Ok((false, None)),
+                },
+                None => receiver.changed().await,
+            };
+            if changed.is_err() {
+                return Err(Fail::system(format!(
+                    "the watch of election {name:?} ended: observe it again"
+                )));
+            }
+            let now = leading(&receiver.borrow_and_update());
+            Ok((true, now))
         })
     }
 }

@@ -21,6 +21,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lock::MultiLock>()?;
     m.add_class::<held::Guard>()?;
     m.add_class::<election::Election>()?;
+    m.add_class::<election::LeaderWatch>()?;
     m.add("DEFAULT_URL", leasehold::DEFAULT_URL)?;
     m.add("URL_ENV_VARS", leasehold::URL_ENV_VARS.to_vec())?;
     m.add("DEFAULT_PREFIX", leasehold::DEFAULT_PREFIX)?;

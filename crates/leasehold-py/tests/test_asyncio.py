@@ -153,3 +153,22 @@ def test_the_loop_runs_while_a_call_waits(aclient: leasehold.asyncio.Client, nam
         ticker.cancel()
 
     asyncio.run(main())
+
+
+def test_election_observe_async(aclient: leasehold.asyncio.Client, name: str) -> None:
+    async def main() -> None:
+        election = aclient.election(name)
+        watch = await election.observe()
+        assert watch.leader is None
+        leadership = await leasehold.asyncio.Client(aclient.url).election(name).campaign("b")
+        assert await watch.wait_change(timeout=30)
+        assert watch.leader == leasehold.Leader("b", leadership.fence)
+        await leadership.resign()
+        seen = []
+        async for leader in watch:
+            seen.append(leader)
+            if leader is None:
+                break
+        assert seen[-1] is None
+
+    asyncio.run(main())

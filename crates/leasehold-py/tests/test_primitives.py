@@ -267,3 +267,16 @@ def test_inspect_names_the_holder(client: leasehold.Client, name: str) -> None:
         assert info.holders[0].pid == os.getpid()
         assert info.read_at is not None
 
+
+
+def test_election_observe_follows_the_leader(client: leasehold.Client, name: str) -> None:
+    election = client.election(name)
+    watch = election.observe()
+    assert watch.leader is None
+    assert watch.wait_change(timeout=0.05) is False
+    seen = iter(watch)
+    assert next(seen) is None
+    leadership = leasehold.Client(client.url).election(name).campaign("host-a", timeout=5)
+    assert next(seen) == leasehold.Leader("host-a", leadership.fence)
+    leadership.resign()
+    assert next(seen) is None

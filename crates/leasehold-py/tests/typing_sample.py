@@ -27,13 +27,18 @@ def blocking(client: leasehold.Client) -> int:
     fences: List[int] = both.fences
     leadership: leasehold.Leadership = client.election("e").campaign("me", timeout=1.5)
     leader: Optional[leasehold.Leader] = client.election("e").leader()
+    watch: leasehold.LeaderWatch = client.election("e").observe()
+    for now in watch:
+        leader = now
+        break
+    changed: bool = watch.wait_change(timeout=1)
     info: leasehold.LockInfo = mutex.inspect()
     red: leasehold.RedlockMutex = leasehold.Redlock(["redis://a", "redis://b", "redis://c"]).mutex("x")
     try:
         red.acquire(timeout=1).release()
     except leasehold.LockTimeoutError as e:
         kind: str = e.kind
-    del lost, reason, ended, attempt, permits, levels, fences, leadership, leader, info
+    del lost, reason, ended, attempt, permits, levels, fences, leadership, leader, info, changed
     return fence
 
 
@@ -51,6 +56,10 @@ async def asynchronous(client: leasehold.asyncio.Client) -> int:
     fences: List[int] = both.fences
     async with client.election("e").campaign("me") as leadership:
         value: str = leadership.value
+    awatch: leasehold.asyncio.LeaderWatch = await client.election("e").observe()
+    async for following in awatch:
+        value = following.value if following else ""
+        break
     await client.flush()
     del ended, attempt, fences, value, guard
     return fence

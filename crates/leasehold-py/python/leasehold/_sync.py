@@ -8,7 +8,7 @@ import os
 import threading
 import weakref
 from types import TracebackType
-from typing import Any, List, Optional, Sequence, Type, Union
+from typing import Any, Iterator, List, Optional, Sequence, Type, Union
 
 from . import _native
 from ._common import (
@@ -41,6 +41,7 @@ __all__ = [
     "MultiGuard",
     "Leadership",
     "Election",
+    "LeaderWatch",
 ]
 
 Wait = Union[Seconds, None, _Default]
@@ -427,6 +428,39 @@ class Election:
     def leader(self) -> Optional[Leader]:
         """Who leads now, or None."""
         return leader(self._native.leader())
+
+    def observe(self) -> "LeaderWatch":
+        """Follows who leads: each win and resignation is announced, and a
+        leader that died is noticed when its lease runs out."""
+        return LeaderWatch(self._native.observe())
+
+
+class LeaderWatch:
+    """Who leads an election, kept up to date. Iterate for the leader now
+    and then each change (None: nobody leads); a slow reader skips states
+    it did not look at in time, as any watch does."""
+
+    __slots__ = ("_native",)
+
+    def __init__(self, native: _native.LeaderWatch) -> None:
+        self._native = native
+
+    @property
+    def leader(self) -> Optional[Leader]:
+        """The leader as last seen, or None."""
+        return leader(self._native.current())
+
+    def wait_change(self, timeout: Optional[Seconds] = None) -> bool:
+        """Blocks until the leader changes: True then (read :attr:`leader`),
+        False when ``timeout`` seconds passed first."""
+        changed, _ = self._native.changed(timeout)
+        return bool(changed)
+
+    def __iter__(self) -> Iterator[Optional[Leader]]:
+        yield self.leader
+        while True:
+            _, now = self._native.changed(None)
+            yield leader(now)
 
 
 _CLIENTS: "weakref.WeakSet[Any]" = weakref.WeakSet()

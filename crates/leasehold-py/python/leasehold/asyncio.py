@@ -21,7 +21,20 @@ import itertools
 import os
 import weakref
 from types import TracebackType
-from typing import Any, Awaitable, Callable, Generator, Generic, List, Optional, Sequence, Type, TypeVar, Union
+from typing import (
+    Any,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Generic,
+    List,
+    Optional,
+    Sequence,
+    Type,
+    TypeVar,
+    Union,
+)
 
 from . import _native
 from ._common import (
@@ -55,6 +68,7 @@ __all__ = [
     "MultiGuard",
     "Leadership",
     "Election",
+    "LeaderWatch",
 ]
 
 Wait = Union[Seconds, None, _Default]
@@ -489,6 +503,37 @@ class Election:
     async def leader(self) -> Optional[Leader]:
         """Who leads now, or None."""
         return leader(await self._native.leader())
+
+    async def observe(self) -> "LeaderWatch":
+        """Follows who leads (see :meth:`leasehold.Election.observe`)."""
+        return LeaderWatch(await self._native.observe())
+
+
+class LeaderWatch:
+    """Who leads an election, kept up to date: ``async for leader in watch``
+    gives the leader now and then each change (None: nobody leads)."""
+
+    __slots__ = ("_native",)
+
+    def __init__(self, native: _native.LeaderWatch) -> None:
+        self._native = native
+
+    @property
+    def leader(self) -> Optional[Leader]:
+        """The leader as last seen, or None."""
+        return leader(self._native.current())
+
+    async def wait_change(self, timeout: Optional[Seconds] = None) -> bool:
+        """Resolves when the leader changes (True), or False when ``timeout``
+        seconds passed first."""
+        changed, _ = await self._native.changed(timeout)
+        return bool(changed)
+
+    async def __aiter__(self) -> AsyncIterator[Optional[Leader]]:
+        yield self.leader
+        while True:
+            _, now = await self._native.changed(None)
+            yield leader(now)
 
 
 class Client:
