@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 from datetime import timedelta
@@ -280,3 +281,13 @@ def test_election_observe_follows_the_leader(client: leasehold.Client, name: str
     assert next(seen) == leasehold.Leader("host-a", leadership.fence)
     leadership.resign()
     assert next(seen) is None
+
+
+def test_a_dropped_guard_is_released_in_the_background(client: leasehold.Client, name: str) -> None:
+    guard = client.mutex(name).acquire()
+    fence = guard.fence
+    del guard
+    gc.collect()
+    client.flush()
+    taken = leasehold.Client(client.url).mutex(name).try_acquire()
+    assert taken is not None and taken.fence > fence
