@@ -8,12 +8,12 @@ use std::time::Duration;
 use redis::io::tcp::{socket2, TcpSettings};
 use redis::IntoConnectionInfo;
 
+use crate::conn::replicas::ReplicaAck;
 use crate::core::{LockCore, Owners, Settings};
 use crate::deploy::cluster::NodeFactory;
 use crate::deploy::detect::Detect;
 use crate::deploy::sentinel::Sentinel;
 use crate::deploy::Deployment;
-use crate::deploy::ReplicaAck;
 use crate::engine::{Engine, EngineConfig, Kind};
 use crate::error::{Error, Result};
 use crate::fair_mutex::FairMutex;

@@ -7,7 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::deploy::ReplicaAck;
+use crate::conn::replicas::ReplicaAck;
 use crate::engine::held::Held;
 use crate::engine::{ops, wait, Engine, Kind, Request};
 use crate::error::{Error, Result};
@@ -101,7 +101,7 @@ pub(crate) enum Owners {
 impl Owners {
     /// A fresh handle's owners: one per task.
     pub(crate) fn per_task() -> Result<Owners> {
-        Ok(Owners::PerTask(crate::engine::new_token()?.into()))
+        Ok(Owners::PerTask(crate::random::new_token()?.into()))
     }
 
     /// The owner of an acquisition made now, in the current task.
@@ -151,20 +151,6 @@ pub(crate) fn new_handle() -> Arc<str> {
         HANDLES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     )
     .into()
-}
-
-/// The error of a non-reentrant lock's own second acquisition, by the
-/// holder that has it already (fence `fence`): it would wait for itself.
-pub(crate) fn already_held(name: &str, fence: u64) -> Error {
-    Error::new(
-        crate::error::ErrorKind::Conflict,
-        format!(
-            "lock {name:?} is already held by this caller (fence {fence}), the same task (or \
-             thread) through this handle or a clone of it: the lock is not reentrant, so this \
-             acquisition would wait for itself; release the guard first, or use a \
-             ReentrantMutex to nest acquisitions"
-        ),
-    )
 }
 
 /// What every face shares: the engine, the lock's keys and settings, and
@@ -245,7 +231,7 @@ impl LockCore {
             .mine
             .held_by(lock, holder, |kind| kind == self.kind)
         {
-            Some(fence) => Err(already_held(&self.keys.name, fence)),
+            Some(fence) => Err(Error::already_held(&self.keys.name, fence)),
             None => Ok(()),
         }
     }
@@ -382,7 +368,7 @@ macro_rules! lock_settings {
             ///
             /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for
             /// a zero lease, one under 10 ms, or one over 24 h.
-            pub fn with_lease(mut self, lease: std::time::Duration) -> $crate::Result<Self> {
+            pub fn with_lease(mut self, lease: std::time::Duration) -> $crate::error::Result<Self> {
                 self.core.settings.set_lease(lease)?;
                 Ok(self)
             }
@@ -422,7 +408,10 @@ macro_rules! lock_settings {
             ///
             /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for
             /// a hold over 24 h, or longer than the max hold.
-            pub fn with_hold_at_least(mut self, hold: std::time::Duration) -> $crate::Result<Self> {
+            pub fn with_hold_at_least(
+                mut self,
+                hold: std::time::Duration,
+            ) -> $crate::error::Result<Self> {
                 self.core.settings.set_hold_at_least(hold)?;
                 Ok(self)
             }
@@ -444,7 +433,10 @@ macro_rules! lock_settings {
             /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for
             /// a cap under 10 ms or over 24 h, or shorter than the
             /// hold-at-least.
-            pub fn with_max_hold(mut self, max: std::time::Duration) -> $crate::Result<Self> {
+            pub fn with_max_hold(
+                mut self,
+                max: std::time::Duration,
+            ) -> $crate::error::Result<Self> {
                 self.core.settings.set_max_hold(max)?;
                 Ok(self)
             }
@@ -487,7 +479,7 @@ macro_rules! lock_settings {
                 mut self,
                 replicas: u32,
                 timeout: std::time::Duration,
-            ) -> $crate::Result<Self> {
+            ) -> $crate::error::Result<Self> {
                 self.core.settings.set_replica_ack(replicas, timeout)?;
                 Ok(self)
             }
@@ -515,7 +507,7 @@ macro_rules! lock_settings {
             ///
             /// [`ErrorKind::System`](crate::ErrorKind::System) when the
             /// operating system gives no randomness for the watch's id.
-            pub fn watch(&self) -> $crate::Result<crate::LockWatch> {
+            pub fn watch(&self) -> $crate::error::Result<crate::engine::watch::LockWatch> {
                 self.core.watch()
             }
         }

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::deploy::Subscription;
+use crate::conn::notify::Subscription;
 use crate::engine::ops::{self, ElectionKeys};
 use crate::error::{Error, Result};
 use crate::fair_mutex::FairMutex;
@@ -444,7 +444,7 @@ impl Leadership {
     /// Why the leadership was lost, once it is (as
     /// [`LeaseGuard::loss_reason`](crate::LeaseGuard::loss_reason)); `None`
     /// while it is held.
-    pub fn loss_reason(&self) -> Option<crate::LossReason> {
+    pub fn loss_reason(&self) -> Option<crate::engine::loss::LossReason> {
         self.guard.as_ref().and_then(MutexGuard::loss_reason)
     }
 

@@ -236,6 +236,20 @@ impl Error {
 
     /// The name holds another kind of lock than the one asked for; both
     /// as messages name them ("a read-write lock").
+    /// A non-reentrant lock's own second acquisition, by the holder that
+    /// has it already (fence `fence`): it would wait for itself.
+    pub(crate) fn already_held(name: &str, fence: u64) -> Self {
+        Error::new(
+            ErrorKind::Conflict,
+            format!(
+                "lock {name:?} is already held by this caller (fence {fence}), the same task (or \
+                 thread) through this handle or a clone of it: the lock is not reentrant, so this \
+                 acquisition would wait for itself; release the guard first, or use a \
+                 ReentrantMutex to nest acquisitions"
+            ),
+        )
+    }
+
     pub(crate) fn wrong_kind(name: &str, asked: &str, found: &str) -> Self {
         Error::new(
             ErrorKind::Conflict,

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::engine::held::Held;
-use crate::engine::lease::LossReason;
+use crate::engine::loss::LossReason;
 use crate::engine::redlock::QuorumHeld;
 use crate::error::Result;
 use crate::observe::{self, Op};

@@ -408,6 +408,7 @@
 
 pub mod blocking;
 mod client;
+mod conn;
 mod core;
 mod deploy;
 mod election;
@@ -422,6 +423,7 @@ mod multi_lock;
 mod mutex;
 pub mod observe;
 mod owner;
+mod random;
 mod redlock;
 mod reentrant_mutex;
 mod rw_lock;
@@ -432,9 +434,9 @@ pub use client::{
     Client, ClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_FENCE_RETENTION, DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_URL, URL_ENV_VARS,
 };
-pub use deploy::{ReplicaAck, DEFAULT_REPLICA_TIMEOUT};
+pub use conn::replicas::{ReplicaAck, DEFAULT_REPLICA_TIMEOUT};
 pub use election::{Election, Leader, Leadership, MAX_LEADER_VALUE_LEN};
-pub use engine::lease::LossReason;
+pub use engine::loss::LossReason;
 pub use engine::watch::{LeaseEnd, LockEvent, LockWatch, WATCH_EVENTS_KEPT};
 pub use error::{Error, ErrorKind, Remedy, Result};
 pub use fair_mutex::FairMutex;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
-use crate::engine::lease::LossReason;
+use crate::engine::loss::LossReason;
 use crate::error::{Error, ErrorKind, Result};
 use crate::guard::LeaseGuard;
 use crate::keys::validate_wait;

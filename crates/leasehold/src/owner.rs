@@ -32,7 +32,7 @@ impl Owner {
     /// [`ErrorKind::System`](crate::ErrorKind::System) when the operating
     /// system gives no randomness.
     pub fn new() -> Result<Owner> {
-        Ok(Owner(crate::engine::new_token()?.into()))
+        Ok(Owner(crate::random::new_token()?.into()))
     }
 
     /// The owner called `id`: every process that uses the same id is the

@@ -172,7 +172,11 @@ impl Redlock {
             keys: Arc::new(LockKeys::new(&self.prefix, name)?),
             // The masters are independent: a majority of them stands for
             // the replicas.
-            settings: Settings::new(self.lease, self.watchdog, crate::deploy::ReplicaAck::Off),
+            settings: Settings::new(
+                self.lease,
+                self.watchdog,
+                crate::conn::replicas::ReplicaAck::Off,
+            ),
             handle: crate::core::new_handle(),
         })
     }
@@ -705,7 +709,7 @@ impl RedlockMutex {
         if failed > n - crate::engine::quorum::majority(n) {
             if let Some(last) = last {
                 return Err(Error::new(
-                    crate::ErrorKind::Quorum,
+                    crate::error::ErrorKind::Quorum,
                     format!(
                         "force-release of lock {:?} reached {} of {n} masters (quorum not \
                          reached): {}",
@@ -783,7 +787,7 @@ impl RedlockMutex {
         }
         if read.len() < majority {
             let error = Error::new(
-                crate::ErrorKind::Quorum,
+                crate::error::ErrorKind::Quorum,
                 format!(
                     "inspect of lock {:?} read {} of {n} masters, fewer than a majority \
                      ({majority}): quorum not reached{}",

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 use super::runtime::{outside_async, Shared};
 use crate::election::Leader;
-use crate::engine::lease::LossReason;
+use crate::engine::loss::LossReason;
 use crate::error::{Error, ErrorKind, Result};
 
 /// Leader election for synchronous code: the blocking face of

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::runtime::{outside_async, Shared};
-use crate::engine::lease::LossReason;
+use crate::engine::loss::LossReason;
 use crate::error::Result;
 use crate::guard::DetachedLease;
 

@@ -17,9 +17,11 @@ use std::time::Duration;
 use redis::{ConnectionAddr, Value};
 use tokio::time::Instant;
 
-use crate::deploy::conn::Connection;
-use crate::deploy::{BoxFuture, Deployment, Notifier, Route};
-use crate::engine::scripts::Publish;
+use crate::conn::notify::Notifier;
+use crate::conn::route::Route;
+use crate::conn::scripts::Publish;
+use crate::conn::Connection;
+use crate::deploy::{BoxFuture, Deployment};
 use crate::error::{Error, ErrorKind, Redirect, RedirectKind, Result};
 use crate::keys::hash_slot;
 

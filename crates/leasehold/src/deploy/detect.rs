@@ -6,9 +6,11 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use crate::conn::notify::Notifier;
+use crate::conn::route::Route;
 use crate::deploy::cluster::{Cluster, NodeFactory};
 use crate::deploy::standalone::Standalone;
-use crate::deploy::{BoxFuture, Deployment, Notifier, Route};
+use crate::deploy::{BoxFuture, Deployment};
 use crate::error::{Error, Redirect, Result};
 
 #[derive(Debug)]

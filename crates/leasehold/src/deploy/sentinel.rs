@@ -24,10 +24,12 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use redis::{AsyncConnectionConfig, Value};
 
+use crate::conn::notify::Notifier;
+use crate::conn::route::Route;
+use crate::conn::scripts::{self, Publish};
+use crate::conn::Connection;
 use crate::deploy::cluster::NodeFactory;
-use crate::deploy::conn::Connection;
-use crate::deploy::{BoxFuture, Deployment, Notifier, Route};
-use crate::engine::scripts::{self, Publish};
+use crate::deploy::{BoxFuture, Deployment};
 use crate::error::{Error, ErrorKind, Redirect, Result};
 
 /// The channel on which sentinels announce a new master.
@@ -642,7 +644,7 @@ mod tests {
                 prefix: "leasehold".to_owned(),
                 lease: Duration::from_secs(30),
                 watchdog: true,
-                replica_ack: crate::ReplicaAck::default(),
+                replica_ack: crate::conn::replicas::ReplicaAck::default(),
             }),
         }
     }

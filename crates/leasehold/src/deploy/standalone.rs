@@ -4,9 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::deploy::conn::Connection;
-use crate::deploy::{BoxFuture, Deployment, Notifier, Route};
-use crate::engine::scripts::Publish;
+use crate::conn::notify::Notifier;
+use crate::conn::route::Route;
+use crate::conn::scripts::Publish;
+use crate::conn::Connection;
+use crate::deploy::{BoxFuture, Deployment};
 use crate::error::{Redirect, Result};
 
 #[derive(Debug)]

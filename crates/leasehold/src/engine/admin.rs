@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::engine::{scripts, Engine, Kind};
+use crate::conn::scripts;
+use crate::engine::{Engine, Kind};
 use crate::error::{Error, Result};
 use crate::holder::Waiter;
 use crate::keys::LockKeys;

@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::engine::lease::{Lease, LossReason};
+use crate::conn::scripts;
+use crate::engine::lease::Lease;
+use crate::engine::loss::LossReason;
 use crate::engine::ops::{renew_one, Renewed};
 use crate::engine::release::{release_held, release_in_background, PendingRelease};
-use crate::engine::scripts;
 use crate::engine::Engine;
 use crate::engine::{Kind, Request};
 use crate::error::{Error, Result};
@@ -277,7 +278,7 @@ impl Held {
     /// that does only that (a fraction of the release script's work).
     /// `Ok(true)` when that released it; `Ok(false)` when the release
     /// script is to run (the value is marked, kept, or not this lease's).
-    async fn compare_and_delete(&self, route: crate::deploy::Route) -> Result<bool> {
+    async fn compare_and_delete(&self, route: crate::conn::route::Route) -> Result<bool> {
         let Some(acquired) = &self.acquired else {
             return Ok(false);
         };

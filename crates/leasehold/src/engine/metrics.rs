@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::engine::lease::LossReason;
+use crate::engine::loss::LossReason;
 use crate::engine::Kind;
 
 /// Counter: leases taken, labelled by `primitive`.

@@ -5,13 +5,13 @@
 pub(crate) mod admin;
 pub(crate) mod held;
 pub(crate) mod lease;
+pub(crate) mod loss;
 pub(crate) mod metrics;
 pub(crate) mod ops;
 pub(crate) mod queue;
 pub(crate) mod quorum;
 pub(crate) mod redlock;
 pub(crate) mod release;
-pub(crate) mod scripts;
 pub(crate) mod state;
 pub(crate) mod wait;
 pub(crate) mod watch;
@@ -24,10 +24,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::deploy::{Acked, Deployment, Notifier, ReplicaAck, Route, ServerInfo};
-use crate::engine::scripts::Scripts;
+use crate::conn::notify::Notifier;
+use crate::conn::replicas::{Acked, ReplicaAck};
+use crate::conn::route::Route;
+use crate::conn::scripts::Scripts;
+use crate::conn::ServerInfo;
+use crate::deploy::Deployment;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{hash_slot, millis, LockKeys};
+use crate::random::new_token;
 
 /// The masters a client has seen serve its locks' slots, for the grace on
 /// a change of master.
@@ -422,24 +427,6 @@ pub(crate) struct Request<'a> {
     pub(crate) permits: u32,
     /// Replicas that must acknowledge the grant, else it is undone.
     pub(crate) replica_ack: ReplicaAck,
-}
-
-/// A fresh 128-bit token from the operating system, as 32 hex digits.
-pub(crate) fn new_token() -> Result<String> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|e| {
-        Error::new(
-            ErrorKind::System,
-            format!("the operating system gave no randomness for a lock token: {e}"),
-        )
-    })?;
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut token = String::with_capacity(32);
-    for b in bytes {
-        token.push(char::from(HEX[usize::from(b >> 4)]));
-        token.push(char::from(HEX[usize::from(b & 0xf)]));
-    }
-    Ok(token)
 }
 
 /// Reads a PTTL reply: negative values mean no expiry or no key.

@@ -7,9 +7,10 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use redis::Value;
 
-use crate::deploy::ReplicaAck;
+use crate::conn::replicas::ReplicaAck;
+use crate::conn::scripts;
 use crate::engine::release::{release, release_as};
-use crate::engine::{scripts, Answer, Engine, Kind};
+use crate::engine::{Answer, Engine, Kind};
 use crate::error::{Error, ErrorKind, Result};
 use crate::holder::{Holder, LockInfo};
 use crate::keys::{millis, LockKeys};
@@ -19,7 +20,7 @@ use crate::keys::{millis, LockKeys};
 pub(crate) enum Renewed {
     Yes,
     /// The token no longer holds the lock on the server `server` (its
-    /// identity, see [`ServerInfo`](crate::deploy::ServerInfo)).
+    /// identity, see [`ServerInfo`](crate::conn::ServerInfo)).
     NotHeld {
         server: u64,
     },

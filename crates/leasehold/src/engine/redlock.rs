@@ -39,15 +39,17 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use crate::deploy::conn::ClockReading;
-use crate::deploy::ReplicaAck;
-use crate::engine::lease::LossReason;
+use crate::conn::replicas::ReplicaAck;
+use crate::conn::scripts;
+use crate::conn::ClockReading;
+use crate::engine::loss::LossReason;
 use crate::engine::ops::{renew_one, Renewed};
 use crate::engine::quorum::{self, Clocks, Tally};
 use crate::engine::release::{release, release_in_background, Background, Tracked};
-use crate::engine::{new_token, scripts, Answer, Engine};
+use crate::engine::{Answer, Engine};
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{millis, validate_lease, LockKeys, MIN_LEASE};
+use crate::random::new_token;
 
 /// How far ahead of this host's clock a proposed fence is, in µs: enough
 /// for masters whose clocks run a little ahead to take it.
@@ -293,7 +295,7 @@ impl Masters {
     /// itself.
     pub(crate) fn refuse_own_second_attempt(&self, ask: &Ask<'_>) -> Result<()> {
         match self.held_by(ask.keys, ask.holder) {
-            Some(fence) => Err(crate::core::already_held(&ask.keys.name, fence)),
+            Some(fence) => Err(Error::already_held(&ask.keys.name, fence)),
             None => Ok(()),
         }
     }
@@ -1070,9 +1072,13 @@ mod tests {
 
     /// Three masters of the test kit, and a Redlock over them whose lock
     /// "job" was taken and released once (every master's clock read).
-    async fn read_masters() -> (leasehold_testkit::Masters, crate::Redlock, LockKeys) {
+    async fn read_masters() -> (
+        leasehold_testkit::Masters,
+        crate::redlock::Redlock,
+        LockKeys,
+    ) {
         let servers = leasehold_testkit::Masters::start(3);
-        let redlock = crate::Redlock::builder(servers.urls())
+        let redlock = crate::redlock::Redlock::builder(servers.urls())
             .lease(Duration::from_secs(60))
             .watchdog(false)
             .build()

@@ -9,10 +9,11 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::deploy::Route;
+use crate::conn::route::Route;
+use crate::conn::scripts;
 use crate::engine::lease::drift;
 use crate::engine::Engine;
-use crate::engine::{scripts, Kind};
+use crate::engine::Kind;
 use crate::error::{Error, Result};
 use crate::keys::{millis, LockKeys};
 

@@ -18,17 +18,18 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::deploy::Subscription;
-use crate::deploy::{Acked, ReplicaAck};
+use crate::conn::notify::Subscription;
+use crate::conn::replicas::{Acked, ReplicaAck};
+use crate::conn::scripts::{self, Scripts};
 use crate::engine::held::{Held, Hold};
 use crate::engine::lease::local_deadline;
 use crate::engine::release::{release, PendingRelease};
-use crate::engine::scripts::{self, Scripts};
 use crate::engine::Engine;
-use crate::engine::{new_token, pttl, Answer, Kind, Pick, Request};
+use crate::engine::{pttl, Answer, Kind, Pick, Request};
 use crate::error::{Error, Result};
 use crate::holder::Holder;
 use crate::keys::{millis, LockKeys, MAX_LEASE};
+use crate::random::new_token;
 
 /// How long a waiter stays in the queue without a heartbeat: a waiter that
 /// died is passed over after this, and a lock handed to it comes back
@@ -56,7 +57,7 @@ enum Outcome {
         /// The acquisition time in the lock's value, when this attempt
         /// wrote it unmarked (a `Mutex` or `FairMutex` taken free): a
         /// release can then delete it by comparing (see
-        /// [`crate::deploy::Route::compare_and_delete`]).
+        /// [`crate::conn::route::Route::compare_and_delete`]).
         acquired: Option<String>,
         /// The identity of the server that granted it.
         server: u64,
@@ -705,7 +706,7 @@ async fn attempt<'k>(
 async fn run_attempt(
     engine: &Arc<Engine>,
     request: &Request<'_>,
-    route: crate::deploy::Route,
+    route: crate::conn::route::Route,
     pending: &mut Option<PendingRelease<'_>>,
     sent_before: bool,
     pick: Pick,

@@ -23,8 +23,9 @@ use std::time::Duration;
 use redis::Value;
 use tokio::time::Instant;
 
-use crate::deploy::Subscription;
-use crate::engine::{scripts, Engine};
+use crate::conn::notify::Subscription;
+use crate::conn::scripts;
+use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::holder::Holder;
 use crate::keys::{millis, LockKeys};
@@ -341,7 +342,7 @@ impl Watcher {
         Ok(Watcher {
             watch_key: format!("{}:watch", keys.lock),
             channel: format!("{}watch", keys.channels),
-            id: crate::engine::new_token()?,
+            id: crate::random::new_token()?,
             engine,
             keys,
             subscription: None,
@@ -666,7 +667,7 @@ impl Look {
             "none" | "mutex" | "reentrant" | "rwlock" | "semaphore"
         ) {
             return Err(Error::new(
-                crate::ErrorKind::Conflict,
+                crate::error::ErrorKind::Conflict,
                 format!(
                     "the key of lock {name:?} holds {}, which no leasehold lock writes: no \
                      lease will end there to watch; delete the key, or watch another name",

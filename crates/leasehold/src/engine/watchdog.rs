@@ -16,11 +16,11 @@ use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::deploy::ReplicaAck;
-use crate::deploy::Route;
+use crate::conn::replicas::ReplicaAck;
+use crate::conn::route::Route;
+use crate::conn::scripts;
 use crate::engine::lease::Lease;
 use crate::engine::ops::{renew_one, Renewed};
-use crate::engine::scripts;
 use crate::engine::Engine;
 use crate::keys::{hash_slot, millis};
 

@@ -1,9 +1,20 @@
-//! The command connection to one Redis: made on first use, checked when it
-//! has been idle, and replaced — never reused — once it stops answering.
+//! Scripts and connections: the layer under the deployments. A server's
+//! command connection ([`Connection`]: made on first use, checked when it
+//! has been idle, and replaced — never reused — once it stops answering),
+//! a route that runs scripts on it ([`route`]), the script registry
+//! ([`scripts`]), what a master lists of its replicas ([`replicas`]), the
+//! subscriber connection ([`notify`]), and what listens on a port that is
+//! not Redis ([`probe`]).
 //!
 //! Every command is bounded by the command timeout here, and only here, so
 //! that a slow or paused Redis is reported as "did not answer within …"
 //! and a refused connection as "cannot reach".
+
+pub(crate) mod notify;
+pub(crate) mod probe;
+pub(crate) mod replicas;
+pub(crate) mod route;
+pub(crate) mod scripts;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,8 +25,7 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
 use tokio::time::Instant;
 
-use crate::deploy::probe;
-use crate::deploy::replicas::{Acked, ReplicaList};
+use crate::conn::replicas::{Acked, ReplicaList};
 use crate::error::{Error, Result};
 use crate::holder::ReplicaStatus;
 

@@ -1,0 +1,416 @@
+//! A route: one checked-out connection to the server of a key, for one
+//! request (or one pipeline), and how a script runs on it: FCALL or
+//! EVALSHA, a NOSCRIPT answered by loading, ASKING before it after an ASK,
+//! and WAIT behind it when the replicas must acknowledge.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::conn::replicas::{Acked, ReplicaAck};
+use crate::conn::scripts::{
+    evalsha, fcall, is_function_missing, is_functions_refused, is_library_loaded,
+    is_noscript_error, is_readonly_error, Publish, Scripts,
+};
+use crate::conn::{AckPermit, Checkout, CompareAndDelete, Connection, Line, ServerInfo};
+use crate::error::{Error, Result};
+use crate::holder::ReplicaStatus;
+
+/// A checked-out connection to one server, for one request (or one
+/// pipeline) on keys it serves.
+#[derive(Clone)]
+pub(crate) struct Route {
+    connection: Arc<Connection>,
+    checkout: Checkout,
+    publish: Publish,
+    /// Sent after a server's ASK: the next command goes with ASKING.
+    asking: bool,
+    /// Which replicas must acknowledge a script's writes (WAIT behind it,
+    /// on the same connection).
+    ack: ReplicaAck,
+}
+
+impl fmt::Debug for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Route")
+            .field("address", &self.connection.address)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Route {
+    pub(crate) fn new(connection: Arc<Connection>, checkout: Checkout, publish: Publish) -> Self {
+        Route {
+            connection,
+            checkout,
+            publish,
+            asking: false,
+            ack: ReplicaAck::Off,
+        }
+    }
+
+    /// This route for a script whose writes the replicas `ack` names
+    /// must acknowledge: `WAIT` goes right behind it, in one round trip.
+    pub(crate) fn with_ack(mut self, ack: ReplicaAck) -> Self {
+        self.ack = ack;
+        self
+    }
+
+    pub(crate) fn ack(&self) -> ReplicaAck {
+        self.ack
+    }
+
+    /// What is known of the replicas of the server behind this route.
+    pub(crate) fn replicas(&self) -> ReplicaStatus {
+        self.connection.replica_status()
+    }
+
+    /// This route for one command that an ASK sent here.
+    pub(crate) fn asking(mut self) -> Self {
+        self.asking = true;
+        self
+    }
+
+    /// Whether this route carries one command that an ASK sent here.
+    pub(crate) fn is_asking(&self) -> bool {
+        self.asking
+    }
+
+    /// The scripts this server runs: they publish as its deployment does.
+    pub(crate) fn scripts(&self) -> &'static Scripts {
+        Scripts::get(self.publish)
+    }
+
+    /// What is known of the server behind this route.
+    pub(crate) fn server(&self) -> &ServerInfo {
+        &self.checkout.server
+    }
+
+    /// The server behind this route: host and port, never a password.
+    pub(crate) fn address(&self) -> &str {
+        &self.connection.address
+    }
+
+    /// Runs one script; NOSCRIPT is answered by loading it and sending it
+    /// again. A script of the functions library goes as FCALL where the
+    /// server has functions (the library is loaded when the server says
+    /// it has not got it), and as EVALSHA where it has none. Bounded by
+    /// the command timeout (and the WAIT's timeout, when the route asks
+    /// replicas to acknowledge: then also how that went, see
+    /// [`ReplicaAck`]; `None` when no WAIT was sent).
+    pub(crate) async fn eval(
+        self,
+        operation: &str,
+        script: &redis::Script,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> Result<(redis::Value, Option<Acked>)> {
+        let asking = self.asking;
+        let ack = self.ack;
+        let scripts = self.scripts();
+        let function = scripts
+            .function(script)
+            .filter(|_| self.connection.functions(&self.checkout.server));
+        if function.is_none() && !self.checkout.server.evalsha {
+            // Never sent to find out: see `OPTIONAL_COMMANDS` in conn.
+            return Err(Error::lacks_command(self.address(), "EVALSHA"));
+        }
+        let connection = &self.connection;
+        // How many replicas must acknowledge, decided before anything is
+        // sent; a master known to have none is sent no WAIT.
+        let wait = match ack {
+            ReplicaAck::Off => None,
+            ReplicaAck::AtLeast { replicas, timeout } => Some((replicas, timeout)),
+            ReplicaAck::Connected { timeout } => {
+                if connection.replicas_due() {
+                    connection
+                        .run_on(self.checkout.clone(), operation, |mut conn, _| async move {
+                            read_replicas(&mut conn, connection).await
+                        })
+                        .await?;
+                }
+                let online = connection.replicas_asked();
+                (online > 0).then_some((online, timeout))
+            }
+        };
+        // A WAIT goes on the line of its own, so that nothing else of the
+        // client queues behind it.
+        let (checkout, within) = match wait {
+            // Boxed as the deployments' routes are: a connect is a deep future.
+            Some((_, timeout)) => (Box::pin(connection.get_on(Line::Acks)).await?, timeout),
+            None => (self.checkout, std::time::Duration::ZERO),
+        };
+        let call = Call {
+            connection,
+            scripts,
+            function,
+            script,
+            keys,
+            args,
+            asking,
+            wait,
+            connected: matches!(ack, ReplicaAck::Connected { .. }),
+        };
+        connection
+            .run_on_within(checkout, operation, within, |conn, _| call.run(conn))
+            .await
+    }
+
+    /// Leave to send a grant whose acknowledgement this route asks for (see
+    /// [`Connection::ack_permit`]), unless none is asked (or the
+    /// master is known to have no replicas); `Err` with how the last
+    /// acknowledgement went when the turn did not come within the replica
+    /// timeout.
+    pub(crate) async fn ack_permit(&self) -> std::result::Result<AckPermit, Acked> {
+        let connection = &self.connection;
+        let (asked, timeout) = match self.ack {
+            ReplicaAck::Off => return Ok(AckPermit::none()),
+            ReplicaAck::AtLeast { replicas, timeout } => (replicas, timeout),
+            ReplicaAck::Connected { timeout } => {
+                let online = connection.replicas_asked();
+                if online == 0 && !connection.replicas_due() {
+                    return Ok(AckPermit::none());
+                }
+                (online, timeout)
+            }
+        };
+        connection.ack_permit(timeout, asked).await
+    }
+
+    /// Deletes `key` if it holds exactly `value`, with the server's own
+    /// compare-and-delete (see [`CompareAndDelete`]): `Some(true)`
+    /// when deleted, `Some(false)` when the key holds something else or
+    /// nothing, `None` when the server has no such command, refuses it to
+    /// this user, or answered with an error a script would have handled (a
+    /// redirect, READONLY): the caller sends the script then. An error of
+    /// the connection is returned as it is (the command may have been
+    /// applied).
+    pub(crate) async fn compare_and_delete(&self, key: &str, value: &[u8]) -> Result<Option<bool>> {
+        use CompareAndDelete as Cad;
+        if self.asking || self.ack != ReplicaAck::Off {
+            return Ok(None);
+        }
+        let found = self.connection.compare_and_delete(&self.checkout.server);
+        let mut cmd = match found {
+            Cad::DelIfEq => redis::cmd("DELIFEQ"),
+            Cad::DelEx => redis::cmd("DELEX"),
+            Cad::None => return Ok(None),
+        };
+        cmd.arg(key);
+        if found == Cad::DelEx {
+            cmd.arg("IFEQ");
+        }
+        cmd.arg(value);
+        let connection = &self.connection;
+        self.connection
+            .run_on(self.checkout.clone(), "release", |mut conn, _| async move {
+                match cmd.query_async::<redis::Value>(&mut conn).await {
+                    Ok(redis::Value::Int(n)) => Ok(Some(n == 1)),
+                    Ok(_) => Ok(None),
+                    Err(e) if e.kind() == redis::ErrorKind::Io || e.is_connection_dropped() => {
+                        Err(e)
+                    }
+                    Err(e) => {
+                        if is_refused(&e) {
+                            connection.no_compare_and_delete();
+                        }
+                        // MOVED, READONLY, ...: the script handles it.
+                        Ok(None)
+                    }
+                }
+            })
+            .await
+    }
+
+    /// Sends a pipeline of commands on keys this server serves.
+    pub(crate) async fn pipeline(
+        &self,
+        operation: &str,
+        pipe: &redis::Pipeline,
+    ) -> Result<Vec<redis::Value>> {
+        let replies: Vec<redis::Value> = self
+            .connection
+            .run_on(self.checkout.clone(), operation, |mut conn, _| async move {
+                pipe.query_async(&mut conn).await
+            })
+            .await?;
+        // A pipeline that keeps going past errors says READONLY in its replies.
+        if replies
+            .iter()
+            .any(|reply| matches!(reply, redis::Value::ServerError(e) if e.code() == "READONLY"))
+        {
+            self.connection.demoted();
+        }
+        Ok(replies)
+    }
+
+    /// Loads `script` into the server's script cache.
+    pub(crate) async fn load(&self, operation: &str, script: &redis::Script) -> Result<()> {
+        self.connection
+            .run_on(self.checkout.clone(), operation, |mut conn, _| async move {
+                script.prepare_invoke().load_async(&mut conn).await
+            })
+            .await
+            .map(drop)
+    }
+}
+
+/// Whether the server does not let this user run a command (or does not
+/// know it, or these arguments of it, after all).
+fn is_refused(err: &redis::RedisError) -> bool {
+    let detail = err.detail().unwrap_or("").to_ascii_lowercase();
+    matches!(err.code(), Some("NOPERM"))
+        || (matches!(err.code(), Some("ERR"))
+            && (detail.starts_with("unknown command")
+                || detail.starts_with("unknown subcommand")
+                || detail.starts_with("syntax error")
+                || detail.contains("wrong number of arguments")))
+}
+
+/// What the server lists of its replicas, read into `connection`.
+async fn read_replicas(
+    conn: &mut redis::aio::MultiplexedConnection,
+    connection: &Connection,
+) -> redis::RedisResult<()> {
+    if !connection.is_cluster() {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(conn)
+            .await?;
+        connection.read_replicas(&info, None);
+        return Ok(());
+    }
+    // A cluster's master knows its replicas cut off from it too; where this
+    // user may not ask (an ACL), its list alone is what is known.
+    let mut replies = redis::pipe()
+        .ignore_errors()
+        .cmd("INFO")
+        .arg("replication")
+        .cmd("CLUSTER")
+        .arg("NODES")
+        .query_async::<Vec<redis::Value>>(conn)
+        .await?
+        .into_iter();
+    let text = |value: Option<redis::Value>| match value {
+        Some(redis::Value::BulkString(bytes)) => String::from_utf8(bytes).ok(),
+        Some(redis::Value::VerbatimString { text, .. }) => Some(text),
+        _ => None,
+    };
+    let info = text(replies.next()).unwrap_or_default();
+    let nodes = text(replies.next());
+    connection.read_replicas(&info, nodes.as_deref());
+    Ok(())
+}
+
+/// One script to run (see [`Route::eval`]), followed by `WAIT replicas
+/// timeout` when `wait` says so.
+struct Call<'a> {
+    connection: &'a Connection,
+    scripts: &'static Scripts,
+    function: Option<&'static str>,
+    script: &'a redis::Script,
+    keys: &'a [&'a str],
+    args: &'a [&'a [u8]],
+    asking: bool,
+    wait: Option<(u32, std::time::Duration)>,
+    /// The replicas waited for are those the master lists.
+    connected: bool,
+}
+
+impl Call<'_> {
+    async fn run(
+        self,
+        mut conn: redis::aio::MultiplexedConnection,
+    ) -> redis::RedisResult<(redis::Value, Option<Acked>)> {
+        let conn = &mut conn;
+        let (asking, wait) = (self.asking, self.wait);
+        let sent = 'sent: {
+            if let Some(function) = self.function {
+                let call = || fcall(function, self.keys, self.args);
+                match send(conn, asking, wait, call()).await {
+                    Err(e) if is_function_missing(&e) => {
+                        match redis::cmd("FUNCTION")
+                            .arg("LOAD")
+                            .arg(&self.scripts.library.code)
+                            .query_async::<redis::Value>(&mut *conn)
+                            .await
+                        {
+                            Err(e) if is_functions_refused(&e) => self.connection.no_functions(),
+                            // A replica: sent as a script below.
+                            Err(e) if is_readonly_error(&e) => {}
+                            Err(e) if !is_library_loaded(&e) => return Err(e),
+                            _ => match send(conn, asking, wait, call()).await {
+                                Err(e) if is_readonly_error(&e) => {}
+                                reply => break 'sent reply,
+                            },
+                        }
+                    }
+                    Err(e) if is_functions_refused(&e) => self.connection.no_functions(),
+                    // Sent as a script below: a replica answers it as it
+                    // always did.
+                    Err(e) if is_readonly_error(&e) => {}
+                    reply => break 'sent reply,
+                }
+            }
+            // ASKING holds for the next command alone, and WAIT counts the
+            // writes of this connection: all go in one pipeline, and again
+            // after a NOSCRIPT.
+            let call = || evalsha(self.script, self.keys, self.args);
+            match send(conn, asking, wait, call()).await {
+                Err(e) if is_noscript_error(&e) => {
+                    self.script.prepare_invoke().load_async(&mut *conn).await?;
+                    send(conn, asking, wait, call()).await
+                }
+                reply => reply,
+            }
+        };
+        let (reply, acked) = sent?;
+        let Some(mut acked) = acked else {
+            return Ok((reply, None));
+        };
+        if acked.is_short() && self.connected {
+            // A replica that left during the WAIT is not waited for: every
+            // replica still there has the write.
+            read_replicas(conn, self.connection).await?;
+            acked.asked = acked.asked.min(self.connection.replicas_asked());
+        }
+        self.connection.note_ack(acked);
+        Ok((reply, Some(acked)))
+    }
+}
+
+/// Sends `command`, alone or, when `asking` or `wait` say so, in one
+/// pipeline behind ASKING and before `WAIT replicas timeout`; answers its
+/// reply and how the WAIT went.
+async fn send(
+    conn: &mut redis::aio::MultiplexedConnection,
+    asking: bool,
+    wait: Option<(u32, std::time::Duration)>,
+    command: redis::Cmd,
+) -> redis::RedisResult<(redis::Value, Option<Acked>)> {
+    if !asking && wait.is_none() {
+        return command.query_async(conn).await.map(|v| (v, None));
+    }
+    let mut pipe = redis::pipe();
+    if asking {
+        pipe.cmd("ASKING").ignore();
+    }
+    pipe.add_command(command);
+    if let Some((replicas, timeout)) = wait {
+        pipe.cmd("WAIT")
+            .arg(replicas)
+            .arg(crate::keys::millis(timeout).max(1));
+    }
+    let mut replies = pipe
+        .query_async::<Vec<redis::Value>>(conn)
+        .await?
+        .into_iter();
+    let value = replies.next().unwrap_or(redis::Value::Nil);
+    let acked = wait.map(|(asked, _)| Acked {
+        asked,
+        acked: match replies.next() {
+            Some(redis::Value::Int(n)) => u32::try_from(n).unwrap_or(0),
+            _ => 0,
+        },
+    });
+    Ok((value, acked))
+}
