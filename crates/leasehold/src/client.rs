@@ -753,7 +753,7 @@ fn url_from_env() -> String {
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
-            .field("address", &self.engine.deployment.address())
+            .field("address", &self.engine.store.address())
             .field("config", &self.config)
             .field("node", &self.engine.config)
             .finish_non_exhaustive()

@@ -186,7 +186,7 @@ impl Redlock {
         self.masters
             .nodes
             .iter()
-            .map(|node| node.deployment.address())
+            .map(|node| node.store.address())
             .collect()
     }
 
@@ -361,11 +361,8 @@ impl RedlockBuilder {
             let redis = seed(url, self.command_timeout, None)?;
             let standalone = Standalone::new(redis, self.command_timeout);
             let engine = Engine::new(Arc::new(standalone), config.clone())?;
-            let address = engine.deployment.address();
-            if nodes
-                .iter()
-                .any(|node| node.deployment.address() == address)
-            {
+            let address = engine.store.address();
+            if nodes.iter().any(|node| node.store.address() == address) {
                 return Err(Error::invalid(format!(
                     "master {address} is given twice: a Redlock's masters must be independent \
                      servers, or one of them counts twice in every majority"
@@ -743,7 +740,7 @@ impl RedlockMutex {
             .iter()
             .zip(answers)
             .map(|(node, info)| MasterInfo {
-                address: node.deployment.address().to_owned(),
+                address: node.store.address().to_owned(),
                 info,
             })
             .collect()

@@ -26,7 +26,7 @@ use redis::AsyncConnectionConfig;
 use tokio::time::Instant;
 
 use crate::conn::replicas::{Acked, ReplicaList};
-use crate::error::{Error, Result};
+use crate::error::{verdict_of, Error, Result, Verdict};
 use crate::holder::ReplicaStatus;
 
 /// A connection unused this long is checked with PING before it is trusted
@@ -582,7 +582,7 @@ impl Connection {
                 Ok(value)
             }
             Ok(Err(e)) => {
-                if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+                if verdict_of(&e) == Verdict::Reconnect {
                     self.broken(line, generation);
                 } else {
                     // The server answered, with an error.

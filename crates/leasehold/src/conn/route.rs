@@ -7,12 +7,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::conn::replicas::{Acked, ReplicaAck};
-use crate::conn::scripts::{
-    evalsha, fcall, is_function_missing, is_functions_refused, is_library_loaded,
-    is_noscript_error, is_readonly_error, Publish, Scripts,
-};
+use crate::conn::scripts::{evalsha, fcall, Publish, Scripts};
 use crate::conn::{AckPermit, Checkout, CompareAndDelete, Connection, Line, ServerInfo};
-use crate::error::{Error, Result};
+use crate::error::{is_library_loaded, verdict_of, verdict_of_reply, Error, Result, Verdict};
 use crate::holder::ReplicaStatus;
 
 /// A checked-out connection to one server, for one request (or one
@@ -206,16 +203,16 @@ impl Route {
                 match cmd.query_async::<redis::Value>(&mut conn).await {
                     Ok(redis::Value::Int(n)) => Ok(Some(n == 1)),
                     Ok(_) => Ok(None),
-                    Err(e) if e.kind() == redis::ErrorKind::Io || e.is_connection_dropped() => {
-                        Err(e)
-                    }
-                    Err(e) => {
-                        if is_refused(&e) {
+                    Err(e) => match verdict_of(&e) {
+                        // It may have been applied.
+                        Verdict::Reconnect => Err(e),
+                        Verdict::Refused => {
                             connection.no_compare_and_delete();
+                            Ok(None)
                         }
                         // MOVED, READONLY, ...: the script handles it.
-                        Ok(None)
-                    }
+                        _ => Ok(None),
+                    },
                 }
             })
             .await
@@ -234,10 +231,10 @@ impl Route {
             })
             .await?;
         // A pipeline that keeps going past errors says READONLY in its replies.
-        if replies
-            .iter()
-            .any(|reply| matches!(reply, redis::Value::ServerError(e) if e.code() == "READONLY"))
-        {
+        if replies.iter().any(|reply| {
+            matches!(reply, redis::Value::ServerError(e)
+                if verdict_of_reply(e) == Verdict::FailedOver { unblocked: false })
+        }) {
             self.connection.demoted();
         }
         Ok(replies)
@@ -252,18 +249,6 @@ impl Route {
             .await
             .map(drop)
     }
-}
-
-/// Whether the server does not let this user run a command (or does not
-/// know it, or these arguments of it, after all).
-fn is_refused(err: &redis::RedisError) -> bool {
-    let detail = err.detail().unwrap_or("").to_ascii_lowercase();
-    matches!(err.code(), Some("NOPERM"))
-        || (matches!(err.code(), Some("ERR"))
-            && (detail.starts_with("unknown command")
-                || detail.starts_with("unknown subcommand")
-                || detail.starts_with("syntax error")
-                || detail.contains("wrong number of arguments")))
 }
 
 /// What the server lists of its replicas, read into `connection`.
@@ -323,32 +308,41 @@ impl Call<'_> {
     ) -> redis::RedisResult<(redis::Value, Option<Acked>)> {
         let conn = &mut conn;
         let (asking, wait) = (self.asking, self.wait);
+        // A function that writes is refused up front by a replica
+        // (READONLY), where a script is let in and says what the replica's
+        // state is (MASTERDOWN when cut off from its master): the script is
+        // sent then. A server without functions, or a user not let to call
+        // or load them, gets the script too.
+        let readonly = Verdict::FailedOver { unblocked: false };
         let sent = 'sent: {
             if let Some(function) = self.function {
                 let call = || fcall(function, self.keys, self.args);
-                match send(conn, asking, wait, call()).await {
-                    Err(e) if is_function_missing(&e) => {
-                        match redis::cmd("FUNCTION")
+                let reply = send(conn, asking, wait, call()).await;
+                match reply.as_ref().map_err(verdict_of) {
+                    Err(Verdict::Reload) => {
+                        let loaded = redis::cmd("FUNCTION")
                             .arg("LOAD")
                             .arg(&self.scripts.library.code)
                             .query_async::<redis::Value>(&mut *conn)
-                            .await
-                        {
-                            Err(e) if is_functions_refused(&e) => self.connection.no_functions(),
-                            // A replica: sent as a script below.
-                            Err(e) if is_readonly_error(&e) => {}
+                            .await;
+                        match loaded {
+                            Err(e) if verdict_of(&e) == Verdict::Refused => {
+                                self.connection.no_functions()
+                            }
+                            Err(e) if verdict_of(&e) == readonly => {}
                             Err(e) if !is_library_loaded(&e) => return Err(e),
-                            _ => match send(conn, asking, wait, call()).await {
-                                Err(e) if is_readonly_error(&e) => {}
-                                reply => break 'sent reply,
-                            },
+                            _ => {
+                                let reply = send(conn, asking, wait, call()).await;
+                                match reply.as_ref().map_err(verdict_of) {
+                                    Err(v) if v == readonly => {}
+                                    _ => break 'sent reply,
+                                }
+                            }
                         }
                     }
-                    Err(e) if is_functions_refused(&e) => self.connection.no_functions(),
-                    // Sent as a script below: a replica answers it as it
-                    // always did.
-                    Err(e) if is_readonly_error(&e) => {}
-                    reply => break 'sent reply,
+                    Err(Verdict::Refused) => self.connection.no_functions(),
+                    Err(v) if v == readonly => {}
+                    _ => break 'sent reply,
                 }
             }
             // ASKING holds for the next command alone, and WAIT counts the
@@ -356,7 +350,7 @@ impl Call<'_> {
             // after a NOSCRIPT.
             let call = || evalsha(self.script, self.keys, self.args);
             match send(conn, asking, wait, call()).await {
-                Err(e) if is_noscript_error(&e) => {
+                Err(e) if verdict_of(&e) == Verdict::Reload => {
                     self.script.prepare_invoke().load_async(&mut *conn).await?;
                     send(conn, asking, wait, call()).await
                 }

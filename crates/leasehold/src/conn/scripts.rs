@@ -12,7 +12,7 @@ use std::sync::LazyLock;
 
 use redis::Value;
 
-use crate::error::{Error, Result};
+use crate::error::{verdict_of_reply, Error, Result, Verdict};
 
 /// How scripts send notifications: classic PUBLISH, or SPUBLISH to the
 /// shard of the channel's slot on a Redis Cluster (where PUBLISH would be
@@ -216,67 +216,14 @@ fn script_call(command: &str, name: &str, keys: &[&str], args: &[&[u8]]) -> redi
     cmd
 }
 
-/// Whether any of the server's errors in `err` is one `matches` picks.
-fn any_server_error(err: &redis::RedisError, matches: impl Fn(&str, &str) -> bool) -> bool {
-    if let (Some(code), Some(detail)) = (err.code(), err.detail()) {
-        if matches(code, detail) {
-            return true;
-        }
-    }
-    err.clone().into_server_errors().is_some_and(|errors| {
-        errors
-            .iter()
-            .any(|(_, e)| matches(e.code(), e.details().unwrap_or("")))
-    })
-}
-
-/// Whether an FCALL failed because the server lost the library (FUNCTION
-/// FLUSH, a restart without persistence) or never had it.
-pub(crate) fn is_function_missing(err: &redis::RedisError) -> bool {
-    any_server_error(err, |code, detail| {
-        code == "ERR" && detail.starts_with("Function not found")
-    })
-}
-
-/// Whether a FUNCTION LOAD failed because the library is there already.
-pub(crate) fn is_library_loaded(err: &redis::RedisError) -> bool {
-    any_server_error(err, |code, detail| {
-        code == "ERR" && detail.starts_with("Library") && detail.contains("already exists")
-    })
-}
-
-/// Whether the server refused a write up front as a read-only replica: a
-/// function that writes is refused so before it runs, where a script is
-/// let in and says what the replica's state is (MASTERDOWN when cut off
-/// from its master), so the script is sent then.
-pub(crate) fn is_readonly_error(err: &redis::RedisError) -> bool {
-    any_server_error(err, |code, _| code == "READONLY")
-}
-
-/// Whether the server has no functions (before Redis 7), or does not let
-/// this user call or load them: scripts are sent with EVALSHA then.
-pub(crate) fn is_functions_refused(err: &redis::RedisError) -> bool {
-    any_server_error(err, |code, detail| {
-        code == "NOPERM" || (code == "ERR" && detail.starts_with("unknown command"))
-    })
-}
-
 /// The EVALSHA command for `script`, for use in a pipeline.
 pub(crate) fn evalsha(script: &redis::Script, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
     script_call("EVALSHA", script.get_hash(), keys, args)
 }
 
-/// Whether a command failed because the server lost the script.
-pub(crate) fn is_noscript_error(err: &redis::RedisError) -> bool {
-    err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
-        || err
-            .clone()
-            .into_server_errors()
-            .is_some_and(|errors| errors.iter().any(|(_, e)| e.code() == "NOSCRIPT"))
-}
-
+/// Whether a reply of a pipeline says the server lost the script.
 pub(crate) fn is_noscript(value: &Value) -> bool {
-    matches!(value, Value::ServerError(e) if e.code() == "NOSCRIPT")
+    matches!(value, Value::ServerError(e) if verdict_of_reply(e) == Verdict::Reload)
 }
 
 pub(crate) fn as_int(value: &Value) -> Option<i64> {

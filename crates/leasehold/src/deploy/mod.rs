@@ -18,8 +18,10 @@
 
 pub(crate) mod cluster;
 pub(crate) mod detect;
+pub(crate) mod grace;
 pub(crate) mod sentinel;
 pub(crate) mod standalone;
+pub(crate) mod store;
 
 use std::fmt;
 use std::future::Future;

@@ -15,6 +15,7 @@ use crate::keys::LockKeys;
 /// The live waiters of the lock, in line.
 pub(crate) async fn waiters(engine: &Engine, keys: &LockKeys) -> Result<Vec<Waiter>> {
     let reply = engine
+        .store
         .eval(
             keys,
             "waiters",
@@ -54,6 +55,7 @@ pub(crate) async fn waiters(engine: &Engine, keys: &LockKeys) -> Result<Vec<Wait
 /// waiters; whether there was one.
 pub(crate) async fn delete_semaphore(engine: &Engine, keys: &LockKeys, total: u32) -> Result<bool> {
     let reply = engine
+        .store
         .eval(
             keys,
             "delete",
@@ -81,6 +83,7 @@ pub(crate) async fn permit_left(
     token: &str,
 ) -> Result<Option<Duration>> {
     let reply = engine
+        .store
         .eval(
             keys,
             "permit lease",

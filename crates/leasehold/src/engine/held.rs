@@ -206,7 +206,7 @@ impl Held {
         let released = loop {
             // An attempt that gets no connection sends nothing: only one
             // that went out can have been applied.
-            let (attempt, sent) = match engine.route(&lease.keys).await {
+            let (attempt, sent) = match engine.store.route(&lease.keys).await {
                 Ok(route) => {
                     server = route.server().identity;
                     let attempt = match self.compare_and_delete(route.clone()).await {
@@ -298,6 +298,7 @@ impl Held {
         }
         let reply = self
             .engine
+            .store
             .eval_on(
                 route,
                 &lease.keys.lock,

@@ -9,8 +9,9 @@ use redis::Value;
 
 use crate::conn::replicas::ReplicaAck;
 use crate::conn::scripts;
+use crate::deploy::store::Answer;
 use crate::engine::release::{release, release_as};
-use crate::engine::{Answer, Engine, Kind};
+use crate::engine::{Engine, Kind};
 use crate::error::{Error, ErrorKind, Result};
 use crate::holder::{Holder, LockInfo};
 use crate::keys::{millis, LockKeys};
@@ -37,9 +38,10 @@ pub(crate) async fn renew_one(
     ack: ReplicaAck,
 ) -> Result<Renewed> {
     let ms = millis(lease).to_string();
-    let route = engine.route(keys).await?.with_ack(ack);
+    let route = engine.store.route(keys).await?.with_ack(ack);
     let args: [&[u8]; 2] = [token.as_bytes(), ms.as_bytes()];
     let answer = engine
+        .store
         .send(
             route,
             &keys.lock,
@@ -161,6 +163,7 @@ pub(crate) async fn release_owned_token(
 /// was there.
 pub(crate) async fn force_release(engine: &Engine, keys: &LockKeys) -> Result<bool> {
     let reply = engine
+        .store
         .eval(
             keys,
             "force-release",
@@ -188,8 +191,9 @@ pub(crate) async fn force_release(engine: &Engine, keys: &LockKeys) -> Result<bo
 
 /// The lock's state as Redis sees it now.
 pub(crate) async fn inspect(engine: &Engine, keys: &LockKeys) -> Result<LockInfo> {
-    let route = engine.route(keys).await?;
+    let route = engine.store.route(keys).await?;
     let (reply, answered) = engine
+        .store
         .eval_answered(
             route,
             &keys.lock,
@@ -201,7 +205,7 @@ pub(crate) async fn inspect(engine: &Engine, keys: &LockKeys) -> Result<LockInfo
         .await?;
     let mut info = lock_info(&keys.name, answered.address(), &reply)?;
     info.replicas = Some(answered.replicas());
-    info.grace_left = engine.grace_left(&keys.lock, answered.server());
+    info.grace_left = engine.store.grace_left(&keys.lock, answered.server());
     Ok(info)
 }
 
@@ -263,6 +267,7 @@ fn lock_info(name: &str, server: &str, reply: &Value) -> Result<LockInfo> {
 pub(crate) async fn set_permits(engine: &Engine, keys: &LockKeys, permits: u32) -> Result<()> {
     let permits_arg = permits.to_string();
     let reply = engine
+        .store
         .eval(
             keys,
             "set-permits",
@@ -323,6 +328,7 @@ pub(crate) async fn write_leader(
     let fence = fence.to_string();
     let ttl = millis(ttl).to_string();
     let reply = engine
+        .store
         .eval(
             keys,
             "election record",
@@ -355,6 +361,7 @@ pub(crate) async fn read_leader(
     election: &ElectionKeys,
 ) -> Result<(Option<LeaderRecord>, i64)> {
     let reply = engine
+        .store
         .eval(
             keys,
             "leader",
@@ -392,6 +399,7 @@ pub(crate) async fn announce(
     election: &ElectionKeys,
 ) -> Result<()> {
     engine
+        .store
         .eval(
             keys,
             "election announcement",

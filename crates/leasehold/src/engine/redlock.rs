@@ -42,11 +42,12 @@ use tokio::time::Instant;
 use crate::conn::replicas::ReplicaAck;
 use crate::conn::scripts;
 use crate::conn::ClockReading;
+use crate::deploy::store::Answer;
 use crate::engine::loss::LossReason;
 use crate::engine::ops::{renew_one, Renewed};
 use crate::engine::quorum::{self, Clocks, Tally};
 use crate::engine::release::{release, release_in_background, Background, Tracked};
-use crate::engine::{Answer, Engine};
+use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{millis, validate_lease, LockKeys, MIN_LEASE};
 use crate::random::new_token;
@@ -1449,9 +1450,9 @@ async fn take_on(
     wanted: &(dyn Fn() -> bool + Sync),
     refused_by: &mut Option<Instant>,
 ) -> Result<Grant> {
-    let route = engine.route(keys).await?;
+    let route = engine.store.route(keys).await?;
     clock.first(route.server().clock);
-    if let Some(left) = engine.grace_left(&keys.lock, route.server()) {
+    if let Some(left) = engine.store.grace_left(&keys.lock, route.server()) {
         return Ok(Grant::InGrace(left));
     }
     let lease_ms = millis(lease).to_string();
@@ -1479,6 +1480,7 @@ async fn take_on(
         args[..6].copy_from_slice(&fixed);
         args[6] = limit.as_deref().unwrap_or_default().as_bytes();
         let reply = match engine
+            .store
             .send(
                 route.clone(),
                 &keys.lock,
@@ -1588,6 +1590,7 @@ fn proposal() -> u64 {
 async fn fence_on(engine: &Engine, keys: &LockKeys, token: &str, fence: u64) -> Result<bool> {
     let fence = fence.to_string();
     let reply = engine
+        .store
         .eval(
             keys,
             "fence",

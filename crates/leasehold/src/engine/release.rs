@@ -29,7 +29,7 @@ pub(crate) async fn release(
     queued: bool,
     hold_until: Option<Instant>,
 ) -> Result<bool> {
-    let route = engine.route(keys).await?;
+    let route = engine.store.route(keys).await?;
     let mode: &[u8] = if queued { b"1" } else { b"0" };
     release_in_mode(engine, route, keys, token, mode, hold_until).await
 }
@@ -86,7 +86,7 @@ pub(crate) async fn release_as(
     owner: &str,
     kind: Kind,
 ) -> Result<Option<bool>> {
-    let route = engine.route(keys).await?;
+    let route = engine.store.route(keys).await?;
     let reply = run_release(engine, route, keys, token, b"0", None, Some((owner, kind))).await?;
     match scripts::as_int(&reply) {
         Some(0) => Ok(Some(false)),
@@ -154,6 +154,7 @@ async fn run_release(
         None => &base,
     };
     engine
+        .store
         .eval_on(
             route,
             &keys.lock,

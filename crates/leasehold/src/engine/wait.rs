@@ -21,11 +21,12 @@ use tokio::time::Instant;
 use crate::conn::notify::Subscription;
 use crate::conn::replicas::{Acked, ReplicaAck};
 use crate::conn::scripts::{self, Scripts};
+use crate::deploy::store::{Answer, Pick};
 use crate::engine::held::{Held, Hold};
 use crate::engine::lease::local_deadline;
 use crate::engine::release::{release, PendingRelease};
 use crate::engine::Engine;
-use crate::engine::{pttl, Answer, Kind, Pick, Request};
+use crate::engine::{pttl, Kind, Request};
 use crate::error::{Error, Result};
 use crate::holder::Holder;
 use crate::keys::{millis, LockKeys, MAX_LEASE};
@@ -231,8 +232,8 @@ async fn wait_for(
     // Listening before the first attempt costs nothing when the channel is
     // still subscribed from an earlier wait, and no message can slip by.
     let mut subscription: Option<Subscription> = engine
-        .deployment
-        .notifier(&keys.lock)
+        .store
+        .known_notifier(&keys.lock)
         .and_then(|notifier| notifier.listen_if_confirmed(&channel));
     let mut backoff = FIRST_BACKOFF;
     // When this wait first found the lock busy.
@@ -348,7 +349,9 @@ async fn wait_for(
                 // A client that never reached Redis at all has a wrong
                 // address, or a server that is not there: it gives up once
                 // the connect timeout has passed, saying why.
-                if !engine.has_reached_redis() && began.elapsed() >= engine.config.connect_timeout {
+                if !engine.store.has_reached_redis()
+                    && began.elapsed() >= engine.config.connect_timeout
+                {
                     leave(engine, keys, &mut pending, &token).await;
                     return Err(error.never_reached(engine.config.connect_timeout));
                 }
@@ -370,7 +373,7 @@ async fn wait_for(
         }
         // The lock's shard may have moved to another server since the
         // subscription was made (a cluster's slot migration or failover).
-        let notifier = engine.deployment.notifier(&keys.lock);
+        let notifier = engine.store.known_notifier(&keys.lock);
         if let (Some(listening), Some(notifier)) = (&subscription, &notifier) {
             if !listening.is_of(notifier) || listening.is_moved() {
                 subscription = None;
@@ -517,7 +520,7 @@ fn late_grant(engine: &Engine, request: &Request<'_>) -> Error {
         format!(
             "redis at {} answered so late that the lease on lock {:?} had almost run out; it \
              was given back: check the network and the server's load",
-            engine.deployment.address(),
+            engine.store.address(),
             request.keys.name
         ),
     )
@@ -563,11 +566,11 @@ async fn attempt<'k>(
     let keys = request.keys;
     // Nothing can be held before the request leaves: connect first, then
     // arm the release that undoes a request cut off on its way.
-    let route = engine.route(keys).await?;
+    let route = engine.store.route(keys).await?;
     // A reentry waits out the grace too: a server that lost the hold
     // would grant it as a new hold, with a new fence, under a guard that
     // believes it nests in the old one.
-    if let Some(left) = engine.grace_left(&keys.lock, route.server()) {
+    if let Some(left) = engine.store.grace_left(&keys.lock, route.server()) {
         return Ok(Outcome::InGrace { left });
     }
     let route = route.with_ack(request.replica_ack);
@@ -716,6 +719,7 @@ async fn run_attempt(
     let keys = request.keys;
     let sent_at = Instant::now();
     let (reply, acked, route) = match engine
+        .store
         .send(route, &keys.lock, "acquire", pick, keys_list, args, true)
         .await?
     {

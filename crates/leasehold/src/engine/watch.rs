@@ -405,7 +405,7 @@ impl Watcher {
     /// moved (a cluster's slot migration or failover). Without a
     /// subscription the watch still looks on its timers.
     async fn listen(&mut self) {
-        let notifier = match self.engine.notifier(&self.keys).await {
+        let notifier = match self.engine.store.notifier(&self.keys).await {
             Ok(notifier) => notifier,
             Err(_) => return,
         };
@@ -436,6 +436,7 @@ impl Watcher {
         self.registered = true;
         let reply = self
             .engine
+            .store
             .eval(
                 &self.keys,
                 "watch",
@@ -624,6 +625,7 @@ impl Drop for LockWatch {
 /// Takes the watcher `id` out of the lock's watch key.
 async fn unregister(engine: &Engine, keys: &LockKeys, watch_key: &str, id: &str) -> Result<()> {
     engine
+        .store
         .eval(
             keys,
             "unwatch",

@@ -22,6 +22,7 @@ use crate::conn::scripts;
 use crate::engine::lease::Lease;
 use crate::engine::ops::{renew_one, Renewed};
 use crate::engine::Engine;
+use crate::error::{verdict_of_reply, NotReady, Verdict};
 use crate::keys::{hash_slot, millis};
 
 /// Leases per renew script: one script blocks Redis while it runs, so big
@@ -170,7 +171,7 @@ async fn run(engine: Weak<Engine>, watchdog: Arc<Watchdog>) {
 async fn renew(engine: &Engine, leases: Vec<Due>) {
     let mut servers: BTreeMap<usize, Vec<Due>> = BTreeMap::new();
     for due in leases {
-        let server = engine.deployment.server_of(&due.0.keys.lock);
+        let server = engine.store.server_of(&due.0.keys.lock);
         servers.entry(server).or_default().push(due);
     }
     let rounds = servers
@@ -184,7 +185,7 @@ async fn renew_on_server(engine: &Engine, leases: Vec<Due>) {
     let Some(first) = leases.first() else {
         return;
     };
-    let route = match engine.deployment.route(&first.0.keys.lock).await {
+    let route = match engine.store.route_key(&first.0.keys.lock).await {
         Ok(route) => route,
         Err(_) => {
             retry_later(engine, leases.iter().map(|(lease, _)| lease));
@@ -246,7 +247,13 @@ async fn renew_on_server(engine: &Engine, leases: Vec<Due>) {
         // later retry rather than due again at once.
         let outcomes = match replies.get(i) {
             Some(Value::Array(items)) if items.len() == batch.len() => items,
-            Some(Value::ServerError(e)) if is_redirect(e) || batch.len() > 1 && is_try_again(e) => {
+            Some(Value::ServerError(e))
+                if match verdict_of_reply(e) {
+                    Verdict::Follow(_) => true,
+                    Verdict::WaitOut(NotReady::SlotMoving) => batch.len() > 1,
+                    _ => false,
+                } =>
+            {
                 // The slot moved, or is moving (a batch whose keys are now
                 // on both sides of a migration is refused whole): renewed
                 // one by one below, each following the cluster to where
@@ -285,20 +292,6 @@ async fn renew_on_server(engine: &Engine, leases: Vec<Due>) {
 /// with many leases is done within a few round trips, few enough not to
 /// flood a cluster that is moving slots.
 const RENEWED_ALONE_AT_ONCE: usize = 32;
-
-/// Whether a server refused a batch because its keys are on both sides of
-/// a slot migration (TRYAGAIN).
-fn is_try_again(error: &redis::ServerError) -> bool {
-    matches!(error.kind(), Some(redis::ServerErrorKind::TryAgain))
-}
-
-/// Whether a server sent a renewal elsewhere (MOVED, ASK).
-fn is_redirect(error: &redis::ServerError) -> bool {
-    matches!(
-        error.kind(),
-        Some(redis::ServerErrorKind::Moved | redis::ServerErrorKind::Ask)
-    )
-}
 
 /// Renews one lease on its own, following redirects; its turn is held by
 /// the caller.
