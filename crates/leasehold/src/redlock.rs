@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::{
-    seed, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FENCE_RETENTION, DEFAULT_LEASE, DEFAULT_PREFIX,
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_FENCE_RETENTION, DEFAULT_LEASE, DEFAULT_PREFIX,
 };
 use crate::core::Settings;
-use crate::deploy::standalone::Standalone;
+use crate::deploy::build;
 use crate::engine::quorum::Clocks;
 use crate::engine::redlock::{Ask, Masters, QuorumConfig};
 use crate::engine::{ops, Engine, EngineConfig, Kind};
@@ -346,9 +346,6 @@ impl RedlockBuilder {
                 "restart grace is longer than 24h: set it to the longest lease in use",
             ));
         }
-        if urls.iter().any(|url| url.starts_with("rediss")) {
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
         let config = EngineConfig {
             restart_grace: self.restart_grace,
             fence_retention: self.fence_retention,
@@ -356,20 +353,10 @@ impl RedlockBuilder {
             connect_timeout: crate::client::DEFAULT_CONNECT_TIMEOUT,
             redlock_master: true,
         };
-        let mut nodes: Vec<Arc<Engine>> = Vec::with_capacity(urls.len());
-        for url in &urls {
-            let redis = seed(url, self.command_timeout, None)?;
-            let standalone = Standalone::new(redis, self.command_timeout);
-            let engine = Engine::new(Arc::new(standalone), config.clone())?;
-            let address = engine.store.address();
-            if nodes.iter().any(|node| node.store.address() == address) {
-                return Err(Error::invalid(format!(
-                    "master {address} is given twice: a Redlock's masters must be independent \
-                     servers, or one of them counts twice in every majority"
-                )));
-            }
-            nodes.push(engine);
-        }
+        let nodes = build::masters(&urls, self.command_timeout)?
+            .into_iter()
+            .map(|master| Engine::new(master, config.clone()))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Redlock {
             masters: Arc::new(Masters {
                 nodes,

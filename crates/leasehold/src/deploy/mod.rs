@@ -16,6 +16,7 @@
 //! A quorum of independent masters (Redlock) is several standalone
 //! deployments side by side, each asked in parallel by the engine.
 
+pub(crate) mod build;
 pub(crate) mod cluster;
 pub(crate) mod detect;
 pub(crate) mod grace;
