@@ -60,34 +60,30 @@ async fn work(args: &WorkerArgs) -> Result<()> {
         .open(&args.log)
         .with_context(|| format!("cannot open {}", args.log.display()))?;
     let mut log = Log::new(file);
-    let locker = if args.redlock {
-        Locker::Redlock(
-            Redlock::builder(args.url.split(','))
-                .name(args.id.clone())
-                .lease(args.lease)
-                .command_timeout(args.command_timeout)
-                .restart_grace(args.restart_grace)
-                .build()?,
-        )
+    // A Redlock's client makes its mutexes, as one deployment's does.
+    let client = if args.redlock {
+        Redlock::builder(args.url.split(','))
+            .name(args.id.clone())
+            .lease(args.lease)
+            .command_timeout(args.command_timeout)
+            .restart_grace(args.restart_grace)
+            .build()?
+            .client()
+            .clone()
     } else {
-        Locker::Client(
-            Client::builder(args.url.clone())
-                .replica_ack(args.replica_ack)
-                .name(args.id.clone())
-                .lease(args.lease)
-                .command_timeout(args.command_timeout)
-                .restart_grace(args.restart_grace)
-                .build()?,
-        )
+        Client::builder(args.url.clone())
+            .replica_ack(args.replica_ack)
+            .name(args.id.clone())
+            .lease(args.lease)
+            .command_timeout(args.command_timeout)
+            .restart_grace(args.restart_grace)
+            .build()?
     };
     let mut locks = Vec::new();
     for name in &args.locks {
         let workload =
             Workload::of_lock(name).with_context(|| format!("lock {name:?} names no workload"))?;
-        let handle = match &locker {
-            Locker::Client(client) => Handle::new(client, workload, name)?,
-            Locker::Redlock(redlock) => Handle::redlock(redlock, workload, name)?,
-        };
+        let handle = Handle::new(&client, workload, name)?;
         locks.push((name.clone(), workload, handle));
     }
     anyhow::ensure!(!locks.is_empty(), "no lock to take");
@@ -169,17 +165,8 @@ async fn work(args: &WorkerArgs) -> Result<()> {
         release(left, &mut log).await?;
         tokio::time::sleep(Duration::from_micros(rng.below(1000))).await;
     }
-    match &locker {
-        Locker::Client(client) => client.flush().await,
-        Locker::Redlock(redlock) => redlock.flush().await,
-    }
+    client.flush().await;
     Ok(())
-}
-
-/// What a worker takes its locks from.
-enum Locker {
-    Client(Client),
-    Redlock(Redlock),
 }
 
 async fn release(held: Held, log: &mut Log) -> Result<()> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use leasehold::{
-    Client, Election, Leadership, LeaseGuard, Lock, Redlock, ReentrantMutex, RwLock, Semaphore,
+    Client, Election, Leadership, LeaseGuard, Lock, ReentrantMutex, RwLock, Semaphore,
 };
 
 use crate::events::Mode;
@@ -213,7 +213,7 @@ impl From<leasehold::Error> for WaitError {
 
 impl Handle {
     /// The handle of lock `name`, with the client's settings (its replica
-    /// acknowledgement among them).
+    /// acknowledgement among them). A Redlock's client makes mutexes alone.
     pub(crate) fn new(
         client: &Client,
         workload: Workload,
@@ -227,18 +227,6 @@ impl Handle {
             Workload::Semaphore => Handle::Semaphore(client.semaphore(name, SEMAPHORE_PERMITS)?),
             Workload::Election => Handle::Election(client.election(name)?),
         })
-    }
-
-    /// The handle of lock `name` over the masters of `redlock`: a mutex,
-    /// the only primitive a Redlock offers.
-    pub(crate) fn redlock(redlock: &Redlock, workload: Workload, name: &str) -> Result<Handle> {
-        match workload {
-            Workload::Mutex => Ok(Handle::Lock(Box::new(redlock.mutex(name)?))),
-            other => bail!(
-                "a Redlock offers mutexes only, not {}: use --workloads mutex",
-                other.name()
-            ),
-        }
     }
 
     /// The mode an acquisition takes and the permits it asks for: a

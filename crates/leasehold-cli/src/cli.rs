@@ -64,6 +64,29 @@ pub(crate) struct Connection {
     redlock: Vec<String>,
 }
 
+/// Where a command takes its locks: the client of one deployment, or of a
+/// Redlock's masters (which takes mutexes alone).
+#[derive(Debug)]
+pub(crate) struct Locker {
+    pub(crate) client: leasehold::Client,
+    /// How many masters, on a Redlock.
+    pub(crate) masters: Option<usize>,
+}
+
+impl Locker {
+    /// Refuses, in the command's words, what a Redlock does not offer.
+    pub(crate) fn refuse_on_redlock(&self, given: bool, message: &str) -> anyhow::Result<()> {
+        if self.masters.is_some() && given {
+            return Err(crate::exit::Fail {
+                code: crate::exit::USAGE,
+                message: message.to_owned(),
+            }
+            .into());
+        }
+        Ok(())
+    }
+}
+
 impl Connection {
     /// The Redlock masters, from `--redlock`, else from `$LEASEHOLD_REDLOCK`
     /// when `--url` is not given; `None` for one deployment.
@@ -106,6 +129,28 @@ impl Connection {
             builder = builder.command_timeout(timeout.get());
         }
         Ok(Some(builder.build()?))
+    }
+
+    /// The client locks are taken through: a Redlock's when masters are
+    /// given (`--redlock`, or `$LEASEHOLD_REDLOCK` without `--url`), else
+    /// the one deployment's that `one` builds.
+    pub(crate) fn locker(
+        &self,
+        lease: Duration,
+        watchdog: bool,
+        restart_grace: Option<Duration>,
+        one: impl FnOnce(leasehold::ClientBuilder) -> leasehold::ClientBuilder,
+    ) -> anyhow::Result<Locker> {
+        Ok(match self.redlock(lease, watchdog, restart_grace)? {
+            Some(redlock) => Locker {
+                client: redlock.client().clone(),
+                masters: Some(redlock.addresses().len()),
+            },
+            None => Locker {
+                client: one(self.builder(lease, watchdog, restart_grace)).build()?,
+                masters: None,
+            },
+        })
     }
 
     /// How long a loop that has never reached Redis goes on (`watch`), as a

@@ -12,6 +12,8 @@ use std::time::Duration;
 use clap::Args;
 use leasehold::{LeaseGuard, LockFuture, MultiGuard, MultiLock};
 
+use crate::cli::Locker;
+
 /// The kind flags; at most one of them.
 #[derive(Debug, Clone, Args)]
 #[group(multiple = false)]
@@ -104,59 +106,27 @@ pub(crate) fn lock(
     })
 }
 
-/// Where `run` and `acquire` take their locks: one deployment, or the
-/// independent masters of a Redlock.
-#[derive(Debug)]
-pub(crate) enum Backend {
-    One(leasehold::Client),
-    Quorum(leasehold::Redlock),
-}
-
-impl Backend {
-    /// The lock `name` of `kind` on this backend. A Redlock offers the
-    /// mutex alone.
-    pub(crate) fn lock(&self, name: &str, kind: Kind, holding: Holding) -> anyhow::Result<Lock> {
-        let redlock = match self {
-            Backend::One(client) => return Ok(lock(client, name, kind, holding)?),
-            Backend::Quorum(redlock) => redlock,
-        };
-        if kind != Kind::Mutex {
-            return Err(crate::exit::Fail {
-                code: crate::exit::USAGE,
-                message: "--redlock takes a mutex only: a fair queue, read and write shares and \
-                          semaphore permits are state that every master would have to agree on \
-                          step by step, which a majority vote per acquisition does not give; \
-                          drop --fair/--read/--write/--semaphore, or use --url"
-                    .to_owned(),
-            }
-            .into());
-        }
-        if holding.replicas_given {
-            return Err(crate::exit::Fail {
-                code: crate::exit::USAGE,
-                message: "--replicas does not apply to --redlock: its masters are independent, \
-                          and a majority of them stands for the replicas"
-                    .to_owned(),
-            }
-            .into());
-        }
-        let mut mutex = redlock.mutex(name)?;
-        if let Some(hold) = holding.at_least {
-            mutex = mutex.with_hold_at_least(hold)?;
-        }
-        if let Some(max) = holding.at_most {
-            mutex = mutex.with_max_hold(max)?;
-        }
-        Ok(Box::new(mutex))
-    }
-
-    /// Waits for the releases running in the background.
-    pub(crate) async fn flush(&self) {
-        match self {
-            Backend::One(client) => client.flush().await,
-            Backend::Quorum(redlock) => redlock.flush().await,
-        }
-    }
+/// The lock `name` of `kind` on `locker`. A Redlock offers the mutex
+/// alone, without replica acknowledgement.
+pub(crate) fn taken_lock(
+    locker: &Locker,
+    name: &str,
+    kind: Kind,
+    holding: Holding,
+) -> anyhow::Result<Lock> {
+    locker.refuse_on_redlock(
+        kind != Kind::Mutex,
+        "--redlock takes a mutex only: a fair queue, read and write shares and semaphore \
+         permits are state that every master would have to agree on step by step, which a \
+         majority vote per acquisition does not give; drop --fair/--read/--write/--semaphore, \
+         or use --url",
+    )?;
+    locker.refuse_on_redlock(
+        holding.replicas_given,
+        "--replicas does not apply to --redlock: its masters are independent, and a majority \
+         of them stands for the replicas",
+    )?;
+    Ok(lock(&locker.client, name, kind, holding)?)
 }
 
 /// What `run` and `acquire` take: one lock, or several together.
@@ -221,14 +191,14 @@ impl Take for Locks {
 
 /// The locks `names` of `kind`, to be taken together.
 pub(crate) fn locks(
-    backend: &Backend,
+    locker: &Locker,
     names: &[String],
     kind: Kind,
     holding: Holding,
 ) -> anyhow::Result<Locks> {
     let locks = names
         .iter()
-        .map(|name| backend.lock(name, kind, holding).map(Arc::new))
+        .map(|name| taken_lock(locker, name, kind, holding).map(Arc::new))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let taking = Arc::new(AtomicUsize::new(0));
     let members: Vec<Lock> = locks

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::cli::{Connection, OnLost, RunArgs};
+use crate::cli::{Connection, Locker, OnLost, RunArgs};
 use crate::exit::{self, Fail};
 use crate::kind::{self, Kind};
 use crate::scripting::take;
@@ -37,32 +37,24 @@ pub(crate) async fn run(conn: &Connection, args: RunArgs) -> anyhow::Result<Exit
     }
     let grace = args.take.restart_grace.as_ref().map(|g| g.get());
     let kind = Kind::from(&args.take.kind);
-    let backend = match conn.redlock(args.lease.get(), true, grace)? {
-        Some(redlock) => kind::Backend::Quorum(redlock),
-        None => kind::Backend::One(
-            conn.builder(args.lease.get(), true, grace)
-                .replica_ack(args.take.replicas.ack())
-                .name(kind::client_name())
-                .build()?,
-        ),
-    };
-    let result = run_locked(&backend, &args, kind).await;
+    let locker = conn.locker(args.lease.get(), true, grace, |builder| {
+        builder
+            .replica_ack(args.take.replicas.ack())
+            .name(kind::client_name())
+    })?;
+    let result = run_locked(&locker, &args, kind).await;
     // Releases from cancelled acquisitions must finish before the runtime stops.
-    backend.flush().await;
+    locker.client.flush().await;
     result
 }
 
-async fn run_locked(
-    backend: &kind::Backend,
-    args: &RunArgs,
-    kind: Kind,
-) -> anyhow::Result<ExitCode> {
+async fn run_locked(locker: &Locker, args: &RunArgs, kind: Kind) -> anyhow::Result<ExitCode> {
     let holding = kind::Holding {
         at_least: args.hold_at_least.as_ref().map(|hold| hold.get()),
         at_most: args.max_hold.as_ref().map(|max| max.get()),
         replicas_given: args.take.replicas.given(),
     };
-    let locks = kind::locks(backend, &args.names, kind, holding)?;
+    let locks = kind::locks(locker, &args.names, kind, holding)?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut hangup = signal(SignalKind::hangup())?;

@@ -99,36 +99,25 @@ async fn holder_of(lock: &Lock) -> String {
 pub(crate) async fn acquire(conn: &Connection, args: AcquireArgs) -> anyhow::Result<ExitCode> {
     let grace = args.take.restart_grace.as_ref().map(|g| g.get());
     let kind = Kind::from(&args.take.kind);
-    let backend = match conn.redlock(args.lease.get(), false, grace)? {
-        Some(redlock) => {
-            if args.hold_at_least.is_some() {
-                return Err(Fail {
-                    code: exit::USAGE,
-                    message: "--hold-at-least does not apply to `acquire --redlock` (its release \
-                              --hold-until is for one deployment): use `run --redlock \
-                              --hold-at-least`, which holds the lock itself"
-                        .to_owned(),
-                }
-                .into());
-            }
-            kind::Backend::Quorum(redlock)
-        }
-        None => kind::Backend::One(
-            conn.builder(args.lease.get(), false, grace)
-                .replica_ack(args.take.replicas.ack())
-                .name(kind::client_name())
-                .build()?,
-        ),
-    };
+    let locker = conn.locker(args.lease.get(), false, grace, |builder| {
+        builder
+            .replica_ack(args.take.replicas.ack())
+            .name(kind::client_name())
+    })?;
+    locker.refuse_on_redlock(
+        args.hold_at_least.is_some(),
+        "--hold-at-least does not apply to `acquire --redlock` (its release --hold-until is for \
+         one deployment): use `run --redlock --hold-at-least`, which holds the lock itself",
+    )?;
     let holding = kind::Holding {
         at_least: args.hold_at_least.as_ref().map(|hold| hold.get()),
         at_most: None,
         replicas_given: args.take.replicas.given(),
     };
-    let lock = backend.lock(&args.name, kind, holding)?;
+    let lock = kind::taken_lock(&locker, &args.name, kind, holding)?;
     let taken = take(&lock, &args.wait, &args.take).await;
     // A failed attempt may have left a release running in the background.
-    backend.flush().await;
+    locker.client.flush().await;
     let lease = taken?.detach();
     // Counted from when the grant arrived, which is after Redis made it, and
     // rounded up to the next millisecond: the hold can only come out longer
@@ -161,35 +150,12 @@ pub(crate) async fn acquire(conn: &Connection, args: AcquireArgs) -> anyhow::Res
 /// library's hold-at-least does. The moment travels with the token, in the
 /// script.
 pub(crate) async fn release(conn: &Connection, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
-    if let Some(redlock) = conn.redlock(leasehold::DEFAULT_LEASE, false, None)? {
-        if args.hold_until.is_some() {
-            return Err(Fail {
-                code: exit::USAGE,
-                message: "--hold-until does not apply to --redlock: release the token alone"
-                    .to_owned(),
-            }
-            .into());
-        }
-        let held_on = redlock
-            .mutex(&args.lock.name)?
-            .release_token(&args.lock.token)
-            .await?;
-        if args.json {
-            println!(
-                "{}",
-                json!({
-                    "name": args.lock.name,
-                    "freed": true,
-                    "kept_ms": null,
-                    "held_on": held_on,
-                    "masters": redlock.addresses().len(),
-                })
-            );
-        }
-        return Ok(ExitCode::SUCCESS);
-    }
-    let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
-    let mutex = client.mutex(&args.lock.name)?;
+    let locker = conn.locker(leasehold::DEFAULT_LEASE, false, None, |builder| builder)?;
+    locker.refuse_on_redlock(
+        args.hold_until.is_some(),
+        "--hold-until does not apply to --redlock: release the token alone",
+    )?;
+    let mutex = locker.client.mutex(&args.lock.name)?;
     let now = unix_ms(SystemTime::now());
     let keep = args
         .hold_until
@@ -210,48 +176,42 @@ pub(crate) async fn release(conn: &Connection, args: ReleaseArgs) -> anyhow::Res
             .into());
         }
     }
-    match keep {
-        Some(keep) => mutex.release_token_keeping(&args.lock.token, keep).await?,
-        None => mutex.release_token(&args.lock.token).await?,
-    }
+    let held_on = match keep {
+        Some(keep) => {
+            mutex.release_token_keeping(&args.lock.token, keep).await?;
+            None
+        }
+        None => Some(mutex.release_token_counted(&args.lock.token).await?),
+    };
     if args.json {
-        println!(
-            "{}",
-            json!({
-                "name": args.lock.name,
-                "freed": keep.is_none(),
-                "kept_ms": keep.map(millis),
-            })
-        );
+        let mut out = json!({
+            "name": args.lock.name,
+            "freed": keep.is_none(),
+            "kept_ms": keep.map(millis),
+        });
+        if let (Some(masters), Some(held_on)) = (locker.masters, held_on) {
+            out["held_on"] = held_on.into();
+            out["masters"] = masters.into();
+        }
+        println!("{out}");
     }
     Ok(ExitCode::SUCCESS)
 }
 
 pub(crate) async fn extend(conn: &Connection, args: ExtendArgs) -> anyhow::Result<ExitCode> {
-    if let Some(redlock) = conn.redlock(leasehold::DEFAULT_LEASE, false, None)? {
-        if args.replicas.given() {
-            return Err(Fail {
-                code: exit::USAGE,
-                message: "--replicas does not apply to --redlock: a majority of its masters \
-                          stands for the replicas"
-                    .to_owned(),
-            }
-            .into());
-        }
-        redlock
-            .mutex(&args.lock.name)?
-            .extend_token(&args.lock.token, args.lease.get())
-            .await?;
-    } else {
-        let client = conn
-            .builder(leasehold::DEFAULT_LEASE, false, None)
-            .replica_ack(args.replicas.ack())
-            .build()?;
-        client
-            .mutex(&args.lock.name)?
-            .extend_token(&args.lock.token, args.lease.get())
-            .await?;
-    }
+    let locker = conn.locker(leasehold::DEFAULT_LEASE, false, None, |builder| {
+        builder.replica_ack(args.replicas.ack())
+    })?;
+    locker.refuse_on_redlock(
+        args.replicas.given(),
+        "--replicas does not apply to --redlock: a majority of its masters stands for the \
+         replicas",
+    )?;
+    locker
+        .client
+        .mutex(&args.lock.name)?
+        .extend_token(&args.lock.token, args.lease.get())
+        .await?;
     if args.json {
         println!(
             "{}",
@@ -263,20 +223,15 @@ pub(crate) async fn extend(conn: &Connection, args: ExtendArgs) -> anyhow::Resul
 
 pub(crate) async fn inspect(conn: &Connection, args: InspectArgs) -> anyhow::Result<ExitCode> {
     let master = conn.sentinel_master();
-    let (info, masters, waiters) = match conn.redlock(leasehold::DEFAULT_LEASE, false, None)? {
-        Some(redlock) => {
-            let mutex = redlock.mutex(&args.name)?;
-            let masters = mutex.inspect_masters().await;
-            (mutex.inspect().await?, Some(masters), Vec::new())
-        }
-        None => {
-            let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
-            let lock = client.mutex(&args.name)?;
-            let info = lock.inspect().await?;
-            let waiters = lock.waiters().await?;
-            (info, None, waiters)
-        }
+    let locker = conn.locker(leasehold::DEFAULT_LEASE, false, None, |builder| builder)?;
+    let lock = locker.client.mutex(&args.name)?;
+    // On a Redlock, each master's view beside the majority's.
+    let masters = match locker.masters {
+        Some(_) => Some(lock.inspect_masters().await),
+        None => None,
     };
+    let info = lock.inspect().await?;
+    let waiters = lock.waiters().await?;
     if args.json {
         let mut out = info_json(&info, master.as_deref());
         if let Some(object) = out.as_object_mut() {
@@ -352,13 +307,8 @@ pub(crate) async fn inspect(conn: &Connection, args: InspectArgs) -> anyhow::Res
 }
 
 pub(crate) async fn force_release(conn: &Connection, args: NameArgs) -> anyhow::Result<ExitCode> {
-    let removed = match conn.redlock(leasehold::DEFAULT_LEASE, false, None)? {
-        Some(redlock) => redlock.mutex(&args.name)?.force_release().await?,
-        None => {
-            let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
-            client.mutex(&args.name)?.force_release().await?
-        }
-    };
+    let locker = conn.locker(leasehold::DEFAULT_LEASE, false, None, |builder| builder)?;
+    let removed = locker.client.mutex(&args.name)?.force_release().await?;
     if args.json {
         println!("{}", json!({"name": args.name, "removed": removed}));
     } else if removed {

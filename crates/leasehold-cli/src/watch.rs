@@ -39,21 +39,14 @@ pub(crate) async fn watch(conn: &Connection, args: WatchArgs) -> anyhow::Result<
         return until_free(conn, args).await;
     }
     // On a Redlock, each lock as a majority of its masters sees it.
-    let locks: Vec<Box<dyn leasehold::Lock>> =
-        match conn.redlock(leasehold::DEFAULT_LEASE, false, None)? {
-            Some(redlock) => args
-                .names
-                .iter()
-                .map(|name| Ok(Box::new(redlock.mutex(name)?) as Box<dyn leasehold::Lock>))
-                .collect::<leasehold::Result<Vec<_>>>()?,
-            None => {
-                let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
-                args.names
-                    .iter()
-                    .map(|name| Ok(Box::new(client.mutex(name)?) as Box<dyn leasehold::Lock>))
-                    .collect::<leasehold::Result<Vec<_>>>()?
-            }
-        };
+    let client = conn
+        .locker(leasehold::DEFAULT_LEASE, false, None, |builder| builder)?
+        .client;
+    let locks: Vec<Box<dyn leasehold::Lock>> = args
+        .names
+        .iter()
+        .map(|name| Ok(Box::new(client.mutex(name)?) as Box<dyn leasehold::Lock>))
+        .collect::<leasehold::Result<Vec<_>>>()?;
     let master = conn.sentinel_master();
     let master = master.as_deref();
     if args.once {

@@ -7,11 +7,14 @@ use std::time::Duration;
 
 use crate::conn::replicas::ReplicaAck;
 use crate::core::{LockCore, Owners, Settings};
+use crate::deploy::backing::Backing;
 use crate::deploy::build::{self, SentinelAuth};
-use crate::engine::{Engine, EngineConfig, Kind};
+use crate::deploy::store::Store;
+use crate::engine::state::{Engine, EngineConfig};
+use crate::engine::Kind;
 use crate::error::{Error, Result};
 use crate::fair_mutex::FairMutex;
-use crate::keys::{validate_lease, validate_prefix, LockKeys, MAX_LEASE};
+use crate::keys::{validate_lease, validate_prefix, LockKeys};
 use crate::mutex::Mutex;
 use crate::reentrant_mutex::ReentrantMutex;
 use crate::rw_lock::RwLock;
@@ -239,26 +242,16 @@ impl ClientBuilder {
                 "command timeout is zero: give Redis some time to answer, e.g. 2s",
             ));
         }
-        if self.engine.fence_retention < MAX_LEASE {
-            return Err(Error::invalid(format!(
-                "fence retention {:?} is shorter than the longest lease (24h): a fence counter \
-                 must outlive every lease, e.g. 7 days",
-                self.engine.fence_retention
-            )));
-        }
-        if self.engine.restart_grace.is_some_and(|g| g > MAX_LEASE) {
-            return Err(Error::invalid(
-                "restart grace is longer than 24h: set it to the longest lease in use",
-            ));
-        }
+        self.engine.validate()?;
         let deployment = build::deployment(
             &self.url,
             self.command_timeout,
             self.tls_root.as_deref(),
             &self.sentinel_auth,
         )?;
+        let store = Store::new(deployment, self.engine.restart_grace);
         Ok(Client {
-            engine: Engine::new(deployment, self.engine)?,
+            engine: Engine::new(Backing::One(Arc::new(store)), self.engine)?,
             config: Arc::new(self.config),
         })
     }
@@ -347,7 +340,6 @@ impl Client {
                 fence_retention: DEFAULT_FENCE_RETENTION,
                 identity: String::new(),
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-                redlock_master: false,
             },
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             name: None,
@@ -445,8 +437,17 @@ impl Client {
     }
 
     /// The core of the lock `name` of `kind`, with this client's settings.
+    /// A Redlock's client makes mutexes alone.
     pub(crate) fn core(&self, name: &str, kind: Kind, owners: Owners) -> Result<LockCore> {
         let keys = LockKeys::new(&self.config.prefix, name)?;
+        if kind != Kind::Mutex && matches!(self.engine.backing, Backing::Quorum(_)) {
+            return Err(Error::invalid(
+                "a Redlock offers mutexes only: a fair queue, a reentrant owner's levels, a \
+                 read-write lock's readers and a semaphore's permits are state that every \
+                 master would have to agree on step by step, which a majority vote per \
+                 acquisition does not give; use a Client on one deployment for them",
+            ));
+        }
         let settings = Settings::new(
             self.config.lease,
             self.config.watchdog,
@@ -478,7 +479,7 @@ fn url_from_env() -> String {
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
-            .field("address", &self.engine.store.address())
+            .field("address", &self.engine.backing.address())
             .field("config", &self.config)
             .field("node", &self.engine.config)
             .finish_non_exhaustive()

@@ -8,8 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::conn::replicas::ReplicaAck;
+use crate::deploy::backing::Backing;
 use crate::engine::held::Held;
-use crate::engine::{ops, wait, Engine, Kind, Request};
+use crate::engine::state::Engine;
+use crate::engine::{calls, wait, Kind, Request};
 use crate::error::{Error, Result};
 use crate::guard::LeaseGuard;
 use crate::holder::{LockInfo, Waiter};
@@ -236,6 +238,18 @@ impl LockCore {
         }
     }
 
+    /// Sets which replicas must acknowledge a grant; refused on a quorum,
+    /// whose masters are independent.
+    pub(crate) fn set_replica_ack(&mut self, replicas: u32, timeout: Duration) -> Result<()> {
+        if matches!(self.engine.backing, Backing::Quorum(_)) {
+            return Err(Error::invalid(
+                "replica acknowledgement does not apply to a Redlock: its masters are \
+                 independent, and a majority of them stands for the replicas",
+            ));
+        }
+        self.settings.set_replica_ack(replicas, timeout)
+    }
+
     pub(crate) fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }
@@ -304,11 +318,19 @@ impl LockCore {
     /// Releases `token`: by token alone for the kinds without owners, and
     /// only if it is a lease of the current owner for the others.
     pub(crate) async fn release_token(&self, token: &str) -> Result<()> {
+        self.release_token_counted(token).await.map(drop)
+    }
+
+    /// As [`release_token`](Self::release_token), and on how many servers
+    /// the lease was held.
+    pub(crate) async fn release_token_counted(&self, token: &str) -> Result<usize> {
         validate_token(token)?;
         match self.owners.current() {
-            None => ops::release_token(&self.engine, &self.keys, token).await,
+            None => calls::release_token(&self.engine, &self.keys, token).await,
             Some(owner) => {
-                ops::release_owned_token(&self.engine, &self.keys, self.kind, &owner, token).await
+                calls::release_owned_token(&self.engine, &self.keys, self.kind, &owner, token)
+                    .await
+                    .map(|()| 1)
             }
         }
     }
@@ -316,13 +338,13 @@ impl LockCore {
     pub(crate) async fn release_token_keeping(&self, token: &str, keep: Duration) -> Result<()> {
         validate_token(token)?;
         validate_lease(keep)?;
-        ops::release_token_keeping(&self.engine, &self.keys, token, keep).await
+        calls::release_token_keeping(&self.engine, &self.keys, token, keep).await
     }
 
     pub(crate) async fn extend_token(&self, token: &str, lease: Duration) -> Result<()> {
         validate_token(token)?;
         validate_lease(lease)?;
-        ops::extend_token(
+        calls::extend_token(
             &self.engine,
             &self.keys,
             token,
@@ -333,19 +355,23 @@ impl LockCore {
     }
 
     pub(crate) async fn force_release(&self) -> Result<bool> {
-        ops::force_release(&self.engine, &self.keys).await
+        calls::force_release(&self.engine, &self.keys).await
     }
 
     pub(crate) async fn inspect(&self) -> Result<LockInfo> {
-        ops::inspect(&self.engine, &self.keys).await
+        calls::inspect(&self.engine, &self.keys).await
+    }
+
+    pub(crate) async fn inspect_servers(&self) -> Vec<(String, Result<LockInfo>)> {
+        calls::inspect_servers(&self.engine, &self.keys).await
     }
 
     pub(crate) async fn waiters(&self) -> Result<Vec<Waiter>> {
-        crate::engine::admin::waiters(&self.engine, &self.keys).await
+        calls::waiters(&self.engine, &self.keys).await
     }
 
     pub(crate) fn watch(&self) -> Result<crate::engine::watch::LockWatch> {
-        crate::engine::watch::LockWatch::new(Arc::clone(&self.engine), self.keys.clone())
+        calls::watch(&self.engine, &self.keys)
     }
 }
 
@@ -480,7 +506,7 @@ macro_rules! lock_settings {
                 replicas: u32,
                 timeout: std::time::Duration,
             ) -> $crate::error::Result<Self> {
-                self.core.settings.set_replica_ack(replicas, timeout)?;
+                self.core.set_replica_ack(replicas, timeout)?;
                 Ok(self)
             }
 

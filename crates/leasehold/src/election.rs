@@ -307,7 +307,7 @@ impl Election {
         let core = &self.lock.core;
         let subscription = core
             .engine()
-            .store
+            .one()?
             .notifier(&core.keys)
             .await?
             .subscribe(&self.keys.channel, None)

@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use crate::engine::held::Held;
 use crate::engine::loss::LossReason;
-use crate::engine::redlock::QuorumHeld;
 use crate::error::Result;
 use crate::observe::{self, Op};
 
@@ -29,14 +28,7 @@ pub type MutexGuard = LeaseGuard;
 #[must_use = "dropping the guard releases the lock at once"]
 #[clippy::has_significant_drop]
 pub struct LeaseGuard {
-    held: Inner,
-}
-
-/// What a guard holds: a lease on one deployment, or on a majority of a
-/// [`Redlock`](crate::Redlock)'s masters.
-enum Inner {
-    One(Held),
-    Quorum(QuorumHeld),
+    held: Held,
 }
 
 impl fmt::Debug for LeaseGuard {
@@ -51,41 +43,24 @@ impl fmt::Debug for LeaseGuard {
 
 impl LeaseGuard {
     pub(crate) fn new(held: Held) -> Self {
-        LeaseGuard {
-            held: Inner::One(held),
-        }
-    }
-
-    pub(crate) fn quorum(held: QuorumHeld) -> Self {
-        LeaseGuard {
-            held: Inner::Quorum(held),
-        }
+        LeaseGuard { held }
     }
 
     /// Semaphore permits this lease holds (1 for the other locks).
     pub fn permits(&self) -> u32 {
-        match &self.held {
-            Inner::One(held) => held.lease().permits,
-            Inner::Quorum(_) => 1,
-        }
+        self.held.lease().permits
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        match &self.held {
-            Inner::One(held) => &held.lease().keys.name,
-            Inner::Quorum(held) => held.name(),
-        }
+        &self.held.lease().keys.name
     }
 
     /// How many servers the lease is taken on: the masters of a
     /// [`Redlock`](crate::Redlock) (it is held while a majority of them
     /// hold it), 1 for the other locks.
     pub fn servers(&self) -> usize {
-        match &self.held {
-            Inner::One(_) => 1,
-            Inner::Quorum(held) => held.masters(),
-        }
+        self.held.servers()
     }
 
     /// The fence of this acquisition. A mutex's lease, a write lease and
@@ -96,19 +71,13 @@ impl LeaseGuard {
     /// of a [`ReentrantMutex`](crate::ReentrantMutex), or an owner's second
     /// write lease, reports the fence the owner holds already.
     pub fn fence(&self) -> u64 {
-        match &self.held {
-            Inner::One(held) => held.lease().fence,
-            Inner::Quorum(held) => held.fence(),
-        }
+        self.held.lease().fence
     }
 
     /// The random token that identifies this acquisition in Redis (for a
     /// [`ReentrantMutex`](crate::ReentrantMutex), this level of the hold).
     pub fn token(&self) -> &str {
-        match &self.held {
-            Inner::One(held) => held.token(),
-            Inner::Quorum(held) => held.token(),
-        }
+        self.held.token()
     }
 
     /// The lease was lost: the work done under it from here on is not
@@ -122,10 +91,7 @@ impl LeaseGuard {
     /// a [`Redlock`](crate::Redlock): a renewal reached fewer than a
     /// majority of the masters). `None` while it is held.
     pub fn loss_reason(&self) -> Option<LossReason> {
-        match &self.held {
-            Inner::One(held) => held.lease().loss(),
-            Inner::Quorum(held) => held.loss(),
-        }
+        self.held.lease().loss()
     }
 
     /// Resolves when the lease is lost (at once if it already is). Race it
@@ -135,19 +101,13 @@ impl LeaseGuard {
     ///
     /// Cancel safe: it only watches.
     pub async fn lost(&self) {
-        match &self.held {
-            Inner::One(held) => held.lost().await,
-            Inner::Quorum(held) => held.lost().await,
-        }
+        self.held.lost().await
     }
 
     /// Time left before the lease runs out by the local clock, if no renewal
     /// comes; zero once lost.
     pub fn valid_for(&self) -> Duration {
-        match &self.held {
-            Inner::One(held) => held.valid_for(),
-            Inner::Quorum(held) => held.valid_for(),
-        }
+        self.held.valid_for()
     }
 
     /// Sets the lease to `lease` from now; the watchdog, if on, renews with
@@ -183,10 +143,7 @@ impl LeaseGuard {
     /// lease as it was: nothing is released.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
         let span = self.span(Op::Extend);
-        match &self.held {
-            Inner::One(held) => observe::traced(span, held.extend(lease)).await,
-            Inner::Quorum(held) => observe::traced(span, held.extend(lease)).await,
-        }
+        observe::traced(span, self.held.extend(lease)).await
     }
 
     /// Releases this lease: checks the token, removes it, and wakes the
@@ -226,12 +183,11 @@ impl LeaseGuard {
     /// If the future is dropped, the release finishes in the background.
     pub async fn release(self) -> Result<()> {
         let span = self.span(Op::Release);
-        match self.held {
-            Inner::One(held) => observe::traced(span, held.release()).await,
-            // The outcome is known once a majority confirmed: the other
-            // masters' answers are not waited for.
-            Inner::Quorum(held) => observe::traced(span, held.release(false)).await.map(drop),
-        }
+        // The outcome is known once a majority of a Redlock's masters
+        // confirmed: the other masters' answers are not waited for.
+        observe::traced(span, self.held.release(false))
+            .await
+            .map(drop)
     }
 
     /// As [`release`](Self::release), and on how many servers the lease
@@ -249,17 +205,11 @@ impl LeaseGuard {
     /// As [`release`](Self::release).
     pub async fn release_counted(self) -> Result<usize> {
         let span = self.span(Op::Release);
-        match self.held {
-            Inner::One(held) => observe::traced(span, held.release()).await.map(|()| 1),
-            Inner::Quorum(held) => observe::traced(span, held.release(true)).await,
-        }
+        observe::traced(span, self.held.release(true)).await
     }
 
     fn span(&self, op: Op) -> tracing::Span {
-        let kind = match &self.held {
-            Inner::One(held) => held.holding.kind(),
-            Inner::Quorum(_) => crate::engine::Kind::Mutex,
-        };
+        let kind = self.held.holding.kind();
         observe::span(op, kind, self.name(), Some(self.fence()))
     }
 
@@ -275,10 +225,7 @@ impl LeaseGuard {
             fence: self.fence(),
             valid_for: self.valid_for(),
         };
-        match self.held {
-            Inner::One(held) => held.detach(),
-            Inner::Quorum(held) => held.detach(),
-        }
+        self.held.detach();
         detached
     }
 }

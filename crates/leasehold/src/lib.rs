@@ -406,6 +406,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+mod background;
 pub mod blocking;
 mod client;
 mod conn;
@@ -445,13 +446,13 @@ pub use holder::{HoldMode, Holder, LockInfo, ReplicaStatus, Waiter, MAX_CLIENT_N
 pub use keys::{MAX_LEASE, MAX_NAME_LEN, MAX_PREFIX_LEN, MAX_TOKEN_LEN, MAX_WAIT, MIN_LEASE};
 pub use lock::{Lock, LockFuture};
 pub use multi_lock::{MultiGuard, MultiLock, MultiLockBuilder, MultiLoss};
-pub use mutex::Mutex;
+pub use mutex::{MasterInfo, Mutex};
 pub use owner::{Owner, MAX_OWNER_LEN};
 /// The Redis client crate leasehold is built on, so that users name one version.
 pub use redis;
 pub use redlock::{
-    MasterInfo, Redlock, RedlockBuilder, RedlockMutex, DEFAULT_DRIFT_CONSTANT,
-    DEFAULT_DRIFT_FACTOR, DEFAULT_RETRY_DELAY, MIN_MASTERS, REDLOCK_ENV_VAR,
+    Redlock, RedlockBuilder, RedlockMutex, DEFAULT_DRIFT_CONSTANT, DEFAULT_DRIFT_FACTOR,
+    DEFAULT_RETRY_DELAY, MIN_MASTERS, REDLOCK_ENV_VAR,
 };
 pub use reentrant_mutex::ReentrantMutex;
 pub use rw_lock::{ReadLock, RwLock, WriteLock};

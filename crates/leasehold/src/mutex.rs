@@ -162,6 +162,31 @@ impl Mutex {
         .await
     }
 
+    /// As [`release_token`](Self::release_token), and on how many servers
+    /// the lock was held at `token`: for a [`Redlock`](crate::Redlock)'s
+    /// mutex, the masters that still held it (the release goes to all of
+    /// them in parallel, and succeeds when a majority held it); 1 for a
+    /// lock on one deployment.
+    ///
+    /// # Errors
+    ///
+    /// As [`release_token`](Self::release_token); on a Redlock,
+    /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when fewer than a
+    /// majority held it (it is released on those that did), and
+    /// [`ErrorKind::Quorum`](crate::ErrorKind::Quorum) when too many did
+    /// not answer to tell.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not release the lock.
+    pub async fn release_token_counted(&self, token: &str) -> Result<usize> {
+        observe::traced(
+            self.core.span(Op::ReleaseToken),
+            self.core.release_token_counted(token),
+        )
+        .await
+    }
+
     /// Releases the lock that `token` holds within a hold-at-least of
     /// `keep` from now: the lock stays held, marked as kept
     /// ([`Holder::kept`](crate::Holder::kept)), and is no longer renewed,
@@ -238,6 +263,23 @@ impl Mutex {
         observe::traced(self.core.span(Op::Inspect), self.core.inspect()).await
     }
 
+    /// What each server the lock is kept on holds of it, in order: every
+    /// master of a [`Redlock`](crate::Redlock) (where
+    /// [`inspect`](Self::inspect) gives the majority's view), or the one
+    /// deployment's server.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn inspect_masters(&self) -> Vec<MasterInfo> {
+        self.core
+            .inspect_servers()
+            .await
+            .into_iter()
+            .map(|(address, info)| MasterInfo { address, info })
+            .collect()
+    }
+
     /// The lock's live waiters in line, head first, as Redis sees them
     /// now: who waits, since when, for what. A waiter whose heartbeat ran
     /// out (it died) is left out. For a `Mutex` or `FairMutex` there is one
@@ -255,4 +297,15 @@ impl Mutex {
     pub async fn waiters(&self) -> Result<Vec<Waiter>> {
         self.core.waiters().await
     }
+}
+
+/// What one server holds of a lock, as [`Mutex::inspect_masters`] reads
+/// it: a master of a [`Redlock`], or the one deployment of a [`Client`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct MasterInfo {
+    /// The server, as `host:port`.
+    pub address: String,
+    /// Its state of the lock, or why it could not be read.
+    pub info: Result<LockInfo>,
 }

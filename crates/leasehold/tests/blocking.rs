@@ -521,3 +521,41 @@ fn blocking_semaphore_admin_calls_and_the_line() {
     waiter.join().unwrap().unwrap().release().unwrap();
     assert_eq!(fair.queue_position().unwrap(), None);
 }
+
+/// A blocking Redlock's mutex: threads take turns over three masters, each
+/// grant with a fence of its own, and a release frees it on every master.
+#[test]
+fn threads_take_turns_on_a_blocking_redlock() {
+    let masters = leasehold_testkit::Masters::start(3);
+    let redlock = leasehold::blocking::Redlock::open(&masters.urls().join(",")).unwrap();
+    assert_eq!(redlock.quorum(), 2);
+    let mutex = redlock.mutex("counter").unwrap();
+    let counter = Unprotected::default();
+    let fences = std::sync::Mutex::new(Vec::new());
+    let (threads, rounds) = (3, 5);
+    thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                for _ in 0..rounds {
+                    let guard = mutex.acquire_timeout(LONG).unwrap();
+                    assert_eq!(guard.servers(), 3);
+                    counter.increment();
+                    fences.lock().unwrap().push(guard.fence());
+                    guard.release().unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(counter.get(), threads * rounds);
+    let mut fences = fences.into_inner().unwrap();
+    fences.sort_unstable();
+    fences.dedup();
+    assert_eq!(fences.len() as u64, threads * rounds);
+    redlock.flush().unwrap();
+    for server in masters.servers() {
+        assert!(!exists(server, "leasehold:{counter}"));
+    }
+    // A Redlock's blocking client makes mutexes alone.
+    let err = redlock.client().fair_mutex("queue").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+}

@@ -412,7 +412,7 @@ async fn flush_sees_a_late_grant_fenced() {
     assert!(value.starts_with(&token));
     assert_eq!(lease.token, token);
     slow.heal();
-    assert_eq!(mutex.release_token(&token).await.unwrap(), 3);
+    assert_eq!(mutex.release_token_counted(&token).await.unwrap(), 3);
 }
 
 /// Masters that grant after the majority decided the fence keep a larger
@@ -875,4 +875,60 @@ async fn a_single_server_lock_reads_a_named_counter_s_digits() {
     let guard = client.mutex("job").unwrap().acquire().await.unwrap();
     assert_eq!(guard.fence(), FAR_AHEAD.parse::<u64>().unwrap() + 1);
     guard.release().await.unwrap();
+}
+
+/// A Redlock's mutex is the `Mutex` of one deployment, and what has no
+/// meaning on independent masters is refused, not ignored: the other kinds
+/// of lock, replica acknowledgement, a watch. It has no waiter queue, and
+/// a hold-at-least by token keeps the lock on every master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_mutex_is_a_mutex_and_refuses_what_needs_one_deployment() {
+    let masters = Masters::start(3);
+    let redlock = redlock(&masters.urls());
+    let client = redlock.client();
+    for err in [
+        client.fair_mutex("q").map(drop).unwrap_err(),
+        client.reentrant_mutex("q").map(drop).unwrap_err(),
+        client.rw_lock("q").map(drop).unwrap_err(),
+        client.semaphore("q", 2).map(drop).unwrap_err(),
+        client.election("q").map(drop).unwrap_err(),
+        redlock
+            .mutex("q")
+            .unwrap()
+            .with_replica_ack(1, Duration::from_millis(100))
+            .map(drop)
+            .unwrap_err(),
+        redlock.mutex("q").unwrap().watch().map(drop).unwrap_err(),
+    ] {
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    }
+    let mutex: leasehold::Mutex = redlock.mutex("kept").unwrap();
+    let guard = mutex.acquire().await.unwrap();
+    assert!(mutex.waiters().await.unwrap().is_empty());
+    // A master may grant after the majority did.
+    common::eventually("every master to hold the lock", || async {
+        for server in masters.servers() {
+            if held_on(server, "kept").await.is_none() {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    let token = guard.detach().token;
+    mutex
+        .release_token_keeping(&token, Duration::from_secs(30))
+        .await
+        .unwrap();
+    for server in masters.servers() {
+        assert!(
+            held_on(server, "kept").await.is_some(),
+            "kept on every master"
+        );
+    }
+    let info = mutex.inspect().await.unwrap();
+    assert!(info.held, "{info:?}");
+    assert!(info.holders.iter().all(|holder| holder.kept), "{info:?}");
+    assert!(mutex.try_acquire().await.unwrap().is_none());
+    assert!(mutex.force_release().await.unwrap());
 }

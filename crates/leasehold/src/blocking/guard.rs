@@ -53,6 +53,13 @@ impl LeaseGuard {
         self.guard.as_ref().map_or("", crate::LeaseGuard::name)
     }
 
+    /// How many servers the lease is taken on: see
+    /// [`crate::LeaseGuard::servers`].
+    #[must_use]
+    pub fn servers(&self) -> usize {
+        self.guard.as_ref().map_or(0, crate::LeaseGuard::servers)
+    }
+
     /// The fence of this acquisition: see [`crate::LeaseGuard::fence`].
     #[must_use]
     pub fn fence(&self) -> u64 {
@@ -155,6 +162,21 @@ impl LeaseGuard {
         match self.guard.take() {
             Some(guard) => self.shared.block_on(guard.release())?,
             None => Ok(()),
+        }
+    }
+
+    /// As [`release`](Self::release), and on how many servers the lease
+    /// was held when it was released: see
+    /// [`crate::LeaseGuard::release_counted`].
+    ///
+    /// # Errors
+    ///
+    /// As [`release`](Self::release).
+    pub fn release_counted(mut self) -> Result<usize> {
+        outside_async()?;
+        match self.guard.take() {
+            Some(guard) => self.shared.block_on(guard.release_counted())?,
+            None => Ok(0),
         }
     }
 

@@ -94,6 +94,7 @@ pub use guard::{LeaseGuard, MutexGuard};
 
 use crate::client::ClientBuilder;
 use crate::error::Result;
+use crate::redlock::RedlockBuilder;
 use runtime::{Runtime, Shared};
 
 /// A blocking client of one Redis deployment, from which blocking locks
@@ -253,6 +254,112 @@ impl Client {
     }
 }
 
+/// The blocking face of a [`crate::Redlock`]: N independent masters that
+/// hold locks together, whose locks are blocking [`Mutex`]es. The
+/// masters are asked, renewed and released on the blocking runtime, as a
+/// [`Client`]'s server is.
+///
+/// ```no_run
+/// # fn demo() -> leasehold::Result<()> {
+/// let redlock = leasehold::blocking::Redlock::open(
+///     "redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379",
+/// )?;
+/// let guard = redlock.mutex("ledger:eu")?.acquire()?;
+/// // write, passing guard.fence() along
+/// guard.release()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Redlock {
+    redlock: crate::Redlock,
+    client: Client,
+}
+
+impl Redlock {
+    /// A blocking Redlock over the masters in `urls`, separated by commas,
+    /// with the default settings, as [`crate::Redlock::open`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::RedlockBuilder::build`];
+    /// [`ErrorKind::System`](crate::ErrorKind::System) when the blocking
+    /// runtime cannot be started.
+    pub fn open(urls: &str) -> Result<Redlock> {
+        Redlock::from_redlock(crate::Redlock::open(urls)?)
+    }
+
+    /// A blocking Redlock over the masters in `$LEASEHOLD_REDLOCK`, as
+    /// [`crate::Redlock::from_env`].
+    ///
+    /// # Errors
+    ///
+    /// As [`open`](Redlock::open).
+    pub fn from_env() -> Result<Redlock> {
+        Redlock::from_redlock(crate::Redlock::from_env()?)
+    }
+
+    /// A blocking Redlock with the settings of `builder` (made by
+    /// [`crate::Redlock::builder`]). Nothing is sent until a lock is used.
+    ///
+    /// # Errors
+    ///
+    /// As [`open`](Redlock::open).
+    pub fn from_builder(builder: RedlockBuilder) -> Result<Redlock> {
+        Redlock::from_redlock(builder.build()?)
+    }
+
+    fn from_redlock(redlock: crate::Redlock) -> Result<Redlock> {
+        let runtime = Runtime::shared()?;
+        let client = Client {
+            shared: Arc::new(Shared {
+                client: redlock.client().clone(),
+                runtime,
+            }),
+        };
+        Ok(Redlock { redlock, client })
+    }
+
+    /// The mutex called `name` over these masters, as
+    /// [`crate::Redlock::mutex`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Redlock::mutex`].
+    pub fn mutex(&self, name: &str) -> Result<Mutex> {
+        self.client.mutex(name)
+    }
+
+    /// The blocking client whose locks these masters hold: it makes
+    /// mutexes alone (see [`crate::Redlock::client`]).
+    #[must_use]
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The masters, as `host:port`, in the order given.
+    #[must_use]
+    pub fn addresses(&self) -> Vec<&str> {
+        self.redlock.addresses()
+    }
+
+    /// How many masters must hold a lock for it to be held.
+    #[must_use]
+    pub fn quorum(&self) -> usize {
+        self.redlock.quorum()
+    }
+
+    /// Blocks until what this Redlock runs in the background is done, as
+    /// [`Client::flush`].
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+    /// called inside an async runtime.
+    pub fn flush(&self) -> Result<()> {
+        self.client.flush()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,6 +369,7 @@ mod tests {
     #[test]
     fn bounds() {
         is_send_sync::<Client>();
+        is_send_sync::<Redlock>();
         is_send_sync::<Mutex>();
         is_send_sync::<FairMutex>();
         is_send_sync::<ReentrantMutex>();

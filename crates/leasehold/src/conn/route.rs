@@ -7,7 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::conn::replicas::{Acked, ReplicaAck};
-use crate::conn::scripts::{evalsha, fcall, Publish, Scripts};
+use crate::conn::scripts::{self, evalsha, fcall, Publish, Scripts};
 use crate::conn::{AckPermit, Checkout, CompareAndDelete, Connection, Line, ServerInfo};
 use crate::error::{is_library_loaded, verdict_of, verdict_of_reply, Error, Result, Verdict};
 use crate::holder::ReplicaStatus;
@@ -238,6 +238,28 @@ impl Route {
             self.connection.demoted();
         }
         Ok(replies)
+    }
+
+    /// Sends a pipeline of calls of the script `pick` names (with errors
+    /// kept as replies); loads the script and sends again if the server
+    /// lost it. `None` when Redis did not answer usefully.
+    pub(crate) async fn script_pipeline(
+        &self,
+        operation: &str,
+        pipe: &redis::Pipeline,
+        pick: fn(&Scripts) -> &redis::Script,
+    ) -> Option<Vec<redis::Value>> {
+        for _ in 0..2 {
+            let replies = self.pipeline(operation, pipe).await.ok()?;
+            if !replies.iter().any(scripts::is_noscript) {
+                return Some(replies);
+            }
+            let script = pick(self.scripts());
+            self.load(&format!("loading the script of {operation}"), script)
+                .await
+                .ok()?;
+        }
+        None
     }
 
     /// Loads `script` into the server's script cache.

@@ -13,13 +13,17 @@
 //! - [`sentinel`]: the master a group of sentinels names, following
 //!   failovers.
 //!
-//! A quorum of independent masters (Redlock) is several standalone
-//! deployments side by side, each asked in parallel by the engine.
+//! A quorum of independent masters (Redlock, [`quorum`]) is several
+//! standalone deployments side by side, each asked in parallel. What the
+//! engine leases from is a [`backing::Backing`]: one deployment's
+//! [`store::Store`], or a quorum.
 
+pub(crate) mod backing;
 pub(crate) mod build;
 pub(crate) mod cluster;
 pub(crate) mod detect;
 pub(crate) mod grace;
+pub(crate) mod quorum;
 pub(crate) mod sentinel;
 pub(crate) mod standalone;
 pub(crate) mod store;

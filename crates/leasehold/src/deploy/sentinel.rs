@@ -604,7 +604,9 @@ mod tests {
 
     use super::*;
     use crate::client::{Client, Config, DEFAULT_FENCE_RETENTION};
-    use crate::engine::{Engine, EngineConfig};
+    use crate::deploy::backing::Backing;
+    use crate::deploy::store::Store;
+    use crate::engine::state::{Engine, EngineConfig};
     use leasehold_testkit::Sentinels;
 
     /// A client of `group` that learns of failovers only from what the
@@ -627,14 +629,14 @@ mod tests {
             timeout,
         )
         .without_listener();
+        let store = Store::new(Arc::new(deployment), None);
         let engine = Engine::new(
-            Arc::new(deployment),
+            Backing::One(Arc::new(store)),
             EngineConfig {
                 restart_grace: None,
                 fence_retention: DEFAULT_FENCE_RETENTION,
                 identity: "test".to_owned(),
                 connect_timeout: timeout,
-                redlock_master: false,
             },
         )
         .unwrap();

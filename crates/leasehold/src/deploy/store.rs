@@ -3,6 +3,7 @@
 //! a restart or a change of master, and the redirects and failovers a
 //! request follows. The engine asks a store, never a deployment.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +16,7 @@ use crate::conn::ServerInfo;
 use crate::deploy::grace::Grace;
 use crate::deploy::Deployment;
 use crate::error::{Error, ErrorKind, Result, Verdict};
-use crate::keys::LockKeys;
+use crate::keys::{hash_slot, LockKeys};
 
 /// What a script that may grant a lock got. Returned once per request,
 /// never stored: boxing the route would cost an allocation per request.
@@ -45,6 +46,11 @@ pub(crate) struct Store {
     grace: Grace,
     /// Some request got a connection that Redis answered.
     reached: AtomicBool,
+    /// A master of a quorum: a release that does not find its token marks
+    /// the fence counter with it, so that the token's round one, should it
+    /// arrive after all, takes nothing (see `release.lua` and
+    /// `redlock_acquire.lua`).
+    marks_missed_releases: bool,
 }
 
 impl Store {
@@ -53,7 +59,20 @@ impl Store {
             deployment,
             grace: Grace::new(grace),
             reached: AtomicBool::new(false),
+            marks_missed_releases: false,
         }
+    }
+
+    /// A master of a quorum (see `marks_missed_releases`).
+    pub(crate) fn quorum_master(mut self) -> Self {
+        self.marks_missed_releases = true;
+        self
+    }
+
+    /// Whether a release that does not find its token marks the fence
+    /// counter with it.
+    pub(crate) fn marks_missed_releases(&self) -> bool {
+        self.marks_missed_releases
     }
 
     /// Where requests go, for messages: host and port, never a password.
@@ -73,6 +92,24 @@ impl Store {
     /// The notifications of `key`'s shard, if its servers are known yet.
     pub(crate) fn known_notifier(&self, key: &str) -> Option<Notifier> {
         self.deployment.notifier(key)
+    }
+
+    /// `items` in groups that one script may take each on the server
+    /// behind `route`: by hash slot on a cluster-mode server (a script
+    /// there touches one slot), all together elsewhere.
+    pub(crate) fn one_script_groups<T>(
+        &self,
+        route: &Route,
+        items: Vec<T>,
+        key: impl Fn(&T) -> &str,
+    ) -> Vec<Vec<T>> {
+        let cluster = route.server().cluster;
+        let mut groups: BTreeMap<u16, Vec<T>> = BTreeMap::new();
+        for item in items {
+            let group = if cluster { hash_slot(key(&item)) } else { 0 };
+            groups.entry(group).or_default().push(item);
+        }
+        groups.into_values().collect()
     }
 
     /// Whether this client ever reached Redis (a connection it answered).

@@ -7,7 +7,8 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::conn::scripts;
-use crate::engine::{Engine, Kind};
+use crate::engine::state::Engine;
+use crate::engine::Kind;
 use crate::error::{Error, Result};
 use crate::holder::Waiter;
 use crate::keys::LockKeys;
@@ -15,7 +16,7 @@ use crate::keys::LockKeys;
 /// The live waiters of the lock, in line.
 pub(crate) async fn waiters(engine: &Engine, keys: &LockKeys) -> Result<Vec<Waiter>> {
     let reply = engine
-        .store
+        .one()?
         .eval(
             keys,
             "waiters",
@@ -55,7 +56,7 @@ pub(crate) async fn waiters(engine: &Engine, keys: &LockKeys) -> Result<Vec<Wait
 /// waiters; whether there was one.
 pub(crate) async fn delete_semaphore(engine: &Engine, keys: &LockKeys, total: u32) -> Result<bool> {
     let reply = engine
-        .store
+        .one()?
         .eval(
             keys,
             "delete",
@@ -83,7 +84,7 @@ pub(crate) async fn permit_left(
     token: &str,
 ) -> Result<Option<Duration>> {
     let reply = engine
-        .store
+        .one()?
         .eval(
             keys,
             "permit lease",

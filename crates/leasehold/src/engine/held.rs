@@ -1,39 +1,39 @@
 //! A held lease together with its engine: what every primitive's guard
-//! wraps. Extending, releasing, detaching and dropping live here once.
+//! wraps, on one deployment or on a quorum alike. Extending, releasing,
+//! detaching and dropping live here once.
 //!
 //! The levels of a reentrant hold share one lease: one token, fence and
 //! deadline in Redis and here, renewed once by the watchdog. Each level's
 //! guard has a token of its own, which releases that level alone.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::conn::route::Route;
 use crate::conn::scripts;
+use crate::deploy::backing::Backing;
+use crate::deploy::quorum::Quorum;
+use crate::deploy::store::Store;
+use crate::engine::holds::Hold;
 use crate::engine::lease::Lease;
 use crate::engine::loss::LossReason;
+use crate::engine::masters::{
+    extend_short, phase, release_all, release_everywhere, release_unanswered, renew_all, Phase,
+    Releasing, SharedPhase,
+};
 use crate::engine::ops::{renew_one, Renewed};
 use crate::engine::release::{release_held, release_in_background, PendingRelease};
-use crate::engine::Engine;
-use crate::engine::{Kind, Request};
+use crate::engine::state::Engine;
+use crate::engine::{watchdog, Request};
 use crate::error::{Error, Result};
 use crate::keys::validate_lease;
 
 /// A release or an extend that fails to reach Redis is tried again for this
 /// many command timeouts, and never past the lease.
 const RELEASE_TRIES_FOR: u32 = 3;
-
-/// The reentrant hold a granted level belongs to.
-#[derive(Debug)]
-pub(crate) struct Hold {
-    /// The hold's token: its first level's.
-    pub(crate) token: String,
-    /// What was left of the hold's max hold when Redis granted the level.
-    pub(crate) cap_left: Option<Duration>,
-}
 
 pub(crate) struct Held {
     engine: Arc<Engine>,
@@ -47,6 +47,9 @@ pub(crate) struct Held {
     /// it unmarked: the release then first tries to delete the value by
     /// comparing, where the server can (nobody waited for it).
     acquired: Option<String>,
+    /// On a quorum: the phase its requests share with this guard, whose
+    /// end tells a grant that comes late what to do.
+    phase: Option<SharedPhase>,
     pub(crate) holding: crate::engine::metrics::Holding,
 }
 
@@ -71,20 +74,51 @@ impl Held {
     ) -> Self {
         let lease = match hold {
             Some(hold) => {
-                let lease = engine
-                    .leases
-                    .holds
-                    .join(engine, request, &token, hold, fence, sent_at, ttl);
+                let lease = engine.leases.holds.join(
+                    request,
+                    &token,
+                    hold,
+                    fence,
+                    (sent_at, ttl),
+                    |lease| start(engine, request, lease),
+                );
                 lease.add_level_token(&token);
                 lease
             }
             None => start(
                 engine,
                 request,
-                Lease::new(request, token.clone(), fence, sent_at, ttl),
+                Lease::new(request, token.clone(), fence, sent_at, ttl, None),
             ),
         };
         lease.granted_on(server);
+        Held::new(engine, request, lease, token, acquired, None)
+    }
+
+    /// A lease a majority of a quorum's masters granted `token` with
+    /// `fence`, by a try that began at `start`; its requests share `phase`.
+    pub(crate) fn take_on_quorum(
+        engine: &Arc<Engine>,
+        request: &Request<'_>,
+        token: String,
+        fence: u64,
+        began: Instant,
+        phase: SharedPhase,
+    ) -> Self {
+        let clocks = engine.backing.clocks();
+        let lease = Lease::new(request, token.clone(), fence, began, request.lease, clocks);
+        let lease = start(engine, request, lease);
+        Held::new(engine, request, lease, token, None, Some(phase))
+    }
+
+    fn new(
+        engine: &Arc<Engine>,
+        request: &Request<'_>,
+        lease: Arc<Lease>,
+        token: String,
+        acquired: Option<String>,
+        phase: Option<SharedPhase>,
+    ) -> Self {
         engine
             .leases
             .mine
@@ -95,6 +129,7 @@ impl Held {
             token,
             done: AtomicBool::new(false),
             acquired,
+            phase,
             holding: crate::engine::metrics::Holding::new(request.kind),
         }
     }
@@ -106,6 +141,11 @@ impl Held {
     /// The token that releases this guard's share of the lock.
     pub(crate) fn token(&self) -> &str {
         &self.token
+    }
+
+    /// How many servers the lease is taken on.
+    pub(crate) fn servers(&self) -> usize {
+        self.engine.backing.servers()
     }
 
     pub(crate) fn is_lost(&self) -> bool {
@@ -142,8 +182,42 @@ impl Held {
         lease.extending(sent_at, length);
         if lease.renew {
             // The next renewal may have moved earlier.
-            self.engine.leases.watchdog.schedule(lease);
+            self.engine.leases.renewals.schedule(lease);
         }
+        let renewed = match &self.engine.backing {
+            Backing::One(store) => self.extend_on(store, sent_at, length).await,
+            Backing::Quorum(quorum) => self.extend_on_quorum(quorum, sent_at, length).await,
+        };
+        let renewed = match renewed {
+            Ok(renewed) => renewed,
+            Err(error) => {
+                if lease.renew {
+                    self.engine.leases.renewals.schedule(lease);
+                }
+                return Err(error);
+            }
+        };
+        match renewed {
+            Renewed::Yes => lease.renewed(sent_at, length),
+            Renewed::NotHeld { server } => lease.mark_gone(server),
+        }
+        if lease.renew {
+            self.engine.leases.renewals.schedule(lease);
+        }
+        match lease.loss() {
+            Some(reason) => Err(self.lost_error(reason)),
+            None => Ok(()),
+        }
+    }
+
+    /// The extend on one deployment, sent again while it gets no answer.
+    async fn extend_on(
+        &self,
+        store: &Store,
+        sent_at: Instant,
+        length: Duration,
+    ) -> Result<Renewed> {
+        let lease = &self.lease;
         let token = lease.renewal_token();
         // An extend sets the lease to `length` from when it runs, so sending
         // it again after an unanswered attempt gives the same outcome; and
@@ -152,44 +226,61 @@ impl Held {
         let timeout = self.engine.command_timeout();
         let give_up = (sent_at + timeout * RELEASE_TRIES_FOR).min(lease.deadline());
         let mut pause = Duration::from_millis(25);
-        let renewed = loop {
-            match renew_one(&self.engine, &lease.keys, &token, length, lease.replica_ack).await {
-                Ok(renewed) => break renewed,
+        loop {
+            match renew_one(store, &lease.keys, &token, length, lease.replica_ack).await {
                 Err(error) if error.is_transient() && Instant::now() + pause < give_up => {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
-                Err(error) => {
-                    if lease.renew {
-                        self.engine.leases.watchdog.schedule(lease);
-                    }
-                    return Err(error);
-                }
+                renewed => return renewed,
             }
-        };
-        match renewed {
-            Renewed::Yes => lease.renewed(sent_at, length),
-            Renewed::NotHeld { server } => lease.mark_gone(server),
         }
-        if lease.renew {
-            self.engine.leases.watchdog.schedule(lease);
-        }
-        match lease.loss() {
-            Some(reason) => Err(self.lost_error(reason)),
-            None => Ok(()),
+    }
+
+    /// The extend on every master of a quorum, once: a majority must
+    /// confirm it, else the lease is left as it was (never shortened below
+    /// what a shorter `length` may have set), and nothing is released.
+    async fn extend_on_quorum(
+        &self,
+        quorum: &Quorum,
+        sent_at: Instant,
+        length: Duration,
+    ) -> Result<Renewed> {
+        let lease = &self.lease;
+        let until = lease.deadline().min(sent_at + quorum.command_timeout());
+        let keys = Arc::new(lease.keys.clone());
+        let token = Arc::from(lease.token.as_str());
+        let (tally, last) = renew_all(&self.engine, quorum, &keys, &token, length, until).await;
+        if tally.won() {
+            Ok(Renewed::Yes)
+        } else if tally.surely_lost() {
+            Ok(Renewed::NotHeld { server: 0 })
+        } else {
+            Err(extend_short(&lease.keys, lease.fence, tally, last))
         }
     }
 
     /// Releases the lock and reports how the lease ended: held to the end,
-    /// lost, or unknown (no answer).
-    pub(crate) async fn release(self) -> Result<()> {
+    /// lost, or unknown (no answer); and on how many servers it was held
+    /// (1 on one deployment). On a quorum, `count_all` waits for every
+    /// master's answer; without, the call returns once a majority
+    /// confirmed, and the others' releases run on in the background.
+    pub(crate) async fn release(self, count_all: bool) -> Result<usize> {
+        let engine = Arc::clone(&self.engine);
+        match &engine.backing {
+            Backing::One(store) => self.release_on(store).await.map(|()| 1),
+            Backing::Quorum(quorum) => self.release_on_quorum(quorum, count_all).await,
+        }
+    }
+
+    async fn release_on(self, store: &Arc<Store>) -> Result<()> {
         // From here the drop does nothing and, after the last level, the
         // watchdog lets go: this call owns the release.
-        self.finish();
+        self.finish(None);
         let (engine, lease) = (&self.engine, &self.lease);
         // Dropped before an answer, the release goes on in the background.
-        let pending =
-            PendingRelease::arm(engine, &lease.keys, &self.token).keep_until(lease.hold_until);
+        let pending = PendingRelease::arm(engine, store, &lease.keys, &self.token)
+            .keep_until(lease.hold_until);
         // A renewal in flight is seen through first, so that its answer is
         // never applied after the release's.
         let _turn = Arc::clone(&lease.renewing).lock_owned().await;
@@ -206,14 +297,15 @@ impl Held {
         let released = loop {
             // An attempt that gets no connection sends nothing: only one
             // that went out can have been applied.
-            let (attempt, sent) = match engine.store.route(&lease.keys).await {
+            let (attempt, sent) = match store.route(&lease.keys).await {
                 Ok(route) => {
                     server = route.server().identity;
-                    let attempt = match self.compare_and_delete(route.clone()).await {
+                    let attempt = match self.compare_and_delete(store, route.clone()).await {
                         Ok(true) => Ok(true),
                         Ok(false) => {
                             release_held(
                                 engine,
+                                store,
                                 route,
                                 &lease.keys,
                                 &self.token,
@@ -272,13 +364,65 @@ impl Held {
         }
     }
 
+    /// The release on every master of a quorum, in parallel.
+    async fn release_on_quorum(self, quorum: &Quorum, count_all: bool) -> Result<usize> {
+        let lease = Arc::clone(&self.lease);
+        // The turn first (a renewal may hold it): a release dropped while it
+        // waits leaves this guard to its drop, which releases everywhere in
+        // the background. From the finish on, the release below is sent to
+        // every master before this future yields.
+        let _turn = lease.renewing.lock().await;
+        self.finish(Some(Phase::Released));
+        let timeout = quorum.command_timeout();
+        let length = lease.length();
+        let (tally, last) = release_all(
+            &self.engine,
+            quorum,
+            Releasing {
+                keys: &Arc::new(lease.keys.clone()),
+                token: &Arc::from(lease.token.as_str()),
+                hold_until: lease.hold_until,
+                until: Instant::now() + timeout,
+                patience: quorum.node_timeout(length),
+                // The master's key lives at most a lease past the last
+                // round that set it, give or take the drift.
+                live_until: Some(
+                    lease.deadline()
+                        + quorum.config.clocks.drift(length).saturating_mul(2)
+                        + lease.hold_until.map_or(Duration::ZERO, |until| {
+                            until.saturating_duration_since(Instant::now())
+                        }),
+                ),
+                quick: !count_all,
+                phase: self.phase.clone(),
+            },
+        )
+        .await;
+        if let Some(reason) = lease.loss() {
+            return Err(self.lost_error(reason));
+        }
+        if tally.won() {
+            return Ok(tally.yes);
+        }
+        if tally.surely_lost() || tally.failed == 0 {
+            lease.mark_lost(LossReason::TokenGone);
+            return Err(self.lost_error(LossReason::TokenGone));
+        }
+        Err(release_unanswered(
+            &lease.keys,
+            lease.fence,
+            tally,
+            last.as_ref(),
+        ))
+    }
+
     /// Deletes the lock's value by comparing, when the value is known
     /// unmarked (nobody waited for it, and the hold-at-least is over): with
     /// the server's compare-and-delete where it has one, else with a script
     /// that does only that (a fraction of the release script's work).
     /// `Ok(true)` when that released it; `Ok(false)` when the release
     /// script is to run (the value is marked, kept, or not this lease's).
-    async fn compare_and_delete(&self, route: crate::conn::route::Route) -> Result<bool> {
+    async fn compare_and_delete(&self, store: &Store, route: Route) -> Result<bool> {
         let Some(acquired) = &self.acquired else {
             return Ok(false);
         };
@@ -296,9 +440,7 @@ impl Held {
         if let Some(deleted) = route.compare_and_delete(&lease.keys.lock, &value).await? {
             return Ok(deleted);
         }
-        let reply = self
-            .engine
-            .store
+        let reply = store
             .eval_on(
                 route,
                 &lease.keys.lock,
@@ -311,21 +453,28 @@ impl Held {
         scripts::flag("release", &reply)
     }
 
-    /// Stops renewing and forgets the lease without releasing it.
+    /// Stops renewing and forgets the lease without releasing it. On a
+    /// quorum, a grant that comes later is fenced and kept, as the lease
+    /// lives on.
     pub(crate) fn detach(self) {
-        self.finish();
+        self.finish(None);
     }
 
     /// This guard lets go of the lease; true the first time only. The last
-    /// guard of a lease stops its renewal.
-    fn finish(&self) -> bool {
+    /// guard of a lease stops its renewal. On a quorum, the lease's
+    /// requests go to phase `end` (see [`Phase`]); with none, a grant that
+    /// comes later is kept.
+    fn finish(&self, end: Option<Phase>) -> bool {
         if self.done.swap(true, Ordering::AcqRel) {
             return false;
+        }
+        if let (Some(end), Some(shared)) = (end, &self.phase) {
+            phase(shared).phase = end;
         }
         self.lease.remove_level_token(&self.token);
         if self.lease.drop_level() {
             if self.lease.finish() {
-                self.engine.leases.watchdog.unregister(self.lease.id);
+                self.engine.leases.renewals.unregister(self.lease.id);
             }
             self.engine.leases.holds.forget(&self.lease);
             self.engine.leases.mine.forget(&self.lease);
@@ -335,8 +484,12 @@ impl Held {
 
     fn lost_error(&self, reason: LossReason) -> Error {
         let lease = &self.lease;
+        let over = match self.servers() {
+            1 => String::new(),
+            n => format!(" over {n} masters"),
+        };
         Error::not_held(format!(
-            "lease on lock {:?} (fence {}) was lost: {}",
+            "lease on lock {:?} (fence {}){over} was lost: {}",
             lease.keys.name,
             lease.fence,
             reason.describe(lease.renew, lease.max_hold())
@@ -346,14 +499,22 @@ impl Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        if self.finish() {
-            release_in_background(
-                Arc::clone(&self.engine),
-                self.lease.keys.clone(),
+        if !self.finish(Some(Phase::Over)) {
+            return;
+        }
+        let (engine, lease) = (&self.engine, &self.lease);
+        match &engine.backing {
+            Backing::One(store) => release_in_background(
+                Arc::clone(engine),
+                Arc::clone(store),
+                lease.keys.clone(),
                 self.token.clone(),
                 false,
-                self.lease.hold_until,
-            );
+                lease.hold_until,
+            ),
+            Backing::Quorum(quorum) => {
+                release_everywhere(engine, quorum, &lease.keys, &self.token, lease.hold_until)
+            }
         }
     }
 }
@@ -362,143 +523,7 @@ impl Drop for Held {
 fn start(engine: &Arc<Engine>, request: &Request<'_>, lease: Lease) -> Arc<Lease> {
     let lease = Arc::new(lease);
     if request.renew {
-        engine.leases.watchdog.register(engine, Arc::clone(&lease));
+        watchdog::register(engine, Arc::clone(&lease));
     }
     lease
-}
-
-type HoldMap = HashMap<(String, String), (String, Weak<Lease>)>;
-
-/// The reentrant holds this client's guards share, by lock key and hold
-/// token, each with its owner.
-#[derive(Debug, Default)]
-pub(crate) struct Holds(Mutex<HoldMap>);
-
-impl Holds {
-    fn holds(&self) -> std::sync::MutexGuard<'_, HoldMap> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The live levels this client holds of `owner`'s hold of `lock`, as
-    /// [`Lease::live_levels`] gives them; empty when it holds none.
-    pub(crate) fn live_levels(&self, lock: &str, owner: &str) -> String {
-        self.holds()
-            .iter()
-            .filter(|((key, _), (of, _))| key == lock && of == owner)
-            .find_map(|(_, (_, lease))| lease.upgrade())
-            .map(|lease| lease.live_levels())
-            .unwrap_or_default()
-    }
-
-    /// The lease of `hold` with one more level, `token`: the one its other
-    /// levels here share, refreshed by this reentry, or a new one when there
-    /// are none (the first level; a level of an owner shared with another
-    /// client; a level taken while the hold was kept past its last level).
-    #[allow(clippy::too_many_arguments)]
-    fn join(
-        &self,
-        engine: &Arc<Engine>,
-        request: &Request<'_>,
-        token: &str,
-        hold: Hold,
-        fence: u64,
-        sent_at: Instant,
-        ttl: Duration,
-    ) -> Arc<Lease> {
-        let mut holds = self.holds();
-        let key = (request.keys.lock.clone(), hold.token);
-        if let Some(lease) = holds.get(&key).and_then(|(_, lease)| lease.upgrade()) {
-            if lease.add_level() {
-                lease.refreshed(sent_at, ttl);
-                return lease;
-            }
-        }
-        let mut lease = Lease::new(request, key.1.clone(), fence, sent_at, ttl);
-        if key.1 != token {
-            // A hold begun elsewhere: its own max hold and hold-at-least,
-            // which Redis keeps, bound it.
-            lease = lease.joining(sent_at, ttl, hold.cap_left);
-        }
-        let lease = start(engine, request, lease);
-        holds.insert(key, (request.owner.to_owned(), Arc::downgrade(&lease)));
-        lease
-    }
-
-    /// Forgets `lease`, whose last guard is gone.
-    fn forget(&self, lease: &Arc<Lease>) {
-        let mut holds = self.holds();
-        if holds.is_empty() {
-            return;
-        }
-        let key = (lease.keys.lock.clone(), lease.token.clone());
-        if holds
-            .get(&key)
-            .is_some_and(|(_, known)| std::ptr::eq(known.as_ptr(), Arc::as_ptr(lease)))
-        {
-            holds.remove(&key);
-        }
-    }
-}
-
-type MineMap = HashMap<String, Vec<(String, Kind, Weak<Lease>)>>;
-
-/// The leases this client holds, by lock key, each with its holder (see
-/// [`Request::holder`]) and kind: what tells a holder's own second attempt
-/// on a non-reentrant lock, and answers "do I hold this?".
-#[derive(Debug, Default)]
-pub(crate) struct Mine(Mutex<MineMap>);
-
-impl Mine {
-    fn map(&self) -> std::sync::MutexGuard<'_, MineMap> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn add(&self, lock: &str, holder: &str, kind: Kind, lease: &Arc<Lease>) {
-        let mut map = self.map();
-        let entries = map.entry(lock.to_owned()).or_default();
-        entries.retain(|(_, _, held)| held.upgrade().is_some_and(|l| !l.is_finished()));
-        if !entries
-            .iter()
-            .any(|(_, _, held)| std::ptr::eq(held.as_ptr(), Arc::as_ptr(lease)))
-        {
-            entries.push((holder.to_owned(), kind, Arc::downgrade(lease)));
-        }
-    }
-
-    /// Forgets `lease`, whose last guard is gone, and what else of its lock
-    /// is over: so that the map holds only the locks held now.
-    fn forget(&self, lease: &Arc<Lease>) {
-        let mut map = self.map();
-        let Some(entries) = map.get_mut(&lease.keys.lock) else {
-            return;
-        };
-        entries.retain(|(_, _, held)| {
-            !std::ptr::eq(held.as_ptr(), Arc::as_ptr(lease))
-                && held.upgrade().is_some_and(|l| !l.is_finished())
-        });
-        if entries.is_empty() {
-            map.remove(&lease.keys.lock);
-        }
-    }
-
-    /// The fence of a lease of `lock` that `holder` holds here, of a kind
-    /// `of` accepts, that is neither released nor known lost.
-    pub(crate) fn held_by(
-        &self,
-        lock: &str,
-        holder: &str,
-        of: impl Fn(Kind) -> bool,
-    ) -> Option<u64> {
-        let mut map = self.map();
-        let entries = map.get_mut(lock)?;
-        entries.retain(|(_, _, held)| held.upgrade().is_some_and(|l| !l.is_finished()));
-        let found = entries.iter().find_map(|(who, kind, held)| {
-            let lease = held.upgrade()?;
-            (who == holder && of(*kind) && lease.loss().is_none()).then_some(lease.fence)
-        });
-        if entries.is_empty() {
-            map.remove(lock);
-        }
-        found
-    }
 }

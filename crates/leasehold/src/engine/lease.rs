@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::deploy::quorum::count::Clocks;
 use crate::engine::loss::LossReason;
 use crate::engine::Request;
 use crate::keys::{LockKeys, MIN_LEASE};
@@ -46,6 +47,8 @@ pub(crate) struct Lease {
     pub(crate) renew: bool,
     /// Replicas that must acknowledge an extend (the acquisition's).
     pub(crate) replica_ack: crate::conn::replicas::ReplicaAck,
+    /// How the time it can be trusted is reckoned (see [`Lease::new`]).
+    clocks: Option<Clocks>,
     /// The identity of the server that granted it (see
     /// [`ServerInfo`](crate::conn::ServerInfo)); 0 until known.
     granted_on: AtomicU64,
@@ -91,15 +94,27 @@ pub(crate) fn local_deadline(sent_at: Instant, ttl: Duration) -> Instant {
     sent_at + ttl.saturating_sub(drift(ttl))
 }
 
+/// As [`local_deadline`], with a quorum's `clocks` where given.
+fn trusted_until(clocks: Option<Clocks>, sent_at: Instant, ttl: Duration) -> Instant {
+    match clocks {
+        Some(clocks) => sent_at + clocks.trusted_for(ttl),
+        None => local_deadline(sent_at, ttl),
+    }
+}
+
 impl Lease {
     /// A lease for `request` that Redis granted with `granted` left, by a
     /// request sent at `sent_at`; called as soon as the grant is known.
+    /// `clocks` says how the time a lease can be trusted is reckoned:
+    /// the quorum's drift for a lease over several masters, else the
+    /// default ([`drift`]).
     pub(crate) fn new(
         request: &Request<'_>,
         token: String,
         fence: u64,
         sent_at: Instant,
         granted: Duration,
+        clocks: Option<Clocks>,
     ) -> Self {
         let (lost_tx, _) = watch::channel(0);
         let cap = request.max_hold.map(|max| sent_at + max);
@@ -111,14 +126,15 @@ impl Lease {
             permits: request.permits,
             renew: request.renew,
             replica_ack: request.replica_ack,
+            clocks,
             granted_on: AtomicU64::new(0),
             hold_until: request.hold_at_least.map(|hold| Instant::now() + hold),
             cap,
             max_hold: request.max_hold,
             timing: Mutex::new(Timing {
                 lease: request.lease,
-                deadline: cap.map_or(local_deadline(sent_at, granted), |cap| {
-                    local_deadline(sent_at, granted).min(cap)
+                deadline: cap.map_or(trusted_until(clocks, sent_at, granted), |cap| {
+                    trusted_until(clocks, sent_at, granted).min(cap)
                 }),
                 next_renewal: sent_at + granted / 3,
                 scheduled: None,
@@ -258,6 +274,11 @@ impl Lease {
         self.timing().deadline
     }
 
+    /// The length the lease is renewed to now.
+    pub(crate) fn length(&self) -> Duration {
+        self.timing().lease
+    }
+
     /// How far ahead of its renewal time a round may take this lease
     /// along: a sixth of the lease normally, so leases taken at different
     /// moments settle into shared rounds; nothing while retrying, so a
@@ -349,7 +370,7 @@ impl Lease {
         if timing.loss.is_some() || Instant::now() >= timing.deadline {
             return;
         }
-        let mut deadline = local_deadline(sent_at, lease);
+        let mut deadline = trusted_until(self.clocks, sent_at, lease);
         if let Some(cap) = self.cap {
             // Whatever Redis was told, this holder never claims past its cap.
             deadline = deadline.min(cap);
@@ -387,7 +408,7 @@ impl Lease {
         {
             return;
         }
-        let mut deadline = local_deadline(sent_at, ttl);
+        let mut deadline = trusted_until(self.clocks, sent_at, ttl);
         if let Some(cap) = self.cap {
             deadline = deadline.min(cap);
         }
@@ -401,7 +422,7 @@ impl Lease {
     pub(crate) fn extending(&self, sent_at: Instant, lease: Duration) {
         let mut timing = self.timing();
         timing.latest_sent = timing.latest_sent.max(Some(sent_at));
-        let deadline = local_deadline(sent_at, lease);
+        let deadline = trusted_until(self.clocks, sent_at, lease);
         let earlier = deadline < timing.deadline;
         timing.deadline = timing.deadline.min(deadline);
         timing.next_renewal = timing.next_renewal.min(sent_at + lease / 3);

@@ -1,96 +1,32 @@
 //! The lease engine under every primitive: taking, holding, renewing and
 //! releasing leases, waiting in the queue, and the admin operations, over
-//! one [`Store`]. It knows nothing of the public faces built on it, nor of
-//! the topology behind the store.
+//! one [`Backing`]: a deployment's store, or a quorum of masters. It knows
+//! nothing of the public faces built on it, nor of the topology behind
+//! its store.
 
 pub(crate) mod admin;
+pub(crate) mod calls;
 pub(crate) mod held;
+pub(crate) mod holds;
 pub(crate) mod lease;
 pub(crate) mod loss;
+pub(crate) mod masters;
 pub(crate) mod metrics;
 pub(crate) mod ops;
 pub(crate) mod queue;
-pub(crate) mod quorum;
 pub(crate) mod redlock;
 pub(crate) mod release;
+pub(crate) mod schedule;
 pub(crate) mod state;
 pub(crate) mod wait;
 pub(crate) mod watch;
 pub(crate) mod watchdog;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::conn::replicas::ReplicaAck;
-use crate::deploy::store::Store;
-use crate::deploy::Deployment;
-use crate::error::{Error, Result};
-use crate::keys::{millis, LockKeys};
-use crate::random::new_token;
-
-/// How an engine behaves, fixed when it is made.
-#[derive(Debug, Clone)]
-pub(crate) struct EngineConfig {
-    /// No lock is granted by a server that has been up for less than this.
-    pub(crate) restart_grace: Option<Duration>,
-    /// How long a fence counter outlives the last acquisition.
-    pub(crate) fence_retention: Duration,
-    /// "<pid> <host> <client name>", recorded with every lease and waiter.
-    pub(crate) identity: String,
-    /// A wait by a client that has never reached Redis ends after this.
-    pub(crate) connect_timeout: Duration,
-    /// This engine is one master of a Redlock: a release that does not
-    /// find its token marks the fence counter with it, so that the
-    /// token's round one, if it arrives after all, takes nothing (see
-    /// `release.lua` and `redlock_acquire.lua`).
-    pub(crate) redlock_master: bool,
-}
-
-/// One client's engine: its store, its leases, and its settings.
-/// Every primitive of a client works through one `Engine`.
-#[derive(Debug)]
-pub(crate) struct Engine {
-    pub(crate) store: Store,
-    pub(crate) config: EngineConfig,
-    /// Names this client's notification channels: a release publishes to
-    /// the one waiter it wakes, on its client's channel alone.
-    pub(crate) id: String,
-    pub(crate) leases: state::LeaseState,
-    /// The fence retention in ms, as the scripts take it: written once,
-    /// not for every request.
-    retention_ms: String,
-}
-
-impl Engine {
-    pub(crate) fn new(
-        deployment: Arc<dyn Deployment>,
-        config: EngineConfig,
-    ) -> Result<Arc<Engine>> {
-        Ok(Arc::new(Engine {
-            store: Store::new(deployment, config.restart_grace),
-            retention_ms: millis(config.fence_retention).to_string(),
-            config,
-            id: new_token()?,
-            leases: state::LeaseState::default(),
-        }))
-    }
-
-    pub(crate) fn command_timeout(&self) -> Duration {
-        self.store.command_timeout()
-    }
-
-    /// The fence retention in ms, as a script argument.
-    pub(crate) fn retention_ms(&self) -> &[u8] {
-        self.retention_ms.as_bytes()
-    }
-
-    /// Waits until the releases this client runs in the background are
-    /// done, at most four command timeouts.
-    pub(crate) async fn flush(&self) {
-        let limit = self.command_timeout().saturating_mul(4);
-        let _ = tokio::time::timeout(limit, self.leases.background.idle()).await;
-    }
-}
+use crate::error::Error;
+use crate::keys::LockKeys;
 
 /// Which primitive a request is for, and so how the lock is taken and
 /// handed on.

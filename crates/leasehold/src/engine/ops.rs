@@ -1,7 +1,7 @@
-//! The engine's operations besides taking and holding a lease: renewing
-//! or releasing by token, force-release, inspect, a semaphore's permit
-//! count, and an election's record. Each is one script on the server of
-//! the lock's keys.
+//! The engine's operations on one store besides taking and holding a
+//! lease: renewing or releasing by token, force-release, inspect, a
+//! semaphore's permit count, and an election's record. Each is one script
+//! on the server of the lock's keys.
 
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -9,9 +9,10 @@ use redis::Value;
 
 use crate::conn::replicas::ReplicaAck;
 use crate::conn::scripts;
-use crate::deploy::store::Answer;
+use crate::deploy::store::{Answer, Store};
 use crate::engine::release::{release, release_as};
-use crate::engine::{Engine, Kind};
+use crate::engine::state::Engine;
+use crate::engine::Kind;
 use crate::error::{Error, ErrorKind, Result};
 use crate::holder::{Holder, LockInfo};
 use crate::keys::{millis, LockKeys};
@@ -31,17 +32,16 @@ pub(crate) enum Renewed {
 /// `ack`, fewer replicas acknowledging the extend than asked is an error
 /// (the lease is extended on the master all the same).
 pub(crate) async fn renew_one(
-    engine: &Engine,
+    store: &Store,
     keys: &LockKeys,
     token: &str,
     lease: Duration,
     ack: ReplicaAck,
 ) -> Result<Renewed> {
     let ms = millis(lease).to_string();
-    let route = engine.store.route(keys).await?.with_ack(ack);
+    let route = store.route(keys).await?.with_ack(ack);
     let args: [&[u8]; 2] = [token.as_bytes(), ms.as_bytes()];
-    let answer = engine
-        .store
+    let answer = store
         .send(
             route,
             &keys.lock,
@@ -92,8 +92,13 @@ fn token_not_held(name: &str) -> Error {
 }
 
 /// Releases the lock if `token` holds it.
-pub(crate) async fn release_token(engine: &Engine, keys: &LockKeys, token: &str) -> Result<()> {
-    if release(engine, keys, token, false, None).await? {
+pub(crate) async fn release_token(
+    engine: &Engine,
+    store: &Store,
+    keys: &LockKeys,
+    token: &str,
+) -> Result<()> {
+    if release(engine, store, keys, token, false, None).await? {
         Ok(())
     } else {
         Err(token_not_held(&keys.name))
@@ -104,12 +109,13 @@ pub(crate) async fn release_token(engine: &Engine, keys: &LockKeys, token: &str)
 /// from now (a hold-at-least of a lease taken elsewhere): nobody is woken.
 pub(crate) async fn release_token_keeping(
     engine: &Engine,
+    store: &Store,
     keys: &LockKeys,
     token: &str,
     keep: Duration,
 ) -> Result<()> {
     let until = tokio::time::Instant::now() + keep;
-    if release(engine, keys, token, false, Some(until)).await? {
+    if release(engine, store, keys, token, false, Some(until)).await? {
         Ok(())
     } else {
         Err(token_not_held(&keys.name))
@@ -118,13 +124,13 @@ pub(crate) async fn release_token_keeping(
 
 /// Sets the lease of `token` to `lease`, or says that it holds nothing.
 pub(crate) async fn extend_token(
-    engine: &Engine,
+    store: &Store,
     keys: &LockKeys,
     token: &str,
     lease: Duration,
     ack: ReplicaAck,
 ) -> Result<()> {
-    match renew_one(engine, keys, token, lease, ack).await? {
+    match renew_one(store, keys, token, lease, ack).await? {
         Renewed::Yes => Ok(()),
         Renewed::NotHeld { .. } => Err(token_not_held(&keys.name)),
     }
@@ -134,6 +140,7 @@ pub(crate) async fn extend_token(
 /// mutex's level, an rw-lock's read or write lease.
 pub(crate) async fn release_owned_token(
     engine: &Engine,
+    store: &Store,
     keys: &LockKeys,
     kind: Kind,
     owner: &str,
@@ -145,7 +152,7 @@ pub(crate) async fn release_owned_token(
         "lease"
     };
     let name = &keys.name;
-    match release_as(engine, keys, token, owner, kind).await? {
+    match release_as(engine, store, keys, token, owner, kind).await? {
         Some(true) => Ok(()),
         Some(false) => Err(Error::not_held(format!(
             "lock {name:?} has no {unit} held by this token: it expired, or was released or \
@@ -161,9 +168,8 @@ pub(crate) async fn release_owned_token(
 
 /// Removes the lock whoever holds it and wakes its waiters; whether a lock
 /// was there.
-pub(crate) async fn force_release(engine: &Engine, keys: &LockKeys) -> Result<bool> {
-    let reply = engine
-        .store
+pub(crate) async fn force_release(engine: &Engine, store: &Store, keys: &LockKeys) -> Result<bool> {
+    let reply = store
         .eval(
             keys,
             "force-release",
@@ -190,10 +196,9 @@ pub(crate) async fn force_release(engine: &Engine, keys: &LockKeys) -> Result<bo
 }
 
 /// The lock's state as Redis sees it now.
-pub(crate) async fn inspect(engine: &Engine, keys: &LockKeys) -> Result<LockInfo> {
-    let route = engine.store.route(keys).await?;
-    let (reply, answered) = engine
-        .store
+pub(crate) async fn inspect(store: &Store, keys: &LockKeys) -> Result<LockInfo> {
+    let route = store.route(keys).await?;
+    let (reply, answered) = store
         .eval_answered(
             route,
             &keys.lock,
@@ -205,7 +210,7 @@ pub(crate) async fn inspect(engine: &Engine, keys: &LockKeys) -> Result<LockInfo
         .await?;
     let mut info = lock_info(&keys.name, answered.address(), &reply)?;
     info.replicas = Some(answered.replicas());
-    info.grace_left = engine.store.grace_left(&keys.lock, answered.server());
+    info.grace_left = store.grace_left(&keys.lock, answered.server());
     Ok(info)
 }
 
@@ -267,7 +272,7 @@ fn lock_info(name: &str, server: &str, reply: &Value) -> Result<LockInfo> {
 pub(crate) async fn set_permits(engine: &Engine, keys: &LockKeys, permits: u32) -> Result<()> {
     let permits_arg = permits.to_string();
     let reply = engine
-        .store
+        .one()?
         .eval(
             keys,
             "set-permits",
@@ -328,7 +333,7 @@ pub(crate) async fn write_leader(
     let fence = fence.to_string();
     let ttl = millis(ttl).to_string();
     let reply = engine
-        .store
+        .one()?
         .eval(
             keys,
             "election record",
@@ -361,7 +366,7 @@ pub(crate) async fn read_leader(
     election: &ElectionKeys,
 ) -> Result<(Option<LeaderRecord>, i64)> {
     let reply = engine
-        .store
+        .one()?
         .eval(
             keys,
             "leader",
@@ -399,7 +404,7 @@ pub(crate) async fn announce(
     election: &ElectionKeys,
 ) -> Result<()> {
     engine
-        .store
+        .one()?
         .eval(
             keys,
             "election announcement",

@@ -1,37 +1,38 @@
-//! Releasing: the release script, the pending release armed around every
-//! request that may take a lock, and the background releases that drops
-//! leave behind.
+//! Releasing on one store: the release script, the pending release armed
+//! around every request that may take a lock, and the background releases
+//! that drops leave behind.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::background::Tracked;
 use crate::conn::route::Route;
 use crate::conn::scripts;
+use crate::deploy::store::Store;
 use crate::engine::lease::drift;
-use crate::engine::Engine;
+use crate::engine::state::Engine;
 use crate::engine::Kind;
 use crate::error::{Error, Result};
 use crate::keys::{millis, LockKeys};
 
-/// Releases `token` of `keys`, or takes it out of the waiter queue if it
-/// waits there (`queued`); wakes (or, for a fair waiter, hands the lock to)
-/// the next live waiter. Before `hold_until` the lock is kept until then
-/// instead, and nobody is woken. `Ok(false)` when the token did not hold
-/// the lock.
+/// Releases `token` of `keys` on `store`, or takes it out of the waiter
+/// queue if it waits there (`queued`); wakes (or, for a fair waiter, hands
+/// the lock to) the next live waiter. Before `hold_until` the lock is kept
+/// until then instead, and nobody is woken. `Ok(false)` when the token did
+/// not hold the lock.
 pub(crate) async fn release(
     engine: &Engine,
+    store: &Store,
     keys: &LockKeys,
     token: &str,
     queued: bool,
     hold_until: Option<Instant>,
 ) -> Result<bool> {
-    let route = engine.store.route(keys).await?;
+    let route = store.route(keys).await?;
     let mode: &[u8] = if queued { b"1" } else { b"0" };
-    release_in_mode(engine, route, keys, token, mode, hold_until).await
+    release_in_mode(engine, store, route, keys, token, mode, hold_until).await
 }
 
 /// Releases the lease `token` of a guard as [`release`] does (its token is
@@ -40,6 +41,7 @@ pub(crate) async fn release(
 /// semaphore), whose hash the release then reads first.
 pub(crate) async fn release_held(
     engine: &Engine,
+    store: &Store,
     route: Route,
     keys: &LockKeys,
     token: &str,
@@ -47,27 +49,28 @@ pub(crate) async fn release_held(
     hold_until: Option<Instant>,
 ) -> Result<bool> {
     let mode: &[u8] = if hash { b"h" } else { b"0" };
-    release_in_mode(engine, route, keys, token, mode, hold_until).await
+    release_in_mode(engine, store, route, keys, token, mode, hold_until).await
 }
 
 /// The release script's run for [`release`] and [`release_held`]; `mode`
 /// is its ARGV[2] (see `release.lua`).
 async fn release_in_mode(
     engine: &Engine,
+    store: &Store,
     route: Route,
     keys: &LockKeys,
     token: &str,
     mode: &[u8],
     hold_until: Option<Instant>,
 ) -> Result<bool> {
-    // A Redlock master's release of a token it does not hold marks the
-    // counter ('r', see release.lua).
-    let mode = if mode == b"0" && engine.config.redlock_master {
+    // A quorum's master marks the counter with a token it does not hold
+    // ('r', see release.lua).
+    let mode = if mode == b"0" && store.marks_missed_releases() {
         b"r"
     } else {
         mode
     };
-    let reply = run_release(engine, route, keys, token, mode, hold_until, None).await?;
+    let reply = run_release(engine, store, route, keys, token, mode, hold_until, None).await?;
     match scripts::as_int(&reply) {
         Some(0) => Ok(false),
         // 2: kept until the hold ends.
@@ -81,13 +84,24 @@ async fn release_in_mode(
 /// owner does. A lock of another kind is a conflict, and is left as it is.
 pub(crate) async fn release_as(
     engine: &Engine,
+    store: &Store,
     keys: &LockKeys,
     token: &str,
     owner: &str,
     kind: Kind,
 ) -> Result<Option<bool>> {
-    let route = engine.store.route(keys).await?;
-    let reply = run_release(engine, route, keys, token, b"0", None, Some((owner, kind))).await?;
+    let route = store.route(keys).await?;
+    let reply = run_release(
+        engine,
+        store,
+        route,
+        keys,
+        token,
+        b"0",
+        None,
+        Some((owner, kind)),
+    )
+    .await?;
     match scripts::as_int(&reply) {
         Some(0) => Ok(Some(false)),
         Some(1 | 2) => Ok(Some(true)),
@@ -109,6 +123,7 @@ pub(crate) async fn release_as(
 #[allow(clippy::too_many_arguments)]
 async fn run_release(
     engine: &Engine,
+    store: &Store,
     route: Route,
     keys: &LockKeys,
     token: &str,
@@ -153,8 +168,7 @@ async fn run_release(
         }
         None => &base,
     };
-    engine
-        .store
+    store
         .eval_on(
             route,
             &keys.lock,
@@ -172,6 +186,7 @@ async fn run_release(
 /// lock held by nobody, nor a waiter in the queue that nobody refreshes.
 pub(crate) struct PendingRelease<'a> {
     engine: Arc<Engine>,
+    store: Arc<Store>,
     /// Borrowed: copied only when a release is left to the background.
     keys: &'a LockKeys,
     token: String,
@@ -181,9 +196,15 @@ pub(crate) struct PendingRelease<'a> {
 }
 
 impl<'a> PendingRelease<'a> {
-    pub(crate) fn arm(engine: &Arc<Engine>, keys: &'a LockKeys, token: &str) -> Self {
+    pub(crate) fn arm(
+        engine: &Arc<Engine>,
+        store: &Arc<Store>,
+        keys: &'a LockKeys,
+        token: &str,
+    ) -> Self {
         PendingRelease {
             engine: Arc::clone(engine),
+            store: Arc::clone(store),
             keys,
             token: token.to_owned(),
             queued: false,
@@ -213,6 +234,7 @@ impl Drop for PendingRelease<'_> {
         if self.armed {
             release_in_background(
                 Arc::clone(&self.engine),
+                Arc::clone(&self.store),
                 self.keys.clone(),
                 std::mem::take(&mut self.token),
                 self.queued,
@@ -222,83 +244,12 @@ impl Drop for PendingRelease<'_> {
     }
 }
 
-/// Releases started from drops, counted so that [`Background::idle`] can
-/// wait for them before the runtime shuts down and cancels them.
-#[derive(Debug, Default)]
-pub(crate) struct Background {
-    pending: AtomicUsize,
-    done: Notify,
-}
-
-impl Background {
-    /// Resolves once no background release is running.
-    pub(crate) async fn idle(&self) {
-        loop {
-            let done = self.done.notified();
-            tokio::pin!(done);
-            done.as_mut().enable();
-            if self.pending.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            done.await;
-        }
-    }
-}
-
-/// Counts one background task on a [`Background`] for as long as it exists,
-/// even if a shutting-down runtime drops it unpolled.
-pub(crate) struct Tracked(Arc<Background>);
-
-impl Tracked {
-    pub(crate) fn new(background: &Arc<Background>) -> Self {
-        background.pending.fetch_add(1, Ordering::AcqRel);
-        Tracked(Arc::clone(background))
-    }
-}
-
-impl Drop for Tracked {
-    fn drop(&mut self) {
-        if self.0.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.done.notify_waiters();
-        }
-    }
-}
-
-/// Counts one background release for as long as its future exists, even if
-/// a shutting-down runtime drops it unpolled.
-struct Ticket(Arc<Engine>);
-
-impl Ticket {
-    fn new(engine: Arc<Engine>) -> Self {
-        engine
-            .leases
-            .background
-            .pending
-            .fetch_add(1, Ordering::AcqRel);
-        Ticket(engine)
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        if self
-            .0
-            .leases
-            .background
-            .pending
-            .fetch_sub(1, Ordering::AcqRel)
-            == 1
-        {
-            self.0.leases.background.done.notify_waiters();
-        }
-    }
-}
-
 /// Releases a token from a drop: a few tries, then the lease's expiry (or
 /// the waiter's heartbeat) is the safety net. Without a runtime only the
 /// expiry is left.
 pub(crate) fn release_in_background(
     engine: Arc<Engine>,
+    store: Arc<Store>,
     keys: LockKeys,
     token: String,
     queued: bool,
@@ -307,12 +258,12 @@ pub(crate) fn release_in_background(
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    let ticket = Ticket::new(engine);
+    let tracked = Tracked::new(&engine.leases.background);
     handle.spawn(async move {
-        let engine = &ticket.0;
+        let _tracked = tracked;
         // Three tries, 50 ms and 200 ms apart.
         for pause in [50, 200] {
-            if release(engine, &keys, &token, queued, hold_until)
+            if release(&engine, &store, &keys, &token, queued, hold_until)
                 .await
                 .is_ok()
             {
@@ -320,6 +271,6 @@ pub(crate) fn release_in_background(
             }
             tokio::time::sleep(Duration::from_millis(pause)).await;
         }
-        let _ = release(engine, &keys, &token, queued, hold_until).await;
+        let _ = release(&engine, &store, &keys, &token, queued, hold_until).await;
     });
 }

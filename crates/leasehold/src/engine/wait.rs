@@ -21,11 +21,14 @@ use tokio::time::Instant;
 use crate::conn::notify::Subscription;
 use crate::conn::replicas::{Acked, ReplicaAck};
 use crate::conn::scripts::{self, Scripts};
-use crate::deploy::store::{Answer, Pick};
-use crate::engine::held::{Held, Hold};
+use crate::deploy::backing::Backing;
+use crate::deploy::store::{Answer, Pick, Store};
+use crate::engine::held::Held;
+use crate::engine::holds::Hold;
 use crate::engine::lease::local_deadline;
+use crate::engine::redlock;
 use crate::engine::release::{release, PendingRelease};
-use crate::engine::Engine;
+use crate::engine::state::Engine;
 use crate::engine::{pttl, Kind, Request};
 use crate::error::{Error, Result};
 use crate::holder::Holder;
@@ -87,7 +90,8 @@ enum Outcome {
     Unacked { acked: Acked, replicas: Vec<String> },
 }
 
-/// One attempt without queueing: the lease if the lock was free.
+/// One attempt without queueing: the lease if the lock was free. On a
+/// quorum, one try on every master.
 ///
 /// Cancel safe: a request that may have taken the lock is undone in the
 /// background.
@@ -95,9 +99,22 @@ pub(crate) async fn try_acquire(
     engine: &Arc<Engine>,
     request: &Request<'_>,
 ) -> Result<Option<Held>> {
+    let store = match &engine.backing {
+        Backing::One(store) => store,
+        Backing::Quorum(quorum) => return redlock::try_acquire(engine, quorum, request).await,
+    };
     let token = new_token()?;
     let mut pending = None;
-    match attempt(engine, request, &token, Queueing::No, false, &mut pending).await? {
+    let tried = attempt(
+        engine,
+        store,
+        request,
+        &token,
+        Queueing::No,
+        false,
+        &mut pending,
+    );
+    match tried.await? {
         Outcome::Granted {
             fence,
             ttl,
@@ -108,7 +125,7 @@ pub(crate) async fn try_acquire(
         } => {
             if !usable(sent_at, ttl) {
                 // `pending` releases it on the way out.
-                return Err(late_grant(engine, request));
+                return Err(late_grant(store, request));
             }
             if let Some(pending) = pending {
                 pending.disarm();
@@ -124,7 +141,7 @@ pub(crate) async fn try_acquire(
             Ok(None)
         }
         Outcome::Unacked { acked, replicas } => {
-            leave(engine, request.keys, &mut pending, &token).await;
+            leave(engine, store, request.keys, &mut pending, &token).await;
             Err(unacked(request, acked, &replicas))
         }
     }
@@ -144,7 +161,8 @@ fn unacked(request: &Request<'_>, acked: Acked, replicas: &[String]) -> Error {
     )
 }
 
-/// Waits for the lock, at most `wait` if given.
+/// Waits for the lock, at most `wait` if given. On a quorum, tries again
+/// after a pause while the lock is busy (see [`redlock`]).
 ///
 /// Cancel safe: dropping the future leaves nothing held and takes the
 /// waiter out of the queue, in the background.
@@ -153,9 +171,13 @@ pub(crate) async fn acquire(
     request: &Request<'_>,
     wait: Option<Duration>,
 ) -> Result<Held> {
+    let store = match &engine.backing {
+        Backing::One(store) => store,
+        Backing::Quorum(quorum) => return redlock::acquire(engine, quorum, request, wait).await,
+    };
     let deadline = wait.map(|wait| Instant::now() + wait);
     let mut seen = Seen::default();
-    let waiting = wait_for(engine, request, wait, deadline, &mut seen);
+    let waiting = wait_for(engine, store, request, wait, deadline, &mut seen);
     let Some(deadline) = deadline else {
         return waiting.await;
     };
@@ -199,6 +221,7 @@ impl Seen {
 
 async fn wait_for(
     engine: &Arc<Engine>,
+    store: &Arc<Store>,
     request: &Request<'_>,
     wait: Option<Duration>,
     deadline: Option<Instant>,
@@ -231,8 +254,7 @@ async fn wait_for(
     let mut pending: Option<PendingRelease<'_>> = None;
     // Listening before the first attempt costs nothing when the channel is
     // still subscribed from an earlier wait, and no message can slip by.
-    let mut subscription: Option<Subscription> = engine
-        .store
+    let mut subscription: Option<Subscription> = store
         .known_notifier(&keys.lock)
         .and_then(|notifier| notifier.listen_if_confirmed(&channel));
     let mut backoff = FIRST_BACKOFF;
@@ -263,6 +285,7 @@ async fn wait_for(
         // theirs to acknowledge too.
         let (blocked_for, busy_sent, busy_fence, busy_acked, busy_server) = match attempt(
             engine,
+            store,
             request,
             &token,
             queue_mode,
@@ -320,7 +343,7 @@ async fn wait_for(
                 // Undone before anything else, so that nothing stays held
                 // while the replicas catch up; the wait goes on afresh.
                 seen.answered = true;
-                leave(engine, keys, &mut pending, &token).await;
+                leave(engine, store, keys, &mut pending, &token).await;
                 seen.unacked = Some(unacked(request, acked, &replicas));
                 let since = *seen.unacked_since.get_or_insert_with(Instant::now);
                 token = new_token()?;
@@ -340,7 +363,7 @@ async fn wait_for(
                 seen.in_grace = true;
                 pause(left, deadline).await;
                 if deadline.is_some_and(|d| Instant::now() >= d) {
-                    leave(engine, keys, &mut pending, &token).await;
+                    leave(engine, store, keys, &mut pending, &token).await;
                     return Err(seen.give_up(request, waited));
                 }
                 continue;
@@ -349,16 +372,14 @@ async fn wait_for(
                 // A client that never reached Redis at all has a wrong
                 // address, or a server that is not there: it gives up once
                 // the connect timeout has passed, saying why.
-                if !engine.store.has_reached_redis()
-                    && began.elapsed() >= engine.config.connect_timeout
-                {
-                    leave(engine, keys, &mut pending, &token).await;
+                if !store.has_reached_redis() && began.elapsed() >= engine.config.connect_timeout {
+                    leave(engine, store, keys, &mut pending, &token).await;
                     return Err(error.never_reached(engine.config.connect_timeout));
                 }
                 // Keep the queue turn and try again on a healed connection.
                 seen.last_error = Some(error);
                 if deadline.is_some_and(|d| Instant::now() >= d) {
-                    leave(engine, keys, &mut pending, &token).await;
+                    leave(engine, store, keys, &mut pending, &token).await;
                     return Err(seen.give_up(request, waited));
                 }
                 pause(backoff_step(&mut backoff), deadline).await;
@@ -368,12 +389,12 @@ async fn wait_for(
         };
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
-            leave(engine, keys, &mut pending, &token).await;
+            leave(engine, store, keys, &mut pending, &token).await;
             return Err(seen.give_up(request, waited));
         }
         // The lock's shard may have moved to another server since the
         // subscription was made (a cluster's slot migration or failover).
-        let notifier = engine.store.known_notifier(&keys.lock);
+        let notifier = store.known_notifier(&keys.lock);
         if let (Some(listening), Some(notifier)) = (&subscription, &notifier) {
             if !listening.is_of(notifier) || listening.is_moved() {
                 subscription = None;
@@ -444,6 +465,7 @@ fn starving(queued_at: Option<Instant>) -> bool {
 /// `pending` leaves in the background.
 async fn leave(
     engine: &Engine,
+    store: &Store,
     keys: &LockKeys,
     pending: &mut Option<PendingRelease<'_>>,
     token: &str,
@@ -451,7 +473,10 @@ async fn leave(
     let Some(queued) = pending.take() else {
         return;
     };
-    if release(engine, keys, token, true, None).await.is_ok() {
+    if release(engine, store, keys, token, true, None)
+        .await
+        .is_ok()
+    {
         queued.disarm();
     }
 }
@@ -514,13 +539,13 @@ fn usable(sent_at: Instant, ttl: Duration) -> bool {
     local_deadline(sent_at, ttl) > Instant::now() + ttl / 10
 }
 
-fn late_grant(engine: &Engine, request: &Request<'_>) -> Error {
+fn late_grant(store: &Store, request: &Request<'_>) -> Error {
     Error::new(
         crate::error::ErrorKind::Connection,
         format!(
             "redis at {} answered so late that the lease on lock {:?} had almost run out; it \
              was given back: check the network and the server's load",
-            engine.store.address(),
+            store.address(),
             request.keys.name
         ),
     )
@@ -557,6 +582,7 @@ enum Queueing {
 /// sent.
 async fn attempt<'k>(
     engine: &Arc<Engine>,
+    store: &Arc<Store>,
     request: &Request<'k>,
     token: &str,
     queue: Queueing,
@@ -566,11 +592,11 @@ async fn attempt<'k>(
     let keys = request.keys;
     // Nothing can be held before the request leaves: connect first, then
     // arm the release that undoes a request cut off on its way.
-    let route = engine.store.route(keys).await?;
+    let route = store.route(keys).await?;
     // A reentry waits out the grace too: a server that lost the hold
     // would grant it as a new hold, with a new fence, under a guard that
     // believes it nests in the old one.
-    if let Some(left) = engine.store.grace_left(&keys.lock, route.server()) {
+    if let Some(left) = store.grace_left(&keys.lock, route.server()) {
         return Ok(Outcome::InGrace { left });
     }
     let route = route.with_ack(request.replica_ack);
@@ -587,7 +613,7 @@ async fn attempt<'k>(
     };
     // Sent before: this token may hold the lock or be queued already.
     let sent_before = pending.is_some();
-    let armed = pending.get_or_insert_with(|| PendingRelease::arm(engine, keys, token));
+    let armed = pending.get_or_insert_with(|| PendingRelease::arm(engine, store, keys, token));
     if queue != Queueing::No {
         armed.queued();
     }
@@ -636,7 +662,7 @@ async fn attempt<'k>(
             engine.config.identity.as_bytes(),
         ];
         return run_attempt(
-            engine,
+            store,
             request,
             route,
             pending,
@@ -692,7 +718,7 @@ async fn attempt<'k>(
     };
     args.extend(own.iter().map(String::as_bytes));
     run_attempt(
-        engine,
+        store,
         request,
         route,
         pending,
@@ -707,7 +733,7 @@ async fn attempt<'k>(
 /// Sends an attempt's script and reads its answer.
 #[allow(clippy::too_many_arguments)]
 async fn run_attempt(
-    engine: &Arc<Engine>,
+    store: &Store,
     request: &Request<'_>,
     route: crate::conn::route::Route,
     pending: &mut Option<PendingRelease<'_>>,
@@ -718,8 +744,7 @@ async fn run_attempt(
 ) -> Result<Outcome> {
     let keys = request.keys;
     let sent_at = Instant::now();
-    let (reply, acked, route) = match engine
-        .store
+    let (reply, acked, route) = match store
         .send(route, &keys.lock, "acquire", pick, keys_list, args, true)
         .await?
     {

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 
 use crate::conn::notify::Subscription;
 use crate::conn::scripts;
-use crate::engine::Engine;
+use crate::engine::state::Engine;
 use crate::error::{Error, Result};
 use crate::holder::Holder;
 use crate::keys::{millis, LockKeys};
@@ -405,7 +405,10 @@ impl Watcher {
     /// moved (a cluster's slot migration or failover). Without a
     /// subscription the watch still looks on its timers.
     async fn listen(&mut self) {
-        let notifier = match self.engine.store.notifier(&self.keys).await {
+        let Ok(store) = self.engine.one() else {
+            return;
+        };
+        let notifier = match store.notifier(&self.keys).await {
             Ok(notifier) => notifier,
             Err(_) => return,
         };
@@ -436,7 +439,7 @@ impl Watcher {
         self.registered = true;
         let reply = self
             .engine
-            .store
+            .one()?
             .eval(
                 &self.keys,
                 "watch",
@@ -625,7 +628,7 @@ impl Drop for LockWatch {
 /// Takes the watcher `id` out of the lock's watch key.
 async fn unregister(engine: &Engine, keys: &LockKeys, watch_key: &str, id: &str) -> Result<()> {
     engine
-        .store
+        .one()?
         .eval(
             keys,
             "unwatch",

@@ -1,152 +1,49 @@
-//! One task per engine renews every held lease at a third of its length.
-//!
-//! Leases wait in a queue ordered by renewal time, so an acquire or release
-//! costs the same with twenty thousand leases held as with none; the task
-//! is woken only when the next renewal time moves earlier. All leases due
-//! around the same time go out together: one pipeline of multi-key renew
-//! scripts per round, one script per hash slot on a cluster-mode server.
+//! One task per engine renews every held lease at a third of its length,
+//! as the queue of [`Renewals`] says when. All leases due
+//! around the same time go out together: on one deployment, one pipeline
+//! of multi-key renew scripts per server and round (as many scripts as the
+//! store says one server takes them in); on a quorum, each lease on every
+//! master at once.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use redis::Value;
-use tokio::sync::{Notify, OwnedMutexGuard};
-use tokio::task::JoinHandle;
+use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
 use crate::conn::replicas::ReplicaAck;
-use crate::conn::route::Route;
 use crate::conn::scripts;
+use crate::deploy::backing::Backing;
+use crate::deploy::quorum::Quorum;
+use crate::deploy::store::Store;
 use crate::engine::lease::Lease;
+use crate::engine::loss::LossReason;
+use crate::engine::masters::renew_all;
 use crate::engine::ops::{renew_one, Renewed};
-use crate::engine::Engine;
+use crate::engine::schedule::{Due, Renewals};
+use crate::engine::state::Engine;
 use crate::error::{verdict_of_reply, NotReady, Verdict};
-use crate::keys::{hash_slot, millis};
+use crate::keys::millis;
 
 /// Leases per renew script: one script blocks Redis while it runs, so big
 /// batches are cut into pieces that share one pipeline.
 const LEASES_PER_SCRIPT: usize = 256;
 
-/// How soon to look again at a lease whose extend or release is in flight.
-const BUSY_RECHECK: Duration = Duration::from_millis(10);
-
-#[derive(Debug, Default)]
-struct State {
-    leases: HashMap<u64, Arc<Lease>>,
-    /// Renewal time and lease id; an entry whose time is no longer the
-    /// lease's scheduled one is stale and skipped.
-    queue: BinaryHeap<Reverse<(Instant, u64)>>,
-}
-
-#[derive(Debug, Default)]
-pub(crate) struct Watchdog {
-    state: Mutex<State>,
-    wake: Notify,
-    /// The renewal task; started again if the runtime it ran on is gone.
-    task: Mutex<Option<JoinHandle<()>>>,
-}
-
-impl Watchdog {
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    pub(crate) fn register(self: &Arc<Self>, engine: &Arc<Engine>, lease: Arc<Lease>) {
-        {
-            let mut task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
-            if task.as_ref().is_none_or(JoinHandle::is_finished) {
-                if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                    *task = Some(handle.spawn(run(Arc::downgrade(engine), Arc::clone(self))));
-                }
-            }
-        }
-        self.state().leases.insert(lease.id, Arc::clone(&lease));
-        self.schedule(&lease);
-    }
-
-    /// Queues `lease` at its next renewal time; wakes the task only if that
-    /// is now the earliest.
-    pub(crate) fn schedule(&self, lease: &Lease) {
-        if self.enqueue(lease) {
-            self.wake.notify_one();
-        }
-    }
-
-    /// Queues `lease` without waking the task (the task itself calls this);
-    /// true when it is now the earliest.
-    fn enqueue(&self, lease: &Lease) -> bool {
-        let at = lease.schedule();
-        let mut state = self.state();
-        if !state.leases.contains_key(&lease.id) {
-            return false;
-        }
-        let earliest = state
-            .queue
-            .peek()
-            .is_none_or(|Reverse((next, _))| at < *next);
-        state.queue.push(Reverse((at, lease.id)));
-        earliest
-    }
-
-    /// Forgets a lease; its queue entry is dropped when it comes up.
-    pub(crate) fn unregister(&self, id: u64) {
-        self.state().leases.remove(&id);
-    }
-
-    /// The leases to renew now, each with its renewal turn taken, and when
-    /// the next one comes due.
-    fn due(&self) -> (Vec<Due>, Option<Instant>) {
-        let now = Instant::now();
-        let mut due = Vec::new();
-        let mut busy = Vec::new();
-        let mut state = self.state();
-        while let Some(&Reverse((at, id))) = state.queue.peek() {
-            let lease = match state.leases.get(&id) {
-                Some(lease) if lease.is_scheduled_at(at) => Arc::clone(lease),
-                _ => {
-                    state.queue.pop();
-                    continue;
-                }
-            };
-            if lease.is_finished() || lease.loss().is_some() {
-                state.queue.pop();
-                state.leases.remove(&id);
-                continue;
-            }
-            // Leases due a little later go along, so that leases taken at
-            // different moments settle into shared rounds.
-            if at > now + lease.renewal_ahead() {
-                break;
-            }
-            state.queue.pop();
-            match Arc::clone(&lease.renewing).try_lock_owned() {
-                Ok(turn) => due.push((lease, turn)),
-                // An extend or release is in flight and sets the outcome
-                // itself; two requests in flight could land out of order.
-                Err(_) => busy.push(lease),
-            }
-        }
-        drop(state);
-        for lease in busy {
-            lease.retry_renewal_at(now + BUSY_RECHECK);
-            // No wake: the task looks at the queue again when it has done.
-            self.enqueue(&lease);
-        }
-        let next = self.state().queue.peek().map(|Reverse((at, _))| *at);
-        (due, next)
-    }
-}
-
-/// A lease due for renewal, and the turn that keeps an extend or release
-/// out meanwhile.
-type Due = (Arc<Lease>, OwnedMutexGuard<()>);
-
 /// A due lease with the length it is renewed to.
 type Renewal = (Arc<Lease>, Duration, OwnedMutexGuard<()>);
 
-async fn run(engine: Weak<Engine>, watchdog: Arc<Watchdog>) {
+/// Renews `lease` while it is held (see [`Renewals`]), starting the
+/// engine's watchdog task if it is not running.
+pub(crate) fn register(engine: &Arc<Engine>, lease: Arc<Lease>) {
+    let renewals = &engine.leases.renewals;
+    renewals.register(lease, |runtime| {
+        runtime.spawn(run(Arc::downgrade(engine), Arc::clone(renewals)))
+    });
+}
+
+async fn run(engine: Weak<Engine>, watchdog: Arc<Renewals>) {
     loop {
         let (due, next) = watchdog.due();
         // The task holds the engine only while it renews, so that dropping the
@@ -167,55 +64,67 @@ async fn run(engine: Weak<Engine>, watchdog: Arc<Watchdog>) {
     }
 }
 
-/// Renews `leases`: one round per server that serves them, in parallel.
-async fn renew(engine: &Engine, leases: Vec<Due>) {
-    let mut servers: BTreeMap<usize, Vec<Due>> = BTreeMap::new();
-    for due in leases {
-        let server = engine.store.server_of(&due.0.keys.lock);
-        servers.entry(server).or_default().push(due);
+/// Renews `leases`: on one deployment, one round per server that serves
+/// them; on a quorum, each lease on every master; all in parallel.
+async fn renew(engine: &Arc<Engine>, leases: Vec<Due>) {
+    match &engine.backing {
+        Backing::One(store) => {
+            let mut servers: BTreeMap<usize, Vec<Due>> = BTreeMap::new();
+            for due in leases {
+                let server = store.server_of(&due.0.keys.lock);
+                servers.entry(server).or_default().push(due);
+            }
+            let rounds = servers
+                .into_values()
+                .map(|leases| renew_on_server(engine, store, leases));
+            futures_util::future::join_all(rounds).await;
+        }
+        Backing::Quorum(quorum) => {
+            let rounds = leases.into_iter().map(|(lease, turn)| async move {
+                let _turn = turn;
+                renew_on_quorum(engine, quorum, &lease).await;
+            });
+            futures_util::future::join_all(rounds).await;
+        }
     }
-    let rounds = servers
-        .into_values()
-        .map(|leases| renew_on_server(engine, leases));
-    futures_util::future::join_all(rounds).await;
 }
 
-/// Renews `leases`, all served by one server: one pipeline.
-async fn renew_on_server(engine: &Engine, leases: Vec<Due>) {
+/// The length to renew `lease` to from `sent_at`; `None` at its max hold,
+/// when it is left to run out, and reported lost then.
+fn length_now(engine: &Engine, lease: &Arc<Lease>, sent_at: Instant) -> Option<Duration> {
+    let length = lease.renewal_length(sent_at);
+    if length.is_none() {
+        engine.leases.renewals.unregister(lease.id);
+        tokio::spawn(Arc::clone(lease).report_loss_at_deadline());
+    }
+    length
+}
+
+/// Renews `leases`, all served by one server: one pipeline, a script per
+/// group of leases one script may take there.
+async fn renew_on_server(engine: &Engine, store: &Store, leases: Vec<Due>) {
     let Some(first) = leases.first() else {
         return;
     };
-    let route = match engine.store.route_key(&first.0.keys.lock).await {
+    let route = match store.route_key(&first.0.keys.lock).await {
         Ok(route) => route,
         Err(_) => {
             retry_later(engine, leases.iter().map(|(lease, _)| lease));
             return;
         }
     };
-    let cluster = route.server().cluster;
     // Lengths are cut at the max hold from the moment the round is sent,
     // not from when it came due: a reconnect in between would otherwise
     // carry the lease past its cap.
     let sent_at = Instant::now();
-    let mut groups: BTreeMap<u16, Vec<Renewal>> = BTreeMap::new();
-    for (lease, turn) in leases {
-        let Some(length) = lease.renewal_length(sent_at) else {
-            // At its max hold: left to run out, and reported lost then.
-            engine.leases.watchdog.unregister(lease.id);
-            tokio::spawn(lease.report_loss_at_deadline());
-            continue;
-        };
-        let due = (lease, length, turn);
-        // One script may only touch one slot on a cluster-mode server.
-        let group = if cluster {
-            hash_slot(&due.0.keys.lock)
-        } else {
-            0
-        };
-        groups.entry(group).or_default().push(due);
-    }
+    let renewals: Vec<Renewal> = leases
+        .into_iter()
+        .filter_map(|(lease, turn)| Some((length_now(engine, &lease, sent_at)?, lease, turn)))
+        .map(|(length, lease, turn)| (lease, length, turn))
+        .collect();
+    let groups = store.one_script_groups(&route, renewals, |(lease, _, _)| &lease.keys.lock);
     let batches: Vec<&[Renewal]> = groups
-        .values()
+        .iter()
         .flat_map(|group| group.chunks(LEASES_PER_SCRIPT))
         .collect();
     let mut pipe = redis::pipe();
@@ -234,7 +143,10 @@ async fn renew_on_server(engine: &Engine, leases: Vec<Due>) {
         }
         pipe.add_command(scripts::evalsha(&route.scripts().renew, &keys, &args));
     }
-    let Some(replies) = send_renewals(&route, &pipe).await else {
+    let Some(replies) = route
+        .script_pipeline("lease renewal", &pipe, |s| &s.renew)
+        .await
+    else {
         retry_later(
             engine,
             batches.iter().flat_map(|b| b.iter().map(|(l, _, _)| l)),
@@ -279,13 +191,40 @@ async fn renew_on_server(engine: &Engine, leases: Vec<Due>) {
                 scripts::Renewal::NotHeld => lease.mark_gone(route.server().identity),
                 scripts::Renewal::Refused(_) => lease.retry_renewal_later(),
             }
-            engine.leases.watchdog.enqueue(lease);
+            engine.leases.renewals.enqueue(lease);
         }
     }
     for some in redirected.chunks(RENEWED_ALONE_AT_ONCE) {
-        let alone = some.iter().map(|(lease, _, _)| renew_alone(engine, lease));
+        let alone = some
+            .iter()
+            .map(|(lease, _, _)| renew_alone(engine, store, lease));
         futures_util::future::join_all(alone).await;
     }
+}
+
+/// Renews `lease` on every master of `quorum` in parallel; its turn is
+/// held by the caller. A round that reaches fewer than a majority in time
+/// loses the lease.
+async fn renew_on_quorum(engine: &Arc<Engine>, quorum: &Quorum, lease: &Arc<Lease>) {
+    let sent_at = Instant::now();
+    let Some(length) = length_now(engine, lease, sent_at) else {
+        return;
+    };
+    let until = lease.deadline().min(sent_at + quorum.command_timeout());
+    let keys = Arc::new(lease.keys.clone());
+    let token = Arc::from(lease.token.as_str());
+    let (tally, _) = renew_all(engine, quorum, &keys, &token, length, until).await;
+    if lease.is_finished() {
+        // Its outcome is the release's.
+    } else if tally.won() {
+        crate::engine::metrics::renewed();
+        lease.renewed(sent_at, length);
+    } else if tally.surely_lost() {
+        lease.mark_lost(LossReason::TokenGone);
+    } else {
+        lease.mark_lost(LossReason::QuorumLost);
+    }
+    engine.leases.renewals.enqueue(lease);
 }
 
 /// Leases renewed alone at once, after a redirect: enough that a slot
@@ -295,18 +234,18 @@ const RENEWED_ALONE_AT_ONCE: usize = 32;
 
 /// Renews one lease on its own, following redirects; its turn is held by
 /// the caller.
-async fn renew_alone(engine: &Engine, lease: &Arc<Lease>) {
+async fn renew_alone(engine: &Engine, store: &Store, lease: &Arc<Lease>) {
     if lease.is_finished() {
         return;
     }
     let sent_at = Instant::now();
     let Some(length) = lease.renewal_length(sent_at) else {
-        engine.leases.watchdog.enqueue(lease);
+        engine.leases.renewals.enqueue(lease);
         return;
     };
     // No WAIT here: it would hold back the client's connection every round.
     match renew_one(
-        engine,
+        store,
         &lease.keys,
         &lease.renewal_token(),
         length,
@@ -322,28 +261,12 @@ async fn renew_alone(engine: &Engine, lease: &Arc<Lease>) {
         Ok(Renewed::NotHeld { server }) => lease.mark_gone(server),
         Err(_) => lease.retry_renewal_later(),
     }
-    engine.leases.watchdog.enqueue(lease);
+    engine.leases.renewals.enqueue(lease);
 }
 
 fn retry_later<'a>(engine: &Engine, leases: impl Iterator<Item = &'a Arc<Lease>>) {
     for lease in leases {
         lease.retry_renewal_later();
-        engine.leases.watchdog.enqueue(lease);
+        engine.leases.renewals.enqueue(lease);
     }
-}
-
-/// Sends the renewal pipeline; loads the script and sends again if the
-/// server lost it. `None` when Redis did not answer usefully.
-async fn send_renewals(route: &Route, pipe: &redis::Pipeline) -> Option<Vec<Value>> {
-    for _ in 0..2 {
-        let replies = route.pipeline("lease renewal", pipe).await.ok()?;
-        if !replies.iter().any(scripts::is_noscript) {
-            return Some(replies);
-        }
-        route
-            .load("loading the renew script", &route.scripts().renew)
-            .await
-            .ok()?;
-    }
-    None
 }
