@@ -75,35 +75,27 @@ pub(crate) struct Holding {
     pub(crate) replicas_given: bool,
 }
 
-/// `face` with `holding`'s settings.
-macro_rules! held {
-    ($face:expr, $holding:expr) => {{
-        let mut face = $face;
-        if let Some(hold) = $holding.at_least {
-            face = face.with_hold_at_least(hold)?;
-        }
-        if let Some(max) = $holding.at_most {
-            face = face.with_max_hold(max)?;
-        }
-        face
-    }};
-}
-
-/// The lock `name` of `kind`, through the face of that kind.
+/// The lock `name` of `kind`, through the face of that kind, with
+/// `holding`'s settings.
 pub(crate) fn lock(
     client: &leasehold::Client,
     name: &str,
     kind: Kind,
     holding: Holding,
 ) -> leasehold::Result<Lock> {
-    Ok(match kind {
-        Kind::Mutex => Box::new(held!(client.mutex(name)?, holding)),
-        Kind::Fair => Box::new(held!(client.fair_mutex(name)?, holding)),
+    let mut lock: Lock = match kind {
+        Kind::Mutex => Box::new(client.mutex(name)?),
+        Kind::Fair => Box::new(client.fair_mutex(name)?),
         // Each process is an owner of its own.
-        Kind::Read => Box::new(held!(client.rw_lock(name)?, holding).read()),
-        Kind::Write => Box::new(held!(client.rw_lock(name)?, holding).write()),
-        Kind::Semaphore(n) => Box::new(held!(client.semaphore(name, n)?, holding)),
-    })
+        Kind::Read => Box::new(client.rw_lock(name)?.read()),
+        Kind::Write => Box::new(client.rw_lock(name)?.write()),
+        Kind::Semaphore(n) => Box::new(client.semaphore(name, n)?),
+    };
+    let mut settings = lock.settings();
+    settings.hold_at_least = holding.at_least.or(settings.hold_at_least);
+    settings.max_hold = holding.at_most.or(settings.max_hold);
+    lock.set_settings(settings)?;
+    Ok(lock)
 }
 
 /// The lock `name` of `kind` on `locker`. A Redlock offers the mutex
@@ -250,6 +242,10 @@ impl leasehold::Lock for Member {
         self.lock.key()
     }
 
+    fn settings(&self) -> leasehold::LockSettings {
+        self.lock.settings()
+    }
+
     fn try_acquire(&self) -> LockFuture<'_, Option<LeaseGuard>> {
         self.note(self.lock.try_acquire())
     }
@@ -301,6 +297,10 @@ impl leasehold::Lock for Taking {
 
     fn key(&self) -> &str {
         self.now().key()
+    }
+
+    fn settings(&self) -> leasehold::LockSettings {
+        self.now().settings()
     }
 
     fn try_acquire(&self) -> LockFuture<'_, Option<LeaseGuard>> {

@@ -6,13 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::conn::replicas::ReplicaAck;
-use crate::core::{LockCore, Owners, Settings};
+use crate::core::{LockCore, Owners};
 use crate::deploy::backing::Backing;
 use crate::deploy::build::{self, SentinelAuth};
 use crate::deploy::store::Store;
 use crate::engine::state::{Engine, EngineConfig};
 use crate::engine::Kind;
 use crate::error::{Error, Result};
+use crate::face::LockSettings;
 use crate::fair_mutex::FairMutex;
 use crate::keys::{validate_lease, validate_prefix, LockKeys};
 use crate::mutex::Mutex;
@@ -448,7 +449,7 @@ impl Client {
                  acquisition does not give; use a Client on one deployment for them",
             ));
         }
-        let settings = Settings::new(
+        let settings = LockSettings::new(
             self.config.lease,
             self.config.watchdog,
             self.config.replica_ack,

@@ -13,79 +13,12 @@ use crate::engine::held::Held;
 use crate::engine::state::Engine;
 use crate::engine::{calls, wait, Kind, Request};
 use crate::error::{Error, Result};
+use crate::face::LockSettings;
 use crate::guard::LeaseGuard;
 use crate::holder::{LockInfo, Waiter};
-use crate::keys::{validate_lease, validate_token, validate_wait, LockKeys, MAX_LEASE, MIN_LEASE};
+use crate::keys::{validate_lease, validate_token, validate_wait, LockKeys};
 use crate::observe::{self, Op};
 use crate::owner::Owner;
-
-/// What the settings methods of every face change.
-#[derive(Debug, Clone)]
-pub(crate) struct Settings {
-    pub(crate) lease: Duration,
-    pub(crate) watchdog: bool,
-    pub(crate) hold_at_least: Option<Duration>,
-    pub(crate) max_hold: Option<Duration>,
-    pub(crate) replica_ack: ReplicaAck,
-}
-
-impl Settings {
-    pub(crate) fn new(lease: Duration, watchdog: bool, replica_ack: ReplicaAck) -> Self {
-        Settings {
-            lease,
-            watchdog,
-            hold_at_least: None,
-            max_hold: None,
-            replica_ack,
-        }
-    }
-
-    pub(crate) fn set_replica_ack(&mut self, replicas: u32, timeout: Duration) -> Result<()> {
-        self.replica_ack = ReplicaAck::at_least(replicas, timeout).validate()?;
-        Ok(())
-    }
-
-    pub(crate) fn set_lease(&mut self, lease: Duration) -> Result<()> {
-        validate_lease(lease)?;
-        self.lease = lease;
-        Ok(())
-    }
-
-    pub(crate) fn set_hold_at_least(&mut self, hold: Duration) -> Result<()> {
-        if hold > MAX_LEASE {
-            return Err(Error::invalid(format!(
-                "hold-at-least {hold:?} is longer than 24h: a run-once window is at most a day"
-            )));
-        }
-        let hold = (!hold.is_zero()).then_some(hold);
-        check_hold_within_cap(hold, self.max_hold)?;
-        self.hold_at_least = hold;
-        Ok(())
-    }
-
-    pub(crate) fn set_max_hold(&mut self, max: Duration) -> Result<()> {
-        if max < MIN_LEASE || max > MAX_LEASE {
-            return Err(Error::invalid(format!(
-                "max hold {max:?} is out of range: give at least 10ms and at most 24h"
-            )));
-        }
-        check_hold_within_cap(self.hold_at_least, Some(max))?;
-        self.max_hold = Some(max);
-        Ok(())
-    }
-}
-
-/// A lock kept after its release for longer than the holder may renew it
-/// would outlive the cap: refused, whichever of the two is set first.
-fn check_hold_within_cap(hold: Option<Duration>, cap: Option<Duration>) -> Result<()> {
-    match (hold, cap) {
-        (Some(hold), Some(cap)) if hold > cap => Err(Error::invalid(format!(
-            "hold-at-least {hold:?} is longer than the max hold {cap:?}: the lock would be kept \
-             past its cap; make the hold shorter or the cap longer"
-        ))),
-        _ => Ok(()),
-    }
-}
 
 /// Whose acquisitions a handle of a reentrant kind makes.
 #[derive(Debug, Clone)]
@@ -161,7 +94,7 @@ pub(crate) fn new_handle() -> Arc<str> {
 pub(crate) struct LockCore {
     engine: Arc<Engine>,
     pub(crate) keys: LockKeys,
-    pub(crate) settings: Settings,
+    pub(crate) settings: LockSettings,
     pub(crate) kind: Kind,
     pub(crate) owners: Owners,
     /// Semaphore permits each acquisition asks for (1 for the others).
@@ -178,7 +111,7 @@ impl LockCore {
         engine: Arc<Engine>,
         keys: LockKeys,
         kind: Kind,
-        settings: Settings,
+        settings: LockSettings,
         owners: Owners,
     ) -> Self {
         LockCore {
@@ -241,13 +174,26 @@ impl LockCore {
     /// Sets which replicas must acknowledge a grant; refused on a quorum,
     /// whose masters are independent.
     pub(crate) fn set_replica_ack(&mut self, replicas: u32, timeout: Duration) -> Result<()> {
+        self.refuse_replica_ack_on_quorum()?;
+        self.settings.set_replica_ack(replicas, timeout)
+    }
+
+    /// Sets every setting at once (see [`LockSettings`]).
+    pub(crate) fn set_settings(&mut self, settings: LockSettings) -> Result<()> {
+        if settings.replica_ack != ReplicaAck::Off {
+            self.refuse_replica_ack_on_quorum()?;
+        }
+        self.settings.set_all(settings)
+    }
+
+    fn refuse_replica_ack_on_quorum(&self) -> Result<()> {
         if matches!(self.engine.backing, Backing::Quorum(_)) {
             return Err(Error::invalid(
                 "replica acknowledgement does not apply to a Redlock: its masters are \
                  independent, and a majority of them stands for the replicas",
             ));
         }
-        self.settings.set_replica_ack(replicas, timeout)
+        Ok(())
     }
 
     pub(crate) fn engine(&self) -> &Arc<Engine> {
@@ -295,8 +241,18 @@ impl LockCore {
         Ok(held.map(LeaseGuard::new))
     }
 
+    /// Waits as long as it takes for the lock.
+    pub(crate) async fn acquire(&self) -> Result<LeaseGuard> {
+        self.acquire_within(None).await
+    }
+
+    /// Waits at most `wait` for the lock.
+    pub(crate) async fn acquire_timeout(&self, wait: Duration) -> Result<LeaseGuard> {
+        self.acquire_within(Some(wait)).await
+    }
+
     /// Waits for the lock, at most `wait` if given (checked here).
-    pub(crate) async fn acquire(&self, wait: Option<Duration>) -> Result<LeaseGuard> {
+    pub(crate) async fn acquire_within(&self, wait: Option<Duration>) -> Result<LeaseGuard> {
         if let Some(wait) = wait {
             validate_wait(wait)?;
         }
@@ -374,176 +330,3 @@ impl LockCore {
         calls::watch(&self.engine, &self.keys)
     }
 }
-
-/// The settings methods every face has, written once: `name`, `with_lease`,
-/// `with_watchdog`, `with_hold_at_least`, `with_max_hold` and
-/// `with_replica_ack`, and `watch`, on a type
-/// whose `core` field is a [`LockCore`].
-macro_rules! lock_settings {
-    ($face:ident) => {
-        impl $face {
-            /// The lock's name.
-            #[must_use]
-            pub fn name(&self) -> &str {
-                &self.core.keys.name
-            }
-
-            /// This lock with another lease length (the client's by default).
-            ///
-            /// # Errors
-            ///
-            /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for
-            /// a zero lease, one under 10 ms, or one over 24 h.
-            pub fn with_lease(mut self, lease: std::time::Duration) -> $crate::error::Result<Self> {
-                self.core.settings.set_lease(lease)?;
-                Ok(self)
-            }
-
-            /// This lock with the watchdog on or off (the client's setting
-            /// by default). Off, each lease is fixed: it ends after its
-            /// length unless extended, and the guard reports it lost then.
-            #[must_use]
-            pub fn with_watchdog(mut self, on: bool) -> Self {
-                self.core.settings.watchdog = on;
-                self
-            }
-
-            /// This lock with a hold-at-least of `hold` (off, zero, by
-            /// default): for run-once jobs. A release before `hold` has
-            /// passed since the acquisition does not free the lock: it stays
-            /// held, and is no longer renewed, until `hold` has passed, and
-            /// then expires. Nobody is woken early; waiters take it when it
-            /// expires. The release reports success (the lease held to the
-            /// end). So a job that several hosts start within `hold` of each
-            /// other (cron on every host, clocks apart by a little) runs
-            /// once: the first to take the lock runs it, and the others find
-            /// it busy even when the first finished quickly.
-            ///
-            /// The hold is measured on this process's monotonic clock from
-            /// the moment the grant arrived, which is after Redis granted
-            /// it, and the release sends Redis only the time left (rounded
-            /// up, with an allowance for clock drift) as a relative expiry.
-            /// No wall clock is compared across machines, so clock
-            /// differences between hosts and Redis cannot shorten the hold;
-            /// the lock may be held a few milliseconds longer than `hold`,
-            /// never shorter. A holder that dies without releasing keeps the
-            /// lock only until its lease runs out, and a lease that was lost
-            /// is not held on.
-            ///
-            /// # Errors
-            ///
-            /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for
-            /// a hold over 24 h, or longer than the max hold.
-            pub fn with_hold_at_least(
-                mut self,
-                hold: std::time::Duration,
-            ) -> $crate::error::Result<Self> {
-                self.core.settings.set_hold_at_least(hold)?;
-                Ok(self)
-            }
-
-            /// This lock with a cap on renewal (off by default): the
-            /// watchdog renews a lease no further than `max` after its
-            /// acquisition, so a holder stuck in an endless loop cannot keep
-            /// the lock forever. The lease then ends at the cap:
-            /// [`LeaseGuard::lost`](crate::LeaseGuard::lost) resolves and the
-            /// loss error says that the max hold was reached. An explicit
-            /// [`extend`](crate::LeaseGuard::extend) stops at the cap too.
-            ///
-            /// The cap is counted on this process's monotonic clock from the
-            /// moment the acquire request was sent, so the lock never
-            /// outlives it by this holder's reckoning.
-            ///
-            /// # Errors
-            ///
-            /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for
-            /// a cap under 10 ms or over 24 h, or shorter than the
-            /// hold-at-least.
-            pub fn with_max_hold(
-                mut self,
-                max: std::time::Duration,
-            ) -> $crate::error::Result<Self> {
-                self.core.settings.set_max_hold(max)?;
-                Ok(self)
-            }
-
-            /// This lock with acknowledgement by at least `replicas`
-            /// replicas ([`ReplicaAck::AtLeast`](crate::ReplicaAck::AtLeast)),
-            /// or none with `replicas` of 0 ([`ReplicaAck::Off`](crate::ReplicaAck::Off)),
-            /// instead of the client's setting
-            /// ([`ClientBuilder::replica_ack`](crate::ClientBuilder::replica_ack):
-            /// by default every replica the master has connected, see
-            /// [`ReplicaAck::Connected`](crate::ReplicaAck::Connected)).
-            /// Each acquisition, and each
-            /// [`extend`](crate::LeaseGuard::extend), is followed on the
-            /// same connection, in the same round trip, by `WAIT replicas
-            /// timeout`. When fewer than `replicas` replicas acknowledge
-            /// the grant within `timeout`, it is released at once and the
-            /// acquisition fails with
-            /// [`ErrorKind::ReplicasMissing`](crate::ErrorKind::ReplicasMissing),
-            /// saying how many did; a wait (`acquire`) keeps trying within
-            /// its bound instead (without a bound, for as long as the
-            /// client's connect timeout). An extend that too few replicas
-            /// acknowledge fails the same way, and the lease stays
-            /// extended on the master.
-            ///
-            /// What it gives is best effort, not consensus: a replica that
-            /// acknowledged has the lock's keys in memory, so a failover
-            /// to it keeps the lock, but a failover to another replica, or
-            /// a replica that restarts without persistence, still loses it
-            /// (Redis's WAIT documentation says the same). The watchdog's
-            /// renewals send no WAIT. Redis holds this client's command
-            /// connection, shared by its locks, for up to `timeout` while
-            /// replicas lag: keep it short against the lease (tens of
-            /// milliseconds on a healthy network).
-            ///
-            /// # Errors
-            ///
-            /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for
-            /// a timeout under 10 ms or over 60 s.
-            pub fn with_replica_ack(
-                mut self,
-                replicas: u32,
-                timeout: std::time::Duration,
-            ) -> $crate::error::Result<Self> {
-                self.core.set_replica_ack(replicas, timeout)?;
-                Ok(self)
-            }
-
-            /// Watches the lock without waiting for it: the
-            /// [`LockWatch`](crate::LockWatch) reports the end of each lease
-            /// it sees held, by anyone, with how it ended (released,
-            /// force-released, expired, or gone from the server), its
-            /// fence, and who took the lock next if someone did at once.
-            /// It works on a lock of any kind, whatever kind this handle
-            /// is: it only reads the lock's leases.
-            ///
-            /// A release of a watched lock is heard at once, through the
-            /// lock's watch channel (sharded pub/sub on a Redis Cluster);
-            /// an expiry a few milliseconds after the lease ends, as the
-            /// watch looks then (one script). Keyspace notifications are
-            /// not needed. A lock nobody watches costs its holders nothing
-            /// more; while watched, each release of it publishes one
-            /// message, and each watch looks at least every 3 s (every
-            /// second while the lock is free). Nothing is sent before the
-            /// first [`next`](crate::LockWatch::next) or
-            /// [`holders`](crate::LockWatch::holders).
-            ///
-            /// # Errors
-            ///
-            /// [`ErrorKind::System`](crate::ErrorKind::System) when the
-            /// operating system gives no randomness for the watch's id.
-            pub fn watch(&self) -> $crate::error::Result<crate::engine::watch::LockWatch> {
-                self.core.watch()
-            }
-        }
-
-        impl std::fmt::Debug for $face {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                self.core.debug(stringify!($face), f)
-            }
-        }
-    };
-}
-
-pub(crate) use lock_settings;

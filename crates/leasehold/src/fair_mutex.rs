@@ -2,10 +2,12 @@
 
 use std::time::Duration;
 
-use crate::core::{lock_settings, LockCore};
+use crate::core::LockCore;
 use crate::error::Result;
+use crate::face::face_settings;
 use crate::guard::MutexGuard;
 use crate::holder::{LockInfo, Waiter};
+use crate::lock::face_lock;
 use crate::observe::{self, Op};
 
 /// A lock with one holder at a time that is granted in the order the
@@ -47,7 +49,8 @@ pub struct FairMutex {
     pub(crate) core: LockCore,
 }
 
-lock_settings!(FairMutex);
+face_settings!(FairMutex);
+face_lock!(FairMutex);
 
 impl FairMutex {
     pub(crate) fn new(core: LockCore) -> Self {
@@ -104,7 +107,7 @@ impl FairMutex {
     /// and a lock handed over meanwhile is released, which hands it on to the
     /// next waiter.
     pub async fn acquire(&self) -> Result<MutexGuard> {
-        self.core.acquire(None).await
+        self.core.acquire().await
     }
 
     /// Waits in line at most `wait` for the lock.
@@ -117,7 +120,7 @@ impl FairMutex {
     ///
     /// Cancel safe, as [`acquire`](FairMutex::acquire).
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<MutexGuard> {
-        self.core.acquire(Some(wait)).await
+        self.core.acquire_timeout(wait).await
     }
 
     /// Releases the lock if `token` holds it, handing it to the next waiter.

@@ -2,10 +2,12 @@
 
 use std::time::Duration;
 
-use crate::core::{lock_settings, LockCore};
+use crate::core::LockCore;
 use crate::error::Result;
+use crate::face::face_settings;
 use crate::guard::MutexGuard;
 use crate::holder::{LockInfo, Waiter};
+use crate::lock::face_lock;
 use crate::observe::{self, Op};
 
 /// A lock with one holder at a time across every process that uses the same
@@ -36,7 +38,8 @@ pub struct Mutex {
     pub(crate) core: LockCore,
 }
 
-lock_settings!(Mutex);
+face_settings!(Mutex);
+face_lock!(Mutex);
 
 impl Mutex {
     pub(crate) fn new(core: LockCore) -> Self {
@@ -120,7 +123,7 @@ impl Mutex {
     /// request that may have taken the lock is undone, and the waiter leaves
     /// the queue, in the background.
     pub async fn acquire(&self) -> Result<MutexGuard> {
-        self.core.acquire(None).await
+        self.core.acquire().await
     }
 
     /// Waits at most `wait` for the lock.
@@ -140,7 +143,7 @@ impl Mutex {
     ///
     /// Cancel safe, as [`acquire`](Mutex::acquire).
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<MutexGuard> {
-        self.core.acquire(Some(wait)).await
+        self.core.acquire_timeout(wait).await
     }
 
     /// Releases the lock if `token` holds it: for a lease taken by another
@@ -300,7 +303,8 @@ impl Mutex {
 }
 
 /// What one server holds of a lock, as [`Mutex::inspect_masters`] reads
-/// it: a master of a [`Redlock`], or the one deployment of a [`Client`].
+/// it: a master of a [`Redlock`](crate::Redlock), or the one deployment
+/// of a [`Client`](crate::Client).
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct MasterInfo {

@@ -171,7 +171,7 @@ impl Redlock {
     /// granted (and at least their clock in µs), written back to them before
     /// the lock is reported held, so it never goes back when the majority
     /// changes. A grant with less than the validity floor left is released and
-    /// tried again. The guard is a [`LeaseGuard`]: the watchdog renews on every
+    /// tried again. The guard is a [`LeaseGuard`](crate::LeaseGuard): the watchdog renews on every
     /// master in parallel, and the lease is lost when a renewal reaches fewer
     /// than a majority in time, or its validity runs out.
     ///

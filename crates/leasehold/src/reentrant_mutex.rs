@@ -2,10 +2,12 @@
 
 use std::time::Duration;
 
-use crate::core::{lock_settings, LockCore, Owners};
+use crate::core::{LockCore, Owners};
 use crate::error::Result;
+use crate::face::face_settings;
 use crate::guard::LeaseGuard;
 use crate::holder::{LockInfo, Waiter};
+use crate::lock::face_lock;
 use crate::observe::{self, Op};
 use crate::owner::Owner;
 
@@ -70,7 +72,8 @@ pub struct ReentrantMutex {
     pub(crate) core: LockCore,
 }
 
-lock_settings!(ReentrantMutex);
+face_settings!(ReentrantMutex);
+face_lock!(ReentrantMutex);
 
 impl ReentrantMutex {
     pub(crate) fn new(core: LockCore) -> Self {
@@ -140,7 +143,7 @@ impl ReentrantMutex {
     ///
     /// Cancel safe: dropping the future leaves nothing held.
     pub async fn acquire(&self) -> Result<LeaseGuard> {
-        self.core.acquire(None).await
+        self.core.acquire().await
     }
 
     /// Waits at most `wait` for the lock.
@@ -154,7 +157,7 @@ impl ReentrantMutex {
     ///
     /// Cancel safe, as [`acquire`](Self::acquire).
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<LeaseGuard> {
-        self.core.acquire(Some(wait)).await
+        self.core.acquire_timeout(wait).await
     }
 
     /// How many levels this handle's owner holds now, as Redis sees it.

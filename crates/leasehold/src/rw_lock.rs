@@ -2,11 +2,13 @@
 
 use std::time::Duration;
 
-use crate::core::{lock_settings, LockCore, Owners};
+use crate::core::{LockCore, Owners};
 use crate::engine::Kind;
 use crate::error::Result;
+use crate::face::face_settings;
 use crate::guard::LeaseGuard;
 use crate::holder::{HoldMode, LockInfo, Waiter};
+use crate::lock::face_lock;
 use crate::observe::{self, Op};
 use crate::owner::Owner;
 
@@ -69,7 +71,7 @@ pub struct RwLock {
     pub(crate) core: LockCore,
 }
 
-lock_settings!(RwLock);
+face_settings!(RwLock);
 
 impl RwLock {
     pub(crate) fn new(core: LockCore) -> Self {
@@ -204,6 +206,9 @@ impl RwLock {
     }
 }
 
+face_lock!(ReadLock);
+face_lock!(WriteLock);
+
 /// The read side of an [`RwLock`], from [`RwLock::read`].
 #[derive(Clone)]
 pub struct ReadLock {
@@ -272,7 +277,7 @@ impl ReadLock {
     ///
     /// Cancel safe: dropping the future leaves nothing held.
     pub async fn acquire(&self) -> Result<LeaseGuard> {
-        self.core.acquire(None).await
+        self.core.acquire().await
     }
 
     /// Waits at most `wait` for a read lease.
@@ -286,7 +291,7 @@ impl ReadLock {
     ///
     /// Cancel safe, as [`acquire`](Self::acquire).
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<LeaseGuard> {
-        self.core.acquire(Some(wait)).await
+        self.core.acquire_timeout(wait).await
     }
 }
 
@@ -361,7 +366,7 @@ impl WriteLock {
     ///
     /// Cancel safe: dropping the future leaves nothing held.
     pub async fn acquire(&self) -> Result<LeaseGuard> {
-        self.core.acquire(None).await
+        self.core.acquire().await
     }
 
     /// Waits at most `wait` for the write lease.
@@ -376,7 +381,7 @@ impl WriteLock {
     ///
     /// Cancel safe, as [`acquire`](Self::acquire).
     pub async fn acquire_timeout(&self, wait: Duration) -> Result<LeaseGuard> {
-        self.core.acquire(Some(wait)).await
+        self.core.acquire_timeout(wait).await
     }
 }
 

@@ -2,11 +2,13 @@
 
 use std::time::Duration;
 
-use crate::core::{lock_settings, LockCore};
+use crate::core::LockCore;
 use crate::engine::ops;
 use crate::error::{Error, Result};
+use crate::face::face_settings;
 use crate::guard::LeaseGuard;
 use crate::holder::{LockInfo, Waiter};
+use crate::lock::face_lock;
 use crate::observe::{self, Op};
 
 /// The most permits a semaphore may have.
@@ -47,7 +49,8 @@ pub struct Semaphore {
     total: u32,
 }
 
-lock_settings!(Semaphore);
+face_settings!(Semaphore);
+face_lock!(Semaphore);
 
 impl Semaphore {
     /// A semaphore of `total` permits over `core` (of that kind).
@@ -148,7 +151,7 @@ impl Semaphore {
     /// Cancel safe: dropping the future leaves nothing held and takes the
     /// waiter out of the queue, in the background.
     pub async fn acquire_many(&self, n: u32) -> Result<LeaseGuard> {
-        self.asking(n)?.acquire(None).await
+        self.asking(n)?.acquire().await
     }
 
     /// Waits at most `wait` for `n` permits.
@@ -162,7 +165,7 @@ impl Semaphore {
     ///
     /// Cancel safe, as [`acquire_many`](Self::acquire_many).
     pub async fn acquire_many_timeout(&self, n: u32, wait: Duration) -> Result<LeaseGuard> {
-        self.asking(n)?.acquire(Some(wait)).await
+        self.asking(n)?.acquire_timeout(wait).await
     }
 
     fn asking(&self, n: u32) -> Result<LockCore> {

@@ -222,6 +222,49 @@ async fn holds_and_caps_out_of_range_are_refused() {
     assert!(!mutex.inspect().await.unwrap().held);
 }
 
+/// A lock's settings are one value on every kind, through `Lock`: set at
+/// once, checked as the setters check them, and left as they were when one
+/// is refused; a zero hold turns the hold off.
+#[tokio::test]
+async fn settings_are_one_value_on_every_kind() {
+    use leasehold::Lock;
+    let server = RedisServer::start();
+    let c = client(&server);
+    let kinds: Vec<Box<dyn Lock>> = vec![
+        Box::new(c.mutex("a").unwrap()),
+        Box::new(c.fair_mutex("b").unwrap()),
+        Box::new(c.reentrant_mutex("c").unwrap()),
+        Box::new(c.rw_lock("d").unwrap().read()),
+        Box::new(c.rw_lock("e").unwrap().write()),
+        Box::new(c.semaphore("f", 2).unwrap()),
+    ];
+    for mut lock in kinds {
+        let before = lock.settings();
+        let mut wanted = before;
+        wanted.lease = Duration::from_secs(7);
+        wanted.watchdog = false;
+        wanted.max_hold = Some(Duration::from_secs(5));
+        wanted.hold_at_least = Some(Duration::from_secs(6));
+        let err = lock.set_settings(wanted).unwrap_err();
+        assert!(err.to_string().contains("max hold"), "{err}");
+        assert_eq!(lock.settings(), before, "{}: unchanged", lock.name());
+        wanted.hold_at_least = Some(Duration::ZERO);
+        lock.set_settings(wanted).unwrap();
+        let now = lock.settings();
+        assert_eq!(now.lease, Duration::from_secs(7));
+        assert!(!now.watchdog);
+        assert_eq!(now.max_hold, Some(Duration::from_secs(5)));
+        assert_eq!(now.hold_at_least, None, "{}: zero is off", lock.name());
+        let guard = lock.acquire().await.unwrap();
+        assert!(
+            guard.valid_for() <= Duration::from_secs(5),
+            "{}",
+            lock.name()
+        );
+        guard.release().await.unwrap();
+    }
+}
+
 /// The watchdog stops at the max hold: the lease ends, `lost()` fires, and
 /// the loss names the cap.
 async fn the_watchdog_stops_at_the_max_hold(servers: Servers) {

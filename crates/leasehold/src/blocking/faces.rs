@@ -197,72 +197,46 @@ pub trait Lock: std::fmt::Debug + Send + Sync {
     fn acquire_timeout(&self, wait: Duration) -> crate::Result<LeaseGuard>;
 }
 
-/// `release_token`, `extend_token`, `force_release` and `inspect`, each
-/// blocking the calling thread on the [`crate::Lock`] call of the same name.
+/// The calls of the list of operations besides the acquisitions
+/// (`release_token`, `extend_token`, `force_release`, `inspect`), each
+/// blocking the calling thread on the [`crate::Lock`] call of the same
+/// name, for a face with a `caller`.
 macro_rules! admin_calls {
     ($face:ident) => {
+        crate::lock::lock_operations!(crate::blocking::faces::blocking_calls! { $face });
+    };
+}
+
+macro_rules! blocking_calls {
+    (
+        { $face:ident }
+        acquisitions { $( $(#[$adoc:meta])* $aop:ident ( $($aarg:ident : $aty:ty),* ) -> $aout:ty; )* }
+        others { $( $(#[$odoc:meta])* $oop:ident ( $($oarg:ident : $oty:ty),* ) -> $oout:ty, $span:ident; )* }
+    ) => {
         impl $face {
-            /// Releases the lease that `token` holds, taken by another
-            /// process or thread (for the kinds with owners, only a lease of
-            /// this handle's owner on the calling thread), blocking for the
-            /// round trip. As [`Lock::release_token`](crate::Lock::release_token).
-            ///
-            /// # Errors
-            ///
-            /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the token
-            /// does not hold the lock; as the async face's `release_token`
-            /// otherwise, and [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput)
-            /// when called inside an async runtime.
-            pub fn release_token(&self, token: &str) -> crate::Result<()> {
-                let lock = self.caller();
-                self.shared().block_on(lock.release_token(token))?
-            }
-
-            /// Sets the remaining lease of `token` to `lease` if it still
-            /// holds the lock, blocking for the round trip. As
-            /// [`Lock::extend_token`](crate::Lock::extend_token).
-            ///
-            /// # Errors
-            ///
-            /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the token
-            /// does not hold the lock;
-            /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
-            /// lease out of range, or when called inside an async runtime.
-            pub fn extend_token(&self, token: &str, lease: Duration) -> crate::Result<()> {
-                let lock = self.caller();
-                self.shared().block_on(lock.extend_token(token, lease))?
-            }
-
-            /// Removes the lock whoever holds it and wakes its waiters (an
-            /// admin action), blocking for the round trip: whether a lock was
-            /// removed. As [`Lock::force_release`](crate::Lock::force_release).
-            ///
-            /// # Errors
-            ///
-            /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the
-            /// name's key is no lock; connection and server errors;
-            /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
-            /// called inside an async runtime.
-            pub fn force_release(&self) -> crate::Result<bool> {
-                let lock = self.caller();
-                self.shared().block_on(lock.force_release())?
-            }
-
-            /// The lock's state as Redis sees it now, blocking for the round
-            /// trip. As [`Lock::inspect`](crate::Lock::inspect).
-            ///
-            /// # Errors
-            ///
-            /// Connection and server errors;
-            /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
-            /// called inside an async runtime.
-            pub fn inspect(&self) -> crate::Result<LockInfo> {
-                let lock = self.caller();
-                self.shared().block_on(lock.inspect())?
-            }
+            $(
+                $(#[$odoc])*
+                ///
+                /// Blocks the calling thread for the round trip, as
+                #[doc = concat!("[`Lock::", stringify!($oop), "`](crate::Lock::", stringify!($oop), ").")]
+                ///
+                /// # Errors
+                ///
+                /// As the async face's call of the same name;
+                /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput)
+                /// when called inside an async runtime.
+                // The list's arguments borrow for `'a`, which some calls do not need.
+                #[allow(clippy::needless_lifetimes)]
+                pub fn $oop<'a>(&'a self $(, $oarg: $oty)*) -> crate::Result<$oout> {
+                    let lock = self.caller();
+                    self.shared().block_on(AsyncLock::$oop(&lock $(, $oarg)*))?
+                }
+            )*
         }
     };
 }
+
+pub(crate) use blocking_calls;
 
 /// The settings methods, each the async face's of the same name.
 macro_rules! settings {
@@ -272,6 +246,24 @@ macro_rules! settings {
             #[must_use]
             pub fn name(&self) -> &str {
                 self.inner.name()
+            }
+
+            #[doc = concat!(
+                "This lock's settings: see [`", $kind, "::settings`](crate::", $kind, "::settings)."
+            )]
+            #[must_use]
+            pub fn settings(&self) -> crate::LockSettings {
+                self.inner.settings()
+            }
+
+            #[doc = concat!(
+                "This lock with `settings`: see [`", $kind, "::with_settings`](crate::", $kind,
+                "::with_settings).\n\n# Errors\n\nAs [`", $kind, "::with_settings`](crate::",
+                $kind, "::with_settings)."
+            )]
+            pub fn with_settings(mut self, settings: crate::LockSettings) -> crate::Result<Self> {
+                self.inner = self.inner.with_settings(settings)?;
+                Ok(self)
             }
 
             #[doc = concat!(
