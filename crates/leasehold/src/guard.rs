@@ -156,12 +156,13 @@ impl LeaseGuard {
     /// lease is kept until it has instead, and this reports success.
     ///
     /// A release that cannot reach Redis is tried again for a few command
-    /// timeouts (never past the lease), so its outcome is known whenever
-    /// Redis answers in that time. A [`Redlock`](crate::Redlock)'s returns
-    /// once a majority of the masters confirmed; the others' releases (and
-    /// their retries after a transient failure) run on in the background. A try sent again after an earlier one
-    /// went out and got no answer may find the lease gone because that
-    /// earlier try released it: that is never reported as a loss.
+    /// timeouts (never past the lease), so its outcome is known whenever Redis
+    /// answers in that time. A [`Redlock`](crate::Redlock)'s returns once a
+    /// majority of the masters confirmed; the others' releases (and their
+    /// retries after a transient failure) run on in the background. A try sent
+    /// again after an earlier one went out and got no answer may find the lease
+    /// gone because that earlier try released it: that is never reported as a
+    /// loss.
     ///
     /// # Errors
     ///

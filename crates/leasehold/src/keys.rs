@@ -14,7 +14,8 @@ pub const MAX_PREFIX_LEN: usize = 256;
 pub const MIN_LEASE: Duration = Duration::from_millis(10);
 /// The longest lease accepted.
 pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
-/// The longest wait for a lock accepted by [`Mutex::acquire_timeout`](crate::Mutex::acquire_timeout).
+/// The longest wait for a lock accepted by
+/// [`Mutex::acquire_timeout`](crate::Mutex::acquire_timeout).
 pub const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
 /// The longest token accepted by the token-based calls.
 pub const MAX_TOKEN_LEN: usize = 256;

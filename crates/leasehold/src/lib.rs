@@ -34,19 +34,19 @@
 //!
 //! Every primitive is fenced, renewed by the same watchdog, reports a lost
 //! lease the same way, and hands out the same [`LeaseGuard`] (named
-//! [`MutexGuard`] for the mutexes). A `Mutex` lets a free lock go to
-//! whoever asks first, so a holder that releases and asks again often gets
-//! it straight back, until a waiter has waited a few milliseconds and is
-//! handed the lock at the next release; a `FairMutex` always hands the lock
-//! to the first waiter in line inside the release itself, and nobody can
-//! barge in. A `ReentrantMutex` belongs to the task that takes it (tasks
-//! that share a handle exclude each other; an explicit [`Owner`] shares a
-//! hold across tasks), counts its levels, and never makes a reentry wait. An `RwLock` gives every reader a lease of its own (a
-//! dead reader frees only its share), queues readers behind a waiting
-//! writer, allows write→read downgrade and refuses read→write upgrade at
-//! once. A `Semaphore` stores its permit count with it, gives every
-//! acquisition a lease and a fence, and serves waiters in order so a
-//! request for many permits is not starved.
+//! [`MutexGuard`] for the mutexes). A `Mutex` lets a free lock go to whoever
+//! asks first, so a holder that releases and asks again often gets it straight
+//! back, until a waiter has waited a few milliseconds and is handed the lock at
+//! the next release; a `FairMutex` always hands the lock to the first waiter in
+//! line inside the release itself, and nobody can barge in. A `ReentrantMutex`
+//! belongs to the task that takes it (tasks that share a handle exclude each
+//! other; an explicit [`Owner`] shares a hold across tasks), counts its levels,
+//! and never makes a reentry wait. An `RwLock` gives every reader a lease of
+//! its own (a dead reader frees only its share), queues readers behind a
+//! waiting writer, allows write→read downgrade and refuses read→write upgrade
+//! at once. A `Semaphore` stores its permit count with it, gives every
+//! acquisition a lease and a fence, and serves waiters in order so a request
+//! for many permits is not starved.
 //!
 //! ```no_run
 //! # async fn demo(client: leasehold::Client) -> leasehold::Result<()> {

@@ -46,9 +46,10 @@ impl Mutex {
         Mutex { core }
     }
 
-    /// Whether the caller (the current tokio task, or the calling thread outside a task) holds this lock in this process now: a guard it
-    /// took through this handle (or a clone of it) is alive, not released,
-    /// and its lease is not known lost.
+    /// Whether the caller (the current tokio task, or the calling thread
+    /// outside a task) holds this lock in this process now: a guard it took
+    /// through this handle (or a clone of it) is alive, not released, and its
+    /// lease is not known lost.
     ///
     /// This is the holder that an [`acquire`](Self::acquire) or
     /// [`try_acquire`](Self::try_acquire) of its own would wait for: such an

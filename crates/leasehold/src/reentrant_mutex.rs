@@ -80,9 +80,10 @@ impl ReentrantMutex {
         ReentrantMutex { core }
     }
 
-    /// Whether this handle's owner ([`owner`](Self::owner): the current task's, or the one named with [`with_owner`](Self::with_owner)) holds this lock in this process now: a guard it
-    /// took through this handle (or a clone of it) is alive, not released,
-    /// and its lease is not known lost.
+    /// Whether this handle's owner ([`owner`](Self::owner): the current task's,
+    /// or the one named with [`with_owner`](Self::with_owner)) holds this lock
+    /// in this process now: a guard it took through this handle (or a clone of
+    /// it) is alive, not released, and its lease is not known lost.
     /// [`hold_count`](Self::hold_count) asks Redis, across processes.
     ///
     /// It is answered from this process's own leases, without a round trip:

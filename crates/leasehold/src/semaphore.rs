@@ -58,9 +58,10 @@ impl Semaphore {
         Semaphore { core, total }
     }
 
-    /// Whether the caller (the current tokio task, or the calling thread outside a task) holds this lock in this process now: a guard it
-    /// took through this handle (or a clone of it) is alive, not released,
-    /// and its lease is not known lost. True when it holds any permits of this
+    /// Whether the caller (the current tokio task, or the calling thread
+    /// outside a task) holds this lock in this process now: a guard it took
+    /// through this handle (or a clone of it) is alive, not released, and its
+    /// lease is not known lost. True when it holds any permits of this
     /// semaphore.
     ///
     /// It is answered from this process's own leases, without a round trip:

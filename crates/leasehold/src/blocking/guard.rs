@@ -134,8 +134,9 @@ impl LeaseGuard {
     ///
     /// # Errors
     ///
-    /// As [`crate::LeaseGuard::extend`]; [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput)
-    /// when called inside an async runtime.
+    /// As [`crate::LeaseGuard::extend`];
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when called
+    /// inside an async runtime.
     pub fn extend(&self, lease: Duration) -> Result<()> {
         match &self.guard {
             Some(guard) => self.shared.block_on(guard.extend(lease))?,

@@ -611,17 +611,17 @@ impl Drop for Attempt {
 /// Round one on one master: the mutex acquire script, which never queues
 /// here. A master in its restart grace is not asked.
 ///
-/// Once the master's clock was read (when the connection was made, or
-/// from an earlier reply), the request carries its limit: past half a
-/// command timeout after sending, it takes nothing. `refused_by` is then set, before the request leaves, to when
-/// a request sent to this master surely runs after that limit: a release
-/// sent earlier (on a new connection, the request's own given up) may
-/// run before a round one that the network still holds. Within the limit,
-/// such a release finds no token and names it in the master's counter,
-/// and the round one that comes after it takes nothing (see
-/// `mark_released` in `lib.lua`). A request
-/// refused as too late is sent once more at once, with a limit from the
-/// refusal's reading of the clock, while a grant is still `wanted`.
+/// Once the master's clock was read (when the connection was made, or from an
+/// earlier reply), the request carries its limit: past half a command timeout
+/// after sending, it takes nothing. `refused_by` is then set, before the
+/// request leaves, to when a request sent to this master surely runs after that
+/// limit: a release sent earlier (on a new connection, the request's own given
+/// up) may run before a round one that the network still holds. Within the
+/// limit, such a release finds no token and names it in the master's counter,
+/// and the round one that comes after it takes nothing (see `mark_released` in
+/// `lib.lua`). A request refused as too late is sent once more at once, with a
+/// limit from the refusal's reading of the clock, while a grant is still
+/// `wanted`.
 #[allow(clippy::too_many_arguments)]
 async fn take_on(
     engine: &Engine,

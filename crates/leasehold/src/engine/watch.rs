@@ -127,11 +127,10 @@ struct Seen {
 /// [`LeaseEnd::Missed`] by the next look. The hash kinds record every
 /// release while watched.
 ///
-/// Once polled, the watch keeps looking in the background (every
-/// [`LOOK_HELD`], 3 s) while its consumer is busy elsewhere, so a consumer
-/// that takes its time between two calls of [`next`](Self::next) is still
-/// told how each lease it saw ended; what those looks find is kept for
-/// `next` until it is read.
+/// Once polled, the watch keeps looking in the background (every 3 s) while its
+/// consumer is busy elsewhere, so a consumer that takes its time between two
+/// calls of [`next`](Self::next) is still told how each lease it saw ended;
+/// what those looks find is kept for `next` until it is read.
 ///
 /// Dropping it unregisters the watcher in the background (with no runtime
 /// left, its registration runs out after its heartbeat of 10 s) and

@@ -1,7 +1,8 @@
 -- Read the state of a lock without changing it.
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue
 -- Returns {kind, pttl, last fence or -1, clients queued, permits or -1,
--- the server's time in µs, then the holders: for a string lock "<acquired µs> <identity>", for a hash one
+-- the server's time in µs, then the holders: for a string lock
+-- "<acquired µs> <identity>", for a hash one
 -- "<ms left> <mode> <owner> <permits> <fence> <acquired µs> <identity>"
 -- per live lease}. The pttl of a hash is its longest live lease's (-2 when
 -- none is live), not the key's: a semaphore's count outlives its leases.

@@ -1,19 +1,19 @@
 -- Shared by every script (prepended to each): the server's clock, fences,
 -- lock records, and the waiter queue.
 --
--- A Mutex or FairMutex is a string: "<token> <acquired µs> <identity>"
--- (the acquisition time is the holder's fence: see fence_value),
--- where the identity is "<pid> <host> <client name>" (a bare token, as
--- written by hand, counts too), followed by WAITED once a waiter may be
--- queued behind its holder (and by KEPT after that, see below). The other primitives keep one hash per
--- lock: `kind`, for a semaphore `permits`, and one field per held lease,
--- `h:<token>` = "<expiry ms> <mode> <owner> <permits> <fence> <acquired µs>
--- <identity>"; every lease has its own expiry on the server's clock, and
--- the key expires with the last of them (a semaphore's lives on for its
--- count). A reentrant mutex has one lease per owner's hold, whatever its
--- depth: its token is the first level's, its permits field counts the
--- levels, and each level has a marker `l:<level token>` = "<the hold's
--- token> <the level's own expiry ms>" (see F.marker in family.lua).
+-- A Mutex or FairMutex is a string: "<token> <acquired µs> <identity>" (the
+-- acquisition time is the holder's fence: see fence_value), where the identity
+-- is "<pid> <host> <client name>" (a bare token, as written by hand, counts
+-- too), followed by WAITED once a waiter may be queued behind its holder (and
+-- by KEPT after that, see below). The other primitives keep one hash per lock:
+-- `kind`, for a semaphore `permits`, and one field per held lease, `h:<token>`
+-- = "<expiry ms> <mode> <owner> <permits> <fence> <acquired µs> <identity>";
+-- every lease has its own expiry on the server's clock, and the key expires
+-- with the last of them (a semaphore's lives on for its count). A reentrant
+-- mutex has one lease per owner's hold, whatever its depth: its token is the
+-- first level's, its permits field counts the levels, and each level has a
+-- marker `l:<level token>` = "<the hold's token> <the level's own expiry ms>"
+-- (see F.marker in family.lua).
 --
 -- The waiter queue of a lock is a sorted set (token -> arrival time on the
 -- server's clock, µs) plus one key per waiter, `<waiters prefix><token>`,
@@ -24,7 +24,10 @@
 -- try. A waiter whose key is gone has died. The sorted set expires with the
 -- freshest heartbeat. All of them share the lock's hash tag.
 
--- Every acquire script takes the same first arguments:
+-- The acquire scripts that may queue (acquire.lua, fair_acquire.lua,
+-- family_acquire.lua) take the same first arguments; try_acquire.lua and
+-- redlock_acquire.lua, which never queue, take the first three and the
+-- holder's identity at ARGV[4] (see each):
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix
 -- ARGV[1] token, ARGV[2] lease ms, ARGV[3] fence retention ms,
 -- ARGV[4] '1' to queue when busy (or refresh the waiter's place and

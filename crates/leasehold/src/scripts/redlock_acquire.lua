@@ -15,8 +15,8 @@
 -- client gave up on it, and released the token without it) takes
 -- nothing: its client reads this server's clock when it connects (INFO)
 -- and from every reply, and sends the limit in it (see RoundOneLimit in
--- quorum.rs; none before its first reading, on a server whose INFO has no
--- clock).
+-- deploy/quorum/count.rs; none before its first reading, on a server whose
+-- INFO has no clock).
 -- A request that arrives after a release of its token here (the release
 -- came on a new connection, the request was held on the old one, within
 -- its limit) finds the token named in the counter (see release.lua), and
