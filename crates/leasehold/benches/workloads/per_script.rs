@@ -334,7 +334,7 @@ fn label(args: &[String], names: &BTreeMap<String, String>) -> String {
 
 /// The hash of every script leasehold can build from `src/scripts/` (its
 /// operation after `lib.lua`, `watched.lua` and `family.lua` as
-/// `engine/scripts.rs` puts them together, publishing either way), and of
+/// `conn/scripts.rs` puts them together, publishing either way), and of
 /// rslock's unlock and the floor's release.
 fn script_names() -> Result<BTreeMap<String, String>> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/scripts");
