@@ -460,7 +460,7 @@ fn print_report(r: &RunReport) {
             r.config.replica_timeout.as_millis()
         ),
         None => format!(
-            ", ack by every connected replica within {} ms",
+            ", ack by every replica of the master within {} ms",
             r.config.replica_timeout.as_millis()
         ),
     };

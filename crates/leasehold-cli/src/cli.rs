@@ -302,8 +302,9 @@ pub(crate) struct ReplicaArgs {
     /// (without --wait, for the connect timeout) and exits 74. 0 turns it
     /// off: faster on a replicated master, but a failover to a replica that
     /// missed a grant can give the lock to a second holder. Best effort, not
-    /// consensus [default: every replica the master has connected; a master
-    /// without replicas is sent no WAIT]
+    /// consensus [default: every replica of the master, those it lists and
+    /// those that could take over from it; a master without replicas is
+    /// sent no WAIT]
     #[arg(long, value_name = "N")]
     pub(crate) replicas: Option<u32>,
     /// How long Redis waits for the replicas (10ms to 60s)

@@ -11,7 +11,7 @@
 //! | 2 | usage: a bad flag, duration, lease or lock name |
 //! | 65 | the name is in use by another kind of lock (a mutex asked for `--read`, say), or by a semaphore of another size |
 //! | 69 | Redis cannot be reached, or is not ready: loading, busy, failing over (`demo`: `redis-server` is not installed) |
-//! | 74 | fewer replicas than asked (by default every replica the master has connected, else `--replicas N`) acknowledged the grant in time: it was undone, nothing is held (a wait without `--wait` gives up after the connect timeout; `extend`: the lease stays extended on the master) |
+//! | 74 | fewer replicas than asked (by default every replica of the master (those it lists, and those that could take over from it), else `--replicas N`) acknowledged the grant in time: it was undone, nothing is held (a wait without `--wait` gives up after the connect timeout; `extend`: the lease stays extended on the master) |
 //! | 75 | the lock is held by someone else and the wait ran out (or `--no-wait`) |
 //! | 76 | `run`: the lease was lost while the command ran, or the release after it got no answer (both unless `--on-lost ignore`), or the lease ran out before the command could start (nothing was run); `release` / `extend`: the token no longer holds the lock |
 //! | 77 | Redis refused the credentials: a wrong or missing password or user, or an ACL user without the rights |

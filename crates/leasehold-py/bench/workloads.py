@@ -199,6 +199,33 @@ def server_cost(r: "redis.Redis[bytes]", before: Tuple[Dict[str, int], float]) -
     return ServerCost(sum(by.values()), (cpu - before[1]) * 1e6, by)
 
 
+def on_threads(
+    server: RedisServer, workers: int, seconds: float, run: Callable[[int, float], None]
+) -> Tuple[float, float, ServerCost]:
+    """Runs ``run(i, until)`` on ``workers`` threads started together, each
+    until ``time.perf_counter()`` passes ``until``: the seconds the run took,
+    this process's CPU seconds, and the server's cost meanwhile."""
+    gate = threading.Barrier(workers + 1)
+    end = [0.0]
+
+    def worker(i: int) -> None:
+        gate.wait()
+        # Read after the gate: the clock starts before the gate opens.
+        run(i, end[0])
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(workers)]
+    for thread in threads:
+        thread.start()
+    before = server_reading(server.client)
+    cpu0 = time.process_time()
+    begin = time.perf_counter()
+    end[0] = begin + seconds
+    gate.wait()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - begin, time.process_time() - cpu0, server_cost(server.client, before)
+
+
 def floor(server: RedisServer, n: int) -> Dict[str, float]:
     """The round trip of this machine, same run: PING on one connection, and
     a bare SET NX PX + Lua compare-and-delete."""
@@ -269,13 +296,10 @@ def w2(server: RedisServer, lib: str, seconds: float, workers: int = 8) -> Dict[
     events: List[Tuple[float, float, int, float]] = []  # acquired, released, worker, waited
     lock = threading.Lock()
     timeouts = [0]
-    start_gate = threading.Barrier(workers + 1)
-    end = [0.0]
 
-    def run(i: int) -> None:
+    def run(i: int, until: float) -> None:
         worker, conn = clients[i], conns[i]
-        start_gate.wait()
-        while time.perf_counter() < end[0]:
+        while time.perf_counter() < until:
             asked = time.perf_counter()
             try:
                 held = worker.acquire(30)
@@ -292,19 +316,7 @@ def w2(server: RedisServer, lib: str, seconds: float, workers: int = 8) -> Dict[
             with lock:
                 events.append((acquired, released_at, i, acquired - asked))
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(workers)]
-    for thread in threads:
-        thread.start()
-    before = server_reading(server.client)
-    cpu0 = time.process_time()
-    begin = time.perf_counter()
-    end[0] = begin + seconds
-    start_gate.wait()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - begin
-    cpu = time.process_time() - cpu0
-    cost = server_cost(server.client, before)
+    elapsed, cpu, cost = on_threads(server, workers, seconds, run)
     n = len(events)
     events.sort()
     shares = [sum(1 for e in events if e[2] == i) / max(n, 1) for i in range(workers)]
@@ -341,33 +353,18 @@ def w3(server: RedisServer, lib: str, seconds: float, workers: int = 8, keys: in
                 worker.release(held)
     attempts = [0] * workers
     successes = [0] * workers
-    gate = threading.Barrier(workers + 1)
-    end = [0.0]
 
-    def run(i: int) -> None:
+    def run(i: int, until: float) -> None:
         worker = clients[i]
         rng = random.Random(i)
-        gate.wait()
-        while time.perf_counter() < end[0]:
+        while time.perf_counter() < until:
             held = worker.try_acquire(names[rng.randrange(keys)])
             attempts[i] += 1
             if held is not None:
                 successes[i] += 1
                 worker.release(held)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(workers)]
-    for thread in threads:
-        thread.start()
-    before = server_reading(server.client)
-    cpu0 = time.process_time()
-    begin = time.perf_counter()
-    end[0] = begin + seconds
-    gate.wait()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - begin
-    cpu = time.process_time() - cpu0
-    cost = server_cost(server.client, before)
+    elapsed, cpu, cost = on_threads(server, workers, seconds, run)
     total = sum(attempts)
     return {
         "workload": "W3",

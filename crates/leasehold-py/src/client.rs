@@ -12,6 +12,18 @@ use crate::error::Fail;
 use crate::lock::{Built, Kind, Lock, Spec};
 use crate::runtime::{self, Rebuilt};
 
+/// Calls each builder setter whose setting was given; one left out (None)
+/// keeps the library's default.
+macro_rules! set_given {
+    ($builder:ident; $($setter:ident: $value:expr),+ $(,)?) => {
+        $(
+            if let Some(value) = $value {
+                $builder = $builder.$setter(value);
+            }
+        )+
+    };
+}
+
 /// What a client is in one process: its library client and the id its
 /// threads' and tasks' owners start with.
 #[derive(Clone)]
@@ -143,39 +155,19 @@ impl Client {
         sentinel_password: Option<String>,
     ) -> PyResult<Self> {
         let mut builder = leasehold::Client::builder(url.clone());
-        if let Some(prefix) = prefix {
-            builder = builder.prefix(prefix);
-        }
-        if let Some(lease) = secs(lease) {
-            builder = builder.lease(lease);
-        }
-        if let Some(on) = watchdog {
-            builder = builder.watchdog(on);
-        }
-        if let Some(timeout) = secs(command_timeout) {
-            builder = builder.command_timeout(timeout);
-        }
-        if let Some(timeout) = secs(connect_timeout) {
-            builder = builder.connect_timeout(timeout);
-        }
-        if let Some(grace) = secs(restart_grace) {
-            builder = builder.restart_grace(grace);
-        }
-        if let Some(retention) = secs(fence_retention) {
-            builder = builder.fence_retention(retention);
-        }
-        if let Some(name) = name {
-            builder = builder.name(name);
-        }
-        if let Some(pem) = tls_root_certificate {
-            builder = builder.tls_root_certificate(pem);
-        }
-        if let Some(user) = sentinel_username {
-            builder = builder.sentinel_username(user);
-        }
-        if let Some(password) = sentinel_password {
-            builder = builder.sentinel_password(password);
-        }
+        set_given!(builder;
+            prefix: prefix,
+            lease: secs(lease),
+            watchdog: watchdog,
+            command_timeout: secs(command_timeout),
+            connect_timeout: secs(connect_timeout),
+            restart_grace: secs(restart_grace),
+            fence_retention: secs(fence_retention),
+            name: name,
+            tls_root_certificate: tls_root_certificate,
+            sentinel_username: sentinel_username,
+            sentinel_password: sentinel_password,
+        );
         // Built now so that a bad URL or setting is refused here.
         let proc = build_proc(&builder).map_err(|e| e.into_pyerr(py))?;
         Ok(Client {
@@ -344,33 +336,17 @@ impl Redlock {
         name: Option<String>,
     ) -> PyResult<Self> {
         let mut builder = leasehold::Redlock::builder(urls);
-        if let Some(prefix) = prefix {
-            builder = builder.prefix(prefix);
-        }
-        if let Some(lease) = secs(lease) {
-            builder = builder.lease(lease);
-        }
-        if let Some(on) = watchdog {
-            builder = builder.watchdog(on);
-        }
-        if let Some(timeout) = secs(command_timeout) {
-            builder = builder.command_timeout(timeout);
-        }
-        if let Some(timeout) = secs(node_timeout) {
-            builder = builder.node_timeout(timeout);
-        }
-        if let Some(delay) = secs(retry_delay) {
-            builder = builder.retry_delay(delay);
-        }
-        if let Some(grace) = secs(restart_grace) {
-            builder = builder.restart_grace(grace);
-        }
-        if let Some(retention) = secs(fence_retention) {
-            builder = builder.fence_retention(retention);
-        }
-        if let Some(name) = name {
-            builder = builder.name(name);
-        }
+        set_given!(builder;
+            prefix: prefix,
+            lease: secs(lease),
+            watchdog: watchdog,
+            command_timeout: secs(command_timeout),
+            node_timeout: secs(node_timeout),
+            retry_delay: secs(retry_delay),
+            restart_grace: secs(restart_grace),
+            fence_retention: secs(fence_retention),
+            name: name,
+        );
         let redlock = build_redlock(&builder).map_err(|e| e.into_pyerr(py))?;
         Ok(Redlock {
             core: Arc::new(RedlockCore {

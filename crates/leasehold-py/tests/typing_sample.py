@@ -1,13 +1,17 @@
 """Checked by mypy (test_typing.py), never run: the typed surface as a user
-writes against it."""
+writes against it. ``assert_type`` asks for the exact type (an assignment
+would take Any as well)."""
 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import List, Optional
+from typing import Any, Coroutine, List, Optional
+
+from typing_extensions import assert_type
 
 import leasehold
 import leasehold.asyncio
+from leasehold.asyncio import Acquiring
 
 
 def blocking(client: leasehold.Client) -> int:
@@ -39,6 +43,14 @@ def blocking(client: leasehold.Client) -> int:
     except leasehold.LockTimeoutError as e:
         kind: str = e.kind
     del lost, reason, ended, attempt, permits, levels, fences, leadership, leader, info, changed
+    assert_type(client.rw_lock("rw").write().acquire(), leasehold.Guard)
+    assert_type(client.rw_lock("rw").inspect(), leasehold.LockInfo)
+    assert_type(client.semaphore("s", 2).try_acquire(permits=2), Optional[leasehold.Guard])
+    assert_type(client.election("e").campaign("me"), leasehold.Leadership)
+    assert_type(mutex.force_release(), bool)
+    assert_type(client.flush(), None)
+    with client.election("e").campaign("me") as leading:
+        assert_type(leading, leasehold.Leadership)
     return fence
 
 
@@ -62,4 +74,13 @@ async def asynchronous(client: leasehold.asyncio.Client) -> int:
         break
     await client.flush()
     del ended, attempt, fences, value, guard
+    assert_type(mutex.acquire(timeout=1), Acquiring[leasehold.asyncio.Guard])
+    pending = assert_type(mutex.inspect(), Coroutine[Any, Any, leasehold.LockInfo])
+    assert_type(await pending, leasehold.LockInfo)
+    assert_type(await client.semaphore("s", 2).acquire(permits=2), leasehold.asyncio.Guard)
+    assert_type(await client.rw_lock("rw").read().hold_count(), int)
+    assert_type(client.election("e").campaign("me"), Acquiring[leasehold.asyncio.Leadership])
+    assert_type(await client.election("e").leader(), Optional[leasehold.Leader])
+    assert_type(await leasehold.asyncio.MultiLock([mutex]).try_acquire(), Optional[leasehold.asyncio.MultiGuard])
+    assert_type(await leasehold.asyncio.Redlock().mutex("x").acquire(), leasehold.asyncio.Guard)
     return fence

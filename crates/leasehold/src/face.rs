@@ -241,7 +241,8 @@ macro_rules! face_settings {
             /// or none with `replicas` of 0 ([`ReplicaAck::Off`](crate::ReplicaAck::Off)),
             /// instead of the client's setting
             /// ([`ClientBuilder::replica_ack`](crate::ClientBuilder::replica_ack):
-            /// by default every replica the master has connected, see
+            /// by default every replica of the master, those it lists and
+            /// those that could take over from it, see
             /// [`ReplicaAck::Connected`](crate::ReplicaAck::Connected)).
             /// Each acquisition, and each
             /// [`extend`](crate::LeaseGuard::extend), is followed on the

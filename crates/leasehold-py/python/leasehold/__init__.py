@@ -14,37 +14,8 @@ keys, the same fences. A lock held from Python keeps the Rust library and the
 
 from . import asyncio
 from ._common import DEFAULT_URL, REDLOCK_ENV_VAR, URL_ENV_VARS, Holder, Leader, LockInfo, Seconds, url_from_env
-from ._sync import (
-    Client,
-    Election,
-    FairMutex,
-    Guard,
-    Leadership,
-    LeaderWatch,
-    Lock,
-    MultiGuard,
-    MultiLock,
-    Mutex,
-    ReadLock,
-    RedlockMutex,
-    ReentrantMutex,
-    RwLock,
-    Semaphore,
-    WriteLock,
-)
-from ._sync import Redlock
-from .exceptions import (
-    CannotConnectError,
-    ConflictError,
-    InvalidInputError,
-    LeaseholdError,
-    LeaseLostError,
-    LockTimeoutError,
-    OutcomeUnknownError,
-    QuorumError,
-    RefusedError,
-    ReplicasMissingError,
-)
+from ._sync import *
+from .exceptions import *
 
 __all__ = [
     "Client",

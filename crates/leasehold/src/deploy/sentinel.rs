@@ -681,4 +681,39 @@ mod tests {
         held.extend(Duration::from_secs(20)).await.unwrap();
         held.release().await.unwrap();
     }
+
+    /// The replicas the sentinels could promote: not down, not out of their
+    /// reach, not of priority 0, not cut off for longer than they allow.
+    #[test]
+    fn replicas_that_could_be_promoted_are_those_the_sentinels_would_take() {
+        let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let server = |pairs: &[(&str, &str)]| {
+            Value::Array(pairs.iter().flat_map(|(k, v)| [text(k), text(v)]).collect())
+        };
+        let master = server(&[("name", "m"), ("down-after-milliseconds", "1000")]);
+        let replica = |port: &str, flags: &str, down_ms: &str, priority: &str| {
+            server(&[
+                ("ip", "10.0.0.5"),
+                ("port", port),
+                ("flags", flags),
+                ("master-link-down-time", down_ms),
+                ("slave-priority", priority),
+            ])
+        };
+        let replicas = Value::Array(vec![
+            replica("1", "slave", "0", "100"),
+            // Cut off from the master for 9 s: still promotable.
+            replica("2", "slave", "9000", "100"),
+            replica("3", "s_down,slave", "0", "100"),
+            replica("4", "slave,disconnected", "0", "100"),
+            replica("5", "slave", "0", "0"),
+            // Cut off for longer than ten times down-after.
+            replica("6", "slave", "10001", "100"),
+        ]);
+        assert_eq!(
+            promotable_of(&master, &replicas),
+            ["10.0.0.5:1", "10.0.0.5:2"]
+        );
+        assert!(promotable_of(&master, &Value::Nil).is_empty());
+    }
 }
