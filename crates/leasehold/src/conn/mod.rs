@@ -26,7 +26,8 @@ use redis::AsyncConnectionConfig;
 use tokio::time::Instant;
 
 use crate::conn::replicas::{Acked, ReplicaList};
-use crate::error::{verdict_of, Error, Result, Verdict};
+use crate::error::verdict::{verdict_of, Verdict};
+use crate::error::{Error, Result};
 use crate::holder::ReplicaStatus;
 
 /// A connection unused this long is checked with PING before it is trusted
@@ -459,7 +460,7 @@ impl Connection {
                     let refused = e.is_connection_refusal();
                     // The server answered bytes that are not RESP.
                     let garbled = e.kind() == redis::ErrorKind::Parse;
-                    let handshake = crate::error::is_tls_failure(&e);
+                    let handshake = crate::error::verdict::is_tls_failure(&e);
                     let error = Error::redis(&self.address, "connect", e);
                     if refused || !(error.is_connection() || garbled || handshake) {
                         return Err(error);

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use crate::conn::replicas::{Acked, ReplicaAck};
 use crate::conn::scripts::{self, evalsha, fcall, Publish, Scripts};
 use crate::conn::{AckPermit, Checkout, CompareAndDelete, Connection, Line, ServerInfo};
-use crate::error::{is_library_loaded, verdict_of, verdict_of_reply, Error, Result, Verdict};
+use crate::error::verdict::{is_library_loaded, verdict_of, verdict_of_reply, Verdict};
+use crate::error::{Error, Result};
 use crate::holder::ReplicaStatus;
 
 /// A checked-out connection to one server, for one request (or one

@@ -12,7 +12,8 @@ use std::sync::LazyLock;
 
 use redis::Value;
 
-use crate::error::{verdict_of_reply, Error, Result, Verdict};
+use crate::error::verdict::{verdict_of_reply, Verdict};
+use crate::error::{Error, Result};
 
 /// How scripts send notifications: classic PUBLISH, or SPUBLISH to the
 /// shard of the channel's slot on a Redis Cluster (where PUBLISH would be

@@ -22,7 +22,8 @@ use crate::conn::route::Route;
 use crate::conn::scripts::Publish;
 use crate::conn::Connection;
 use crate::deploy::{BoxFuture, Deployment};
-use crate::error::{Error, ErrorKind, Redirect, RedirectKind, Result};
+use crate::error::verdict::{Redirect, RedirectKind};
+use crate::error::{Error, ErrorKind, Result};
 use crate::keys::hash_slot;
 
 /// Hash slots of a Redis Cluster.

@@ -11,7 +11,8 @@ use crate::conn::route::Route;
 use crate::deploy::cluster::{Cluster, NodeFactory};
 use crate::deploy::standalone::Standalone;
 use crate::deploy::{BoxFuture, Deployment};
-use crate::error::{Error, Redirect, Result};
+use crate::error::verdict::Redirect;
+use crate::error::{Error, Result};
 
 #[derive(Debug)]
 pub(crate) struct Detect {

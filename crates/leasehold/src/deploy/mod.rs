@@ -35,7 +35,8 @@ use std::time::Duration;
 
 use crate::conn::notify::Notifier;
 use crate::conn::route::Route;
-use crate::error::{Redirect, Result};
+use crate::error::verdict::Redirect;
+use crate::error::Result;
 
 /// A future a deployment returns: boxed, so that the trait stays usable
 /// as `dyn Deployment`. One allocation per request, against a network

@@ -30,7 +30,8 @@ use crate::conn::scripts::{self, Publish};
 use crate::conn::Connection;
 use crate::deploy::cluster::NodeFactory;
 use crate::deploy::{BoxFuture, Deployment};
-use crate::error::{Error, ErrorKind, Redirect, Result};
+use crate::error::verdict::Redirect;
+use crate::error::{Error, ErrorKind, Result};
 
 /// The channel on which sentinels announce a new master.
 const SWITCH_MASTER: &str = "+switch-master";

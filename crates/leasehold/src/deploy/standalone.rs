@@ -9,7 +9,8 @@ use crate::conn::route::Route;
 use crate::conn::scripts::Publish;
 use crate::conn::Connection;
 use crate::deploy::{BoxFuture, Deployment};
-use crate::error::{Redirect, Result};
+use crate::error::verdict::Redirect;
+use crate::error::Result;
 
 #[derive(Debug)]
 pub(crate) struct Standalone {

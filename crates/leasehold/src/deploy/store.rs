@@ -15,7 +15,8 @@ use crate::conn::scripts::Scripts;
 use crate::conn::ServerInfo;
 use crate::deploy::grace::Grace;
 use crate::deploy::Deployment;
-use crate::error::{Error, ErrorKind, Result, Verdict};
+use crate::error::verdict::Verdict;
+use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{hash_slot, LockKeys};
 
 /// What a script that may grant a lock got. Returned once per request,

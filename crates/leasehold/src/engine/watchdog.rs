@@ -24,7 +24,7 @@ use crate::engine::masters::renew_all;
 use crate::engine::ops::{renew_one, Renewed};
 use crate::engine::schedule::{Due, Renewals};
 use crate::engine::state::Engine;
-use crate::error::{verdict_of_reply, NotReady, Verdict};
+use crate::error::verdict::{verdict_of_reply, NotReady, Verdict};
 use crate::keys::millis;
 
 /// Leases per renew script: one script blocks Redis while it runs, so big

@@ -6,12 +6,7 @@ use std::time::Duration;
 
 use crate::holder::Holder;
 
-mod verdict;
-
-pub(crate) use self::verdict::{
-    is_library_loaded, is_tls_failure, verdict_of, verdict_of_reply, NotReady, Redirect,
-    RedirectKind, Verdict,
-};
+pub(crate) mod verdict;
 
 /// A `Result` whose error is [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
