@@ -23,9 +23,9 @@ use crate::keys::{hash_slot, LockKeys};
 /// never stored: boxing the route would cost an allocation per request.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Answer {
-    /// The script's reply, how many replicas acknowledged it when the
-    /// route asked (see [`ReplicaAck`]), and the route of the server that
-    /// gave it.
+    /// The script's reply, how many replicas acknowledged it when the route
+    /// asked (see [`ReplicaAck`](crate::ReplicaAck)), and the route of the
+    /// server that gave it.
     Reply(redis::Value, Option<Acked>, Route),
     /// Not sent: the server that serves the key now is in its grace, which
     /// ends in this long.

@@ -1,8 +1,8 @@
 //! The lease engine under every primitive: taking, holding, renewing and
-//! releasing leases, waiting in the queue, and the admin operations, over
-//! one [`Backing`]: a deployment's store, or a quorum of masters. It knows
-//! nothing of the public faces built on it, nor of the topology behind
-//! its store.
+//! releasing leases, waiting in the queue, and the admin operations, over one
+//! [`Backing`](crate::deploy::backing::Backing): a deployment's store, or a
+//! quorum of masters. It knows nothing of the public faces built on it, nor of
+//! the topology behind its store.
 
 pub(crate) mod admin;
 pub(crate) mod calls;
