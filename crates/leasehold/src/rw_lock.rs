@@ -224,9 +224,11 @@ impl std::fmt::Debug for ReadLock {
 }
 
 impl ReadLock {
-    /// Whether this handle's owner ([`owner`](RwLock::owner): the current task's, or the one named with [`with_owner`](RwLock::with_owner)) holds this lock in this process now: a guard it
-    /// took through this handle (or a clone of it) is alive, not released,
-    /// and its lease is not known lost. Only read leases count.
+    /// Whether this handle's owner ([`owner`](RwLock::owner): the current
+    /// task's, or the one named with [`with_owner`](RwLock::with_owner)) holds
+    /// this lock in this process now: a guard it took through this handle (or a
+    /// clone of it) is alive, not released, and its lease is not known lost.
+    /// Only read leases count.
     ///
     /// It is answered from this process's own leases, without a round trip:
     /// a lease removed behind the holder's back (a force-release, a Redis
@@ -310,9 +312,11 @@ impl std::fmt::Debug for WriteLock {
 }
 
 impl WriteLock {
-    /// Whether this handle's owner ([`owner`](RwLock::owner): the current task's, or the one named with [`with_owner`](RwLock::with_owner)) holds this lock in this process now: a guard it
-    /// took through this handle (or a clone of it) is alive, not released,
-    /// and its lease is not known lost. Only the write lease counts.
+    /// Whether this handle's owner ([`owner`](RwLock::owner): the current
+    /// task's, or the one named with [`with_owner`](RwLock::with_owner)) holds
+    /// this lock in this process now: a guard it took through this handle (or a
+    /// clone of it) is alive, not released, and its lease is not known lost.
+    /// Only the write lease counts.
     ///
     /// It is answered from this process's own leases, without a round trip:
     /// a lease removed behind the holder's back (a force-release, a Redis
