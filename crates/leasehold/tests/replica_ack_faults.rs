@@ -1,0 +1,137 @@
+//! Replica acknowledgement under faults: what a grant counts as
+//! acknowledged must be the grant's own write, whatever connection made
+//! it, and however many grants a client asks for at once.
+
+use std::time::Duration;
+
+use leasehold::Client;
+use leasehold_testkit::{FaultProxy, RedisServer};
+
+/// Long enough for any step that should succeed; a hang fails the test.
+const LONG: Duration = Duration::from_secs(30);
+
+/// Whether `server` has `key` (KEYS: a read a paused replica answers).
+fn exists(server: &RedisServer, key: &str) -> bool {
+    server.command(&["KEYS", key]).unwrap().contains(key)
+}
+
+/// A master and a replica of it, the replica listed online.
+fn replicated() -> (RedisServer, RedisServer) {
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &port]);
+    wait_online(&master);
+    (master, replica)
+}
+
+/// Waits until `master` lists a replica online.
+fn wait_online(master: &RedisServer) {
+    let deadline = std::time::Instant::now() + LONG;
+    while !master
+        .command(&["INFO", "replication"])
+        .unwrap()
+        .contains("state=online")
+    {
+        assert!(std::time::Instant::now() < deadline, "no replica online");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The replica stops applying its master's writes for `ms`, connected and
+/// listed online all the while.
+fn stall(replica: &RedisServer, ms: u64) {
+    let reply = replica
+        .command(&["CLIENT", "PAUSE", &ms.to_string(), "WRITE"])
+        .unwrap();
+    assert_eq!(reply, "OK");
+}
+
+/// Which kind of lock a case takes.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Mutex,
+    Semaphore,
+    Reentrant,
+    Read,
+}
+
+/// A guard of any kind, held until dropped.
+type Guard = Box<dyn std::any::Any + Send>;
+
+/// Takes `name` of `kind` within `wait`.
+async fn take(client: &Client, kind: Kind, name: &str, wait: Duration) -> leasehold::Result<Guard> {
+    fn boxed<G: Send + 'static>(guard: G) -> Guard {
+        Box::new(guard)
+    }
+    match kind {
+        Kind::Mutex => client.mutex(name)?.acquire_timeout(wait).await.map(boxed),
+        Kind::Semaphore => client
+            .semaphore(name, 2)?
+            .acquire_timeout(wait)
+            .await
+            .map(boxed),
+        Kind::Reentrant => client
+            .reentrant_mutex(name)?
+            .acquire_timeout(wait)
+            .await
+            .map(boxed),
+        Kind::Read => client
+            .rw_lock(name)?
+            .read()
+            .acquire_timeout(wait)
+            .await
+            .map(boxed),
+    }
+}
+
+/// The connection that carried a grant and its WAIT is cut before the
+/// answer: the wait tries again, under the same token, on a new
+/// connection, and finds the lock already its own. Where a WAIT counts the
+/// connection's own writes alone (Valkey; Redis 7.0 counts every write
+/// made before the connection's last command), a script that finds the
+/// grant and writes nothing is followed by a WAIT that asks the replicas
+/// for nothing, and the grant would count as acknowledged by a replica
+/// that never had it. It must not be returned before the replica has it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_found_again_after_a_cut_is_acknowledged_by_the_replica() {
+    let (master, replica) = replicated();
+    let proxy = FaultProxy::start(master.addr());
+    for (i, kind) in [Kind::Mutex, Kind::Semaphore, Kind::Reentrant, Kind::Read]
+        .into_iter()
+        .enumerate()
+    {
+        let client = Client::builder(proxy.url()).build().unwrap();
+        let name = format!("cut-{i}");
+        let key = format!("leasehold:{{{name}}}");
+        // Paused far longer than the steps below take before the answer.
+        stall(&replica, 3_000);
+        let taking = {
+            let (client, name) = (client.clone(), name.clone());
+            tokio::spawn(async move {
+                let taken = take(&client, kind, &name, LONG).await;
+                (taken, client)
+            })
+        };
+        // The script has run, and its WAIT holds the connection: cut it.
+        tokio::time::timeout(LONG, async {
+            while !exists(&master, &key) {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+        .await
+        .expect("the grant is made on the master");
+        proxy.reset();
+        let (taken, client) = tokio::time::timeout(LONG, taking)
+            .await
+            .expect("the wait ends")
+            .unwrap();
+        let guard = taken.unwrap_or_else(|e| panic!("{kind:?}: {e:?}"));
+        assert!(
+            exists(&replica, &key),
+            "{kind:?}: a grant was returned that the replica does not have"
+        );
+        drop(guard);
+        client.flush().await;
+        assert_eq!(replica.command(&["CLIENT", "UNPAUSE"]).unwrap(), "OK");
+    }
+}
