@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use leasehold::Client;
-use leasehold_testkit::{FaultProxy, RedisServer};
+use leasehold::{Client, ErrorKind, ReplicaAck};
+use leasehold_testkit::{FaultProxy, RedisServer, Sentinels};
 
 /// Long enough for any step that should succeed; a hang fails the test.
 const LONG: Duration = Duration::from_secs(30);
@@ -134,4 +134,49 @@ async fn a_grant_found_again_after_a_cut_is_acknowledged_by_the_replica() {
         client.flush().await;
         assert_eq!(replica.command(&["CLIENT", "UNPAUSE"]).unwrap(), "OK");
     }
+}
+
+/// A failover while a grant's WAIT is out: the old master, made a
+/// replica, cuts the WAIT short (UNBLOCKED) and the request is sent again
+/// to the new master, which has the grant already. An attempt that finds
+/// its own token there holds the lock: it must not report the lock busy
+/// and leave it held by nobody until its lease runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_cut_short_by_a_failover_is_not_left_held_by_nobody() {
+    let mut group = Sentinels::start(1, 1);
+    let replica = group.replicas()[0].port();
+    // More replicas than there are: the WAIT stays out until the failover.
+    let client = Client::builder(group.url())
+        .replica_ack(ReplicaAck::AtLeast {
+            replicas: 2,
+            timeout: Duration::from_secs(10),
+        })
+        .build()
+        .unwrap();
+    let mutex = client.mutex("job").unwrap();
+    let trying = {
+        let mutex = mutex.clone();
+        tokio::spawn(async move { mutex.try_acquire().await })
+    };
+    tokio::time::timeout(LONG, async {
+        while !exists(group.replicas()[0], "leasehold:{job}") {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the replica has the grant");
+    tokio::task::block_in_place(|| group.failover());
+    assert_eq!(group.master().port(), replica, "the replica took over");
+    let tried = tokio::time::timeout(LONG, trying)
+        .await
+        .expect("the try ends")
+        .unwrap();
+    match tried {
+        Ok(Some(guard)) => guard.release().await.unwrap(),
+        Ok(None) => {}
+        Err(e) => assert_eq!(e.kind(), ErrorKind::ReplicasMissing, "{e:?}"),
+    }
+    client.flush().await;
+    let info = mutex.inspect().await.unwrap();
+    assert!(!info.held, "left held by nobody: {info:?}");
 }
