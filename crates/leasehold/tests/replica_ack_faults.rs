@@ -180,3 +180,45 @@ async fn a_grant_cut_short_by_a_failover_is_not_left_held_by_nobody() {
     let info = mutex.inspect().await.unwrap();
     assert!(!info.held, "left held by nobody: {info:?}");
 }
+
+/// Extends of several held leases while the replica acknowledges nothing:
+/// each is refused for want of acknowledgement (the lease stays extended
+/// on the master), but none may cost its lease. An extend keeps the
+/// watchdog off its lease while it is out, so one that waits behind the
+/// WAITs of the others must not hold its lease's renewal back that long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extends_while_the_replica_stalls_lose_no_lease() {
+    let (master, replica) = replicated();
+    let lease = Duration::from_secs(3);
+    let client = Client::builder(master.url()).lease(lease).build().unwrap();
+    let mut guards = Vec::new();
+    for i in 0..4 {
+        let mutex = client.mutex(&format!("extended-{i}")).unwrap();
+        let guard = mutex.acquire().await.unwrap();
+        guard.extend(lease).await.unwrap();
+        guards.push(guard);
+    }
+    stall(&replica, 10_000);
+    let extends: Vec<_> = guards
+        .into_iter()
+        .map(|guard| {
+            tokio::spawn(async move {
+                let extended = guard.extend(lease).await;
+                (extended, guard)
+            })
+        })
+        .collect();
+    for extend in extends {
+        let (extended, guard) = extend.await.unwrap();
+        let err = extended.expect_err("no replica acknowledges the extend");
+        assert_eq!(err.kind(), ErrorKind::ReplicasMissing, "{err:?}");
+        assert!(
+            err.to_string()
+                .contains("the lease stays extended on the master"),
+            "{err}"
+        );
+        assert!(!guard.is_lost(), "{:?}", guard.loss_reason());
+        guard.release().await.unwrap();
+    }
+    assert_eq!(replica.command(&["CLIENT", "UNPAUSE"]).unwrap(), "OK");
+}
