@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::deploy::ReplicaAck;
 use crate::engine::lease::{Lease, LossReason};
-use crate::engine::ops::{renew_one, Renewed};
+use crate::engine::ops::{acknowledge_renewal, renew_one, Renewed};
 use crate::engine::release::{release_held, release_in_background, PendingRelease};
 use crate::engine::scripts;
 use crate::engine::Engine;
@@ -130,7 +131,7 @@ impl Held {
             return Err(self.lost_error(reason));
         }
         // One request at a time per lease; see `Lease::renewing`.
-        let _turn = self.lease.renewing.lock().await;
+        let turn = self.lease.renewing.lock().await;
         let sent_at = Instant::now();
         let lease = &self.lease;
         // Never past the max hold.
@@ -151,8 +152,10 @@ impl Held {
         let timeout = self.engine.command_timeout();
         let give_up = (sent_at + timeout * RELEASE_TRIES_FOR).min(lease.deadline());
         let mut pause = Duration::from_millis(25);
+        // Extended where no WAIT holds it back: the replicas acknowledge it
+        // apart, below, without holding the watchdog off the lease.
         let renewed = loop {
-            match renew_one(&self.engine, &lease.keys, &token, length, lease.replica_ack).await {
+            match renew_one(&self.engine, &lease.keys, &token, length).await {
                 Ok(renewed) => break renewed,
                 Err(error) if error.is_transient() && Instant::now() + pause < give_up => {
                     tokio::time::sleep(pause).await;
@@ -172,6 +175,20 @@ impl Held {
         }
         if lease.renew {
             self.engine.leases.watchdog.schedule(lease);
+        }
+        if let Some(reason) = lease.loss() {
+            return Err(self.lost_error(reason));
+        }
+        drop(turn);
+        if lease.replica_ack == ReplicaAck::Off {
+            return Ok(());
+        }
+        let acked =
+            acknowledge_renewal(&self.engine, &lease.keys, &token, length, lease.replica_ack)
+                .await?;
+        if let Renewed::NotHeld { server } = acked {
+            let _turn = lease.renewing.lock().await;
+            lease.mark_gone(server);
         }
         match lease.loss() {
             Some(reason) => Err(self.lost_error(reason)),

@@ -7,7 +7,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use redis::Value;
 
-use crate::deploy::ReplicaAck;
+use crate::deploy::{Acked, ReplicaAck, Route};
 use crate::engine::release::{release, release_as};
 use crate::engine::{scripts, Answer, Engine, Kind};
 use crate::error::{Error, ErrorKind, Result};
@@ -25,18 +25,66 @@ pub(crate) enum Renewed {
     },
 }
 
-/// Sets the lease of `token` to `lease` if it still holds the lock; with
-/// `ack`, fewer replicas acknowledging the extend than asked is an error
-/// (the lease is extended on the master all the same).
+/// Sets the lease of `token` to `lease` if it still holds the lock, on the
+/// connection no WAIT holds back.
 pub(crate) async fn renew_one(
+    engine: &Engine,
+    keys: &LockKeys,
+    token: &str,
+    lease: Duration,
+) -> Result<Renewed> {
+    let route = engine.route(keys).await?;
+    renew_on(engine, keys, token, lease, route)
+        .await
+        .map(|(renewed, _)| renewed)
+}
+
+/// Sets the lease of `token` to `lease` again and has the replicas `ack`
+/// names acknowledge it: an extend the master made (see [`renew_one`]),
+/// sent again where a WAIT can count it (a WAIT counts the writes of its
+/// own connection), with the acknowledgement turn (see
+/// [`Route::ack_permit`](crate::deploy::Route::ack_permit)). Fewer
+/// replicas acknowledging than asked, or the turn not coming, is an error;
+/// the lease stays extended on the master either way.
+pub(crate) async fn acknowledge_renewal(
     engine: &Engine,
     keys: &LockKeys,
     token: &str,
     lease: Duration,
     ack: ReplicaAck,
 ) -> Result<Renewed> {
-    let ms = millis(lease).to_string();
     let route = engine.route(keys).await?.with_ack(ack);
+    let short = |acked: Acked, route: &Route| {
+        Error::replicas_missing(
+            &keys.name,
+            "extended",
+            acked.acked,
+            acked.asked,
+            matches!(ack, ReplicaAck::Connected { .. }),
+            &route.replicas().named(),
+            ack.timeout().unwrap_or_default(),
+            "the lease stays extended on the master",
+        )
+    };
+    let _asking = match route.ack_permit().await {
+        Ok(permit) => permit,
+        Err(acked) => return Err(short(acked, &route)),
+    };
+    match renew_on(engine, keys, token, lease, route).await? {
+        (Renewed::Yes, Some((acked, route))) if acked.is_short() => Err(short(acked, &route)),
+        (renewed, _) => Ok(renewed),
+    }
+}
+
+/// The renewal script on `route`, with how its WAIT went, if one was sent.
+async fn renew_on(
+    engine: &Engine,
+    keys: &LockKeys,
+    token: &str,
+    lease: Duration,
+    route: Route,
+) -> Result<(Renewed, Option<(Acked, Route)>)> {
+    let ms = millis(lease).to_string();
     let args: [&[u8]; 2] = [token.as_bytes(), ms.as_bytes()];
     let answer = engine
         .send(
@@ -58,22 +106,13 @@ pub(crate) async fn renew_one(
         _ => return Err(Error::unexpected_reply("extend", &reply)),
     };
     match outcome {
-        scripts::Renewal::Renewed => match acked {
-            Some(acked) if acked.is_short() => Err(Error::replicas_missing(
-                &keys.name,
-                "extended",
-                acked.acked,
-                acked.asked,
-                matches!(ack, ReplicaAck::Connected { .. }),
-                &route.replicas().named(),
-                ack.timeout().unwrap_or_default(),
-                "the lease stays extended on the master",
-            )),
-            _ => Ok(Renewed::Yes),
-        },
-        scripts::Renewal::NotHeld => Ok(Renewed::NotHeld {
-            server: route.server().identity,
-        }),
+        scripts::Renewal::Renewed => Ok((Renewed::Yes, acked.map(|acked| (acked, route)))),
+        scripts::Renewal::NotHeld => Ok((
+            Renewed::NotHeld {
+                server: route.server().identity,
+            },
+            None,
+        )),
         scripts::Renewal::Refused(why) => Err(Error::new(
             ErrorKind::Server,
             format!("redis refused to extend lock {:?}: {why}", keys.name),
@@ -121,7 +160,11 @@ pub(crate) async fn extend_token(
     lease: Duration,
     ack: ReplicaAck,
 ) -> Result<()> {
-    match renew_one(engine, keys, token, lease, ack).await? {
+    let mut renewed = renew_one(engine, keys, token, lease).await?;
+    if renewed == Renewed::Yes && ack != ReplicaAck::Off {
+        renewed = acknowledge_renewal(engine, keys, token, lease, ack).await?;
+    }
+    match renewed {
         Renewed::Yes => Ok(()),
         Renewed::NotHeld { .. } => Err(token_not_held(&keys.name)),
     }

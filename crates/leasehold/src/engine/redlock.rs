@@ -40,7 +40,6 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use crate::deploy::conn::ClockReading;
-use crate::deploy::ReplicaAck;
 use crate::engine::lease::LossReason;
 use crate::engine::ops::{renew_one, Renewed};
 use crate::engine::quorum::{self, Clocks, Tally};
@@ -816,7 +815,7 @@ impl Masters {
         self.count(until, move |_, engine| {
             let (keys, token) = (Arc::clone(&keys), Arc::clone(&token));
             async move {
-                let renewed = renew_one(&engine, &keys, &token, lease, ReplicaAck::Off).await?;
+                let renewed = renew_one(&engine, &keys, &token, lease).await?;
                 Ok(renewed == Renewed::Yes)
             }
         })

@@ -16,7 +16,6 @@ use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::deploy::ReplicaAck;
 use crate::deploy::Route;
 use crate::engine::lease::Lease;
 use crate::engine::ops::{renew_one, Renewed};
@@ -312,15 +311,7 @@ async fn renew_alone(engine: &Engine, lease: &Arc<Lease>) {
         return;
     };
     // No WAIT here: it would hold back the client's connection every round.
-    match renew_one(
-        engine,
-        &lease.keys,
-        &lease.renewal_token(),
-        length,
-        ReplicaAck::Off,
-    )
-    .await
-    {
+    match renew_one(engine, &lease.keys, &lease.renewal_token(), length).await {
         Ok(Renewed::Yes) if !lease.is_finished() => {
             crate::engine::metrics::renewed();
             lease.renewed(sent_at, length);
