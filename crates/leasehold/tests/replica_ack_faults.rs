@@ -24,6 +24,17 @@ fn replicated() -> (RedisServer, RedisServer) {
     (master, replica)
 }
 
+/// A master whose replica is `latency` away each way.
+fn replicated_far(latency: Duration) -> (RedisServer, FaultProxy, RedisServer) {
+    let master = RedisServer::start();
+    let link = FaultProxy::start(master.addr());
+    let port = link.port().to_string();
+    let replica = RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &port]);
+    wait_online(&master);
+    link.set_latency(latency);
+    (master, link, replica)
+}
+
 /// Waits until `master` lists a replica online.
 fn wait_online(master: &RedisServer) {
     let deadline = std::time::Instant::now() + LONG;
@@ -221,4 +232,52 @@ async fn extends_while_the_replica_stalls_lose_no_lease() {
         guard.release().await.unwrap();
     }
     assert_eq!(replica.command(&["CLIENT", "UNPAUSE"]).unwrap(), "OK");
+}
+
+/// An acquisition dropped at any point around its acknowledgement (the
+/// connect and its reading of the replicas, the wait for the turn, the
+/// script and its WAIT) leaves nothing held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_dropped_around_its_acknowledgement_leaves_nothing_held() {
+    let (master, _link, _replica) = replicated_far(Duration::from_millis(10));
+    let observer = Client::builder(master.url()).build().unwrap();
+    for kind in [Kind::Mutex, Kind::Semaphore, Kind::Reentrant] {
+        for budget_ms in (0..60).step_by(3) {
+            let client = Client::builder(master.url()).build().unwrap();
+            let name = format!("dropped-{kind:?}-{budget_ms}");
+            // Another task of the client holds the turn for a while.
+            let other = {
+                let client = client.clone();
+                let name = format!("{name}-other");
+                tokio::spawn(async move { take(&client, kind, &name, LONG).await })
+            };
+            let budget = Duration::from_millis(budget_ms);
+            let taken = tokio::time::timeout(budget, take(&client, kind, &name, LONG)).await;
+            let aborted = {
+                let (client, name) = (client.clone(), format!("{name}-aborted"));
+                tokio::spawn(async move { take(&client, kind, &name, LONG).await })
+            };
+            tokio::time::sleep(budget).await;
+            aborted.abort();
+            // Done before the abort, it hands its guard over: dropped here.
+            drop(aborted.await);
+            drop(taken);
+            drop(other.await.unwrap().unwrap());
+            client.flush().await;
+            for name in [
+                name.clone(),
+                format!("{name}-aborted"),
+                format!("{name}-other"),
+            ] {
+                let info = match kind {
+                    Kind::Semaphore => observer.semaphore(&name, 2).unwrap().inspect().await,
+                    Kind::Reentrant => observer.reentrant_mutex(&name).unwrap().inspect().await,
+                    _ => observer.mutex(&name).unwrap().inspect().await,
+                }
+                .unwrap();
+                assert!(!info.held, "{kind:?} {name} after {budget_ms} ms: {info:?}");
+                assert_eq!(info.waiting_clients, 0, "{kind:?} {name}: {info:?}");
+            }
+        }
+    }
 }
