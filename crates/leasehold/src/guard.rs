@@ -118,7 +118,12 @@ impl LeaseGuard {
     /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the lease is
     /// lost (and it is then marked lost);
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a lease
-    /// out of range; connection and server errors as elsewhere. An extend
+    /// out of range;
+    /// [`ErrorKind::ReplicasMissing`](crate::ErrorKind::ReplicasMissing)
+    /// when fewer replicas acknowledged it than the lock asks for (see
+    /// [`ReplicaAck`](crate::ReplicaAck)): the lease is extended all the
+    /// same, on the master and in this guard; connection and server errors
+    /// as elsewhere. An extend
     /// that gets no answer is sent again within the lease, for a few
     /// command timeouts: it sets the same length from a later moment, so a
     /// retry reports what the first try did (extended), and since no extend

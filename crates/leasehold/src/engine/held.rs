@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::conn::replicas::ReplicaAck;
 use crate::conn::route::Route;
 use crate::conn::scripts;
 use crate::deploy::backing::Backing;
@@ -24,7 +25,7 @@ use crate::engine::masters::{
     extend_short, phase, release_all, release_everywhere, release_unanswered, renew_all, Phase,
     Releasing, SharedPhase,
 };
-use crate::engine::ops::{renew_one, Renewed};
+use crate::engine::ops::{acknowledge_renewal, renew_one, Renewed};
 use crate::engine::release::{release_held, release_in_background, PendingRelease};
 use crate::engine::state::Engine;
 use crate::engine::{watchdog, Request};
@@ -171,7 +172,7 @@ impl Held {
             return Err(self.lost_error(reason));
         }
         // One request at a time per lease; see `Lease::renewing`.
-        let _turn = self.lease.renewing.lock().await;
+        let turn = self.lease.renewing.lock().await;
         let sent_at = Instant::now();
         let lease = &self.lease;
         // Never past the max hold.
@@ -204,6 +205,26 @@ impl Held {
         if lease.renew {
             self.engine.leases.renewals.schedule(lease);
         }
+        if let Some(reason) = lease.loss() {
+            return Err(self.lost_error(reason));
+        }
+        drop(turn);
+        // Extended where no WAIT holds it back (see `extend_on`): the
+        // replicas acknowledge it apart, without holding the watchdog off
+        // the lease.
+        let Backing::One(store) = &self.engine.backing else {
+            return Ok(());
+        };
+        if lease.replica_ack == ReplicaAck::Off {
+            return Ok(());
+        }
+        let token = lease.renewal_token();
+        let acked =
+            acknowledge_renewal(store, &lease.keys, &token, length, lease.replica_ack).await?;
+        if let Renewed::NotHeld { server } = acked {
+            let _turn = lease.renewing.lock().await;
+            lease.mark_gone(server);
+        }
         match lease.loss() {
             Some(reason) => Err(self.lost_error(reason)),
             None => Ok(()),
@@ -227,7 +248,7 @@ impl Held {
         let give_up = (sent_at + timeout * RELEASE_TRIES_FOR).min(lease.deadline());
         let mut pause = Duration::from_millis(25);
         loop {
-            match renew_one(store, &lease.keys, &token, length, lease.replica_ack).await {
+            match renew_one(store, &lease.keys, &token, length).await {
                 Err(error) if error.is_transient() && Instant::now() + pause < give_up => {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(500));

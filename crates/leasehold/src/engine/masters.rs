@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::conn::replicas::ReplicaAck;
 use crate::deploy::quorum::count::{majority, Tally};
 use crate::deploy::quorum::{Quorum, Stop};
 use crate::engine::ops::{self, renew_one, Renewed};
@@ -114,7 +113,7 @@ pub(crate) async fn renew_all(
             move |_, master| {
                 let (keys, token) = (Arc::clone(&keys), Arc::clone(&token));
                 async move {
-                    let renewed = renew_one(&master, &keys, &token, lease, ReplicaAck::Off).await?;
+                    let renewed = renew_one(&master, &keys, &token, lease).await?;
                     Ok(renewed == Renewed::Yes)
                 }
             },

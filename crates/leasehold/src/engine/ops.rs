@@ -7,7 +7,8 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use redis::Value;
 
-use crate::conn::replicas::ReplicaAck;
+use crate::conn::replicas::{Acked, ReplicaAck};
+use crate::conn::route::Route;
 use crate::conn::scripts;
 use crate::deploy::store::{Answer, Store};
 use crate::engine::release::{release, release_as};
@@ -28,18 +29,66 @@ pub(crate) enum Renewed {
     },
 }
 
-/// Sets the lease of `token` to `lease` if it still holds the lock; with
-/// `ack`, fewer replicas acknowledging the extend than asked is an error
-/// (the lease is extended on the master all the same).
+/// Sets the lease of `token` to `lease` if it still holds the lock, on the
+/// connection no WAIT holds back.
 pub(crate) async fn renew_one(
+    store: &Store,
+    keys: &LockKeys,
+    token: &str,
+    lease: Duration,
+) -> Result<Renewed> {
+    let route = store.route(keys).await?;
+    renew_on(store, keys, token, lease, route)
+        .await
+        .map(|(renewed, _)| renewed)
+}
+
+/// Sets the lease of `token` to `lease` again and has the replicas `ack`
+/// names acknowledge it: an extend the master made (see [`renew_one`]),
+/// sent again where a WAIT can count it (a WAIT counts the writes of its
+/// own connection), with the acknowledgement turn (see
+/// [`Route::ack_permit`]). Fewer replicas acknowledging than asked, or the
+/// turn not coming, is an error; the lease stays extended on the master
+/// either way.
+pub(crate) async fn acknowledge_renewal(
     store: &Store,
     keys: &LockKeys,
     token: &str,
     lease: Duration,
     ack: ReplicaAck,
 ) -> Result<Renewed> {
-    let ms = millis(lease).to_string();
     let route = store.route(keys).await?.with_ack(ack);
+    let short = |acked: Acked, route: &Route| {
+        Error::replicas_missing(
+            &keys.name,
+            "extended",
+            acked.acked,
+            acked.asked,
+            matches!(ack, ReplicaAck::Connected { .. }),
+            &route.replicas().named(),
+            ack.timeout().unwrap_or_default(),
+            "the lease stays extended on the master",
+        )
+    };
+    let _asking = match route.ack_permit().await {
+        Ok(permit) => permit,
+        Err(acked) => return Err(short(acked, &route)),
+    };
+    match renew_on(store, keys, token, lease, route).await? {
+        (Renewed::Yes, Some((acked, route))) if acked.is_short() => Err(short(acked, &route)),
+        (renewed, _) => Ok(renewed),
+    }
+}
+
+/// The renewal script on `route`, with how its WAIT went, if one was sent.
+async fn renew_on(
+    store: &Store,
+    keys: &LockKeys,
+    token: &str,
+    lease: Duration,
+    route: Route,
+) -> Result<(Renewed, Option<(Acked, Route)>)> {
+    let ms = millis(lease).to_string();
     let args: [&[u8]; 2] = [token.as_bytes(), ms.as_bytes()];
     let answer = store
         .send(
@@ -61,22 +110,13 @@ pub(crate) async fn renew_one(
         _ => return Err(Error::unexpected_reply("extend", &reply)),
     };
     match outcome {
-        scripts::Renewal::Renewed => match acked {
-            Some(acked) if acked.is_short() => Err(Error::replicas_missing(
-                &keys.name,
-                "extended",
-                acked.acked,
-                acked.asked,
-                matches!(ack, ReplicaAck::Connected { .. }),
-                &route.replicas().named(),
-                ack.timeout().unwrap_or_default(),
-                "the lease stays extended on the master",
-            )),
-            _ => Ok(Renewed::Yes),
-        },
-        scripts::Renewal::NotHeld => Ok(Renewed::NotHeld {
-            server: route.server().identity,
-        }),
+        scripts::Renewal::Renewed => Ok((Renewed::Yes, acked.map(|acked| (acked, route)))),
+        scripts::Renewal::NotHeld => Ok((
+            Renewed::NotHeld {
+                server: route.server().identity,
+            },
+            None,
+        )),
         scripts::Renewal::Refused(why) => Err(Error::new(
             ErrorKind::Server,
             format!("redis refused to extend lock {:?}: {why}", keys.name),
@@ -130,7 +170,11 @@ pub(crate) async fn extend_token(
     lease: Duration,
     ack: ReplicaAck,
 ) -> Result<()> {
-    match renew_one(store, keys, token, lease, ack).await? {
+    let mut renewed = renew_one(store, keys, token, lease).await?;
+    if renewed == Renewed::Yes && ack != ReplicaAck::Off {
+        renewed = acknowledge_renewal(store, keys, token, lease, ack).await?;
+    }
+    match renewed {
         Renewed::Yes => Ok(()),
         Renewed::NotHeld { .. } => Err(token_not_held(&keys.name)),
     }

@@ -13,7 +13,6 @@ use redis::Value;
 use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
-use crate::conn::replicas::ReplicaAck;
 use crate::conn::scripts;
 use crate::deploy::backing::Backing;
 use crate::deploy::quorum::Quorum;
@@ -244,15 +243,7 @@ async fn renew_alone(engine: &Engine, store: &Store, lease: &Arc<Lease>) {
         return;
     };
     // No WAIT here: it would hold back the client's connection every round.
-    match renew_one(
-        store,
-        &lease.keys,
-        &lease.renewal_token(),
-        length,
-        ReplicaAck::Off,
-    )
-    .await
-    {
+    match renew_one(store, &lease.keys, &lease.renewal_token(), length).await {
         Ok(Renewed::Yes) if !lease.is_finished() => {
             crate::engine::metrics::renewed();
             lease.renewed(sent_at, length);

@@ -66,9 +66,10 @@ if type(holder) ~= 'string' then
   end
   return {-1, kind}
 end
-if sent_before and holds(holder, ARGV[1]) then
+if holds(holder, ARGV[1]) then
   -- An earlier attempt with this token took it, and its answer was lost
-  -- (that attempt left the queue); or a release handed it over with the
+  -- (that attempt left the queue; or this request took it on a master that
+  -- then handed over to this one); or a release handed it over with the
   -- short hand-off lease (and took it out of the queue): this attempt sets
   -- the lease it asks for.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])

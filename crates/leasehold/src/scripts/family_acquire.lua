@@ -94,7 +94,11 @@ local mine, mine_w, mine_r, others = nil, nil, false, {}
 for _, e in ipairs(live) do
   if (mode == 'x' and e.token == level_of) or (mode ~= 'x' and e.token == token) then
     -- An earlier attempt with this token took it, and its answer was lost.
+    -- It writes all the same: a WAIT behind this script counts the writes
+    -- of its own connection alone (Valkey), and that attempt's may have
+    -- gone on another connection.
     leave(token)
+    redis.call('HSET', lock, 'kind', ARGV[10])
     if mode == 'x' then
       return {1, e.fence, e.expiry - now, e.token, cap_left(e)}
     end
