@@ -208,186 +208,181 @@ impl RwLock {
     }
 }
 
-face_lock!(ReadLock);
-face_lock!(WriteLock);
+/// One side of an [`RwLock`], both written once: the side's struct, the
+/// kind of lease it takes and its hold mode, and the docs that differ.
+macro_rules! rw_side {
+    (
+        $(#[$doc:meta])*
+        $side:ident, $kind:ident;
+        held { $(#[$held:meta])* }
+        hold_count { $(#[$count:meta])* }
+        try_acquire { $(#[$try:meta])* }
+        acquire { $(#[$acquire:meta])* }
+        acquire_timeout { $(#[$timeout:meta])* }
+    ) => {
+        $(#[$doc])*
+        #[derive(Clone)]
+        pub struct $side {
+            pub(crate) core: LockCore,
+        }
 
-/// The read side of an [`RwLock`], from [`RwLock::read`].
-#[derive(Clone)]
-pub struct ReadLock {
-    pub(crate) core: LockCore,
+        face_lock!($side);
+
+        impl std::fmt::Debug for $side {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.core.debug(stringify!($side), f)
+            }
+        }
+
+        impl $side {
+            /// Whether this handle's owner ([`owner`](RwLock::owner): the current
+            /// task's, or the one named with [`with_owner`](RwLock::with_owner)) holds
+            /// this lock in this process now: a guard it took through this handle (or a
+            /// clone of it) is alive, not released, and its lease is not known lost.
+            $(#[$held])*
+            ///
+            /// It is answered from this process's own leases, without a round trip:
+            /// a lease removed behind the holder's back (a force-release, a Redis
+            /// that lost it) counts as held until a renewal, or the lease's local
+            /// deadline, tells. A guard moved to another task still counts for the
+            /// one that acquired it.
+            #[must_use]
+            pub fn is_held_by_current_owner(&self) -> bool {
+                self.core.held_by_current_owner(|kind| kind == Kind::$kind)
+            }
+
+            $(#[$count])*
+            ///
+            /// # Errors
+            ///
+            /// As [`RwLock::inspect`].
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel safe: it only reads.
+            pub async fn hold_count(&self) -> Result<usize> {
+                hold_count(&self.core, HoldMode::$kind).await
+            }
+
+            $(#[$try])*
+            pub async fn try_acquire(&self) -> Result<Option<LeaseGuard>> {
+                self.core.try_acquire().await
+            }
+
+            $(#[$acquire])*
+            pub async fn acquire(&self) -> Result<LeaseGuard> {
+                self.core.acquire().await
+            }
+
+            $(#[$timeout])*
+            pub async fn acquire_timeout(&self, wait: Duration) -> Result<LeaseGuard> {
+                self.core.acquire_timeout(wait).await
+            }
+        }
+    };
 }
 
-impl std::fmt::Debug for ReadLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.core.debug("ReadLock", f)
+rw_side! {
+    /// The read side of an [`RwLock`], from [`RwLock::read`].
+    ReadLock, Read;
+    held {
+        /// Only read leases count.
+    }
+    hold_count {
+        /// How many read leases this handle's owner holds now, as Redis sees
+        /// it (across processes that share a named owner).
+    }
+    try_acquire {
+        /// One attempt: a read lease if no writer holds the lock or waits
+        /// before this reader (or the owner holds it already), else `None`.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name is
+        /// in use by another kind of lock; otherwise as
+        /// [`Mutex::try_acquire`](crate::Mutex::try_acquire).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: a request that may have taken a lease is undone in the
+        /// background.
+    }
+    acquire {
+        /// Waits as long as it takes for a read lease.
+        ///
+        /// # Errors
+        ///
+        /// As [`try_acquire`](Self::try_acquire); connection faults are ridden out.
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: dropping the future leaves nothing held.
+    }
+    acquire_timeout {
+        /// Waits at most `wait` for a read lease.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when a writer still
+        /// holds or waits first after `wait`; otherwise as [`acquire`](Self::acquire).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe, as [`acquire`](Self::acquire).
     }
 }
 
-impl ReadLock {
-    /// Whether this handle's owner ([`owner`](RwLock::owner): the current
-    /// task's, or the one named with [`with_owner`](RwLock::with_owner)) holds
-    /// this lock in this process now: a guard it took through this handle (or a
-    /// clone of it) is alive, not released, and its lease is not known lost.
-    /// Only read leases count.
-    ///
-    /// It is answered from this process's own leases, without a round trip:
-    /// a lease removed behind the holder's back (a force-release, a Redis
-    /// that lost it) counts as held until a renewal, or the lease's local
-    /// deadline, tells. A guard moved to another task still counts for the
-    /// one that acquired it.
-    #[must_use]
-    pub fn is_held_by_current_owner(&self) -> bool {
-        self.core.held_by_current_owner(|kind| kind == Kind::Read)
+rw_side! {
+    /// The write side of an [`RwLock`], from [`RwLock::write`].
+    WriteLock, Write;
+    held {
+        /// Only the write lease counts.
     }
-
-    /// How many read leases this handle's owner holds now, as Redis sees
-    /// it (across processes that share a named owner).
-    ///
-    /// # Errors
-    ///
-    /// As [`RwLock::inspect`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn hold_count(&self) -> Result<usize> {
-        hold_count(&self.core, HoldMode::Read).await
+    hold_count {
+        /// How many levels of the write lock this handle's owner holds now, as
+        /// Redis sees it (across processes that share a named owner).
     }
-
-    /// One attempt: a read lease if no writer holds the lock or waits
-    /// before this reader (or the owner holds it already), else `None`.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name is
-    /// in use by another kind of lock; otherwise as
-    /// [`Mutex::try_acquire`](crate::Mutex::try_acquire).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: a request that may have taken a lease is undone in the
-    /// background.
-    pub async fn try_acquire(&self) -> Result<Option<LeaseGuard>> {
-        self.core.try_acquire().await
+    try_acquire {
+        /// One attempt: the write lease if nobody holds the lock and nobody
+        /// waits before this writer (or the owner holds the write lock
+        /// already), else `None`.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the owner
+        /// holds a read lease and not the write lease (an upgrade), or the name
+        /// is in use by another kind of lock; otherwise as
+        /// [`Mutex::try_acquire`](crate::Mutex::try_acquire).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: a request that may have taken the lock is undone in the
+        /// background.
     }
-
-    /// Waits as long as it takes for a read lease.
-    ///
-    /// # Errors
-    ///
-    /// As [`try_acquire`](Self::try_acquire); connection faults are ridden out.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: dropping the future leaves nothing held.
-    pub async fn acquire(&self) -> Result<LeaseGuard> {
-        self.core.acquire().await
+    acquire {
+        /// Waits as long as it takes for the write lease.
+        ///
+        /// # Errors
+        ///
+        /// As [`try_acquire`](Self::try_acquire): an upgrade is refused at once,
+        /// never waited for. Connection faults are ridden out.
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: dropping the future leaves nothing held.
     }
-
-    /// Waits at most `wait` for a read lease.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when a writer still
-    /// holds or waits first after `wait`; otherwise as [`acquire`](Self::acquire).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`acquire`](Self::acquire).
-    pub async fn acquire_timeout(&self, wait: Duration) -> Result<LeaseGuard> {
-        self.core.acquire_timeout(wait).await
-    }
-}
-
-/// The write side of an [`RwLock`], from [`RwLock::write`].
-#[derive(Clone)]
-pub struct WriteLock {
-    pub(crate) core: LockCore,
-}
-
-impl std::fmt::Debug for WriteLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.core.debug("WriteLock", f)
-    }
-}
-
-impl WriteLock {
-    /// Whether this handle's owner ([`owner`](RwLock::owner): the current
-    /// task's, or the one named with [`with_owner`](RwLock::with_owner)) holds
-    /// this lock in this process now: a guard it took through this handle (or a
-    /// clone of it) is alive, not released, and its lease is not known lost.
-    /// Only the write lease counts.
-    ///
-    /// It is answered from this process's own leases, without a round trip:
-    /// a lease removed behind the holder's back (a force-release, a Redis
-    /// that lost it) counts as held until a renewal, or the lease's local
-    /// deadline, tells. A guard moved to another task still counts for the
-    /// one that acquired it.
-    #[must_use]
-    pub fn is_held_by_current_owner(&self) -> bool {
-        self.core.held_by_current_owner(|kind| kind == Kind::Write)
-    }
-
-    /// How many levels of the write lock this handle's owner holds now, as
-    /// Redis sees it (across processes that share a named owner).
-    ///
-    /// # Errors
-    ///
-    /// As [`RwLock::inspect`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn hold_count(&self) -> Result<usize> {
-        hold_count(&self.core, HoldMode::Write).await
-    }
-
-    /// One attempt: the write lease if nobody holds the lock and nobody
-    /// waits before this writer (or the owner holds the write lock
-    /// already), else `None`.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the owner
-    /// holds a read lease and not the write lease (an upgrade), or the name
-    /// is in use by another kind of lock; otherwise as
-    /// [`Mutex::try_acquire`](crate::Mutex::try_acquire).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: a request that may have taken the lock is undone in the
-    /// background.
-    pub async fn try_acquire(&self) -> Result<Option<LeaseGuard>> {
-        self.core.try_acquire().await
-    }
-
-    /// Waits as long as it takes for the write lease.
-    ///
-    /// # Errors
-    ///
-    /// As [`try_acquire`](Self::try_acquire): an upgrade is refused at once,
-    /// never waited for. Connection faults are ridden out.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: dropping the future leaves nothing held.
-    pub async fn acquire(&self) -> Result<LeaseGuard> {
-        self.core.acquire().await
-    }
-
-    /// Waits at most `wait` for the write lease.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when readers or
-    /// another writer still hold it after `wait`; otherwise as
-    /// [`acquire`](Self::acquire).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`acquire`](Self::acquire).
-    pub async fn acquire_timeout(&self, wait: Duration) -> Result<LeaseGuard> {
-        self.core.acquire_timeout(wait).await
+    acquire_timeout {
+        /// Waits at most `wait` for the write lease.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when readers or
+        /// another writer still hold it after `wait`; otherwise as
+        /// [`acquire`](Self::acquire).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe, as [`acquire`](Self::acquire).
     }
 }
 
