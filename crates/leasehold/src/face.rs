@@ -1,13 +1,16 @@
 //! The surface every lock face shares, written once: the lock's settings
 //! as a value ([`LockSettings`]), and the methods that change them, name
-//! the lock and watch it ([`face_settings`]). The operations every face
-//! answers are one list, in `lock.rs`.
+//! the lock and watch it ([`face_settings`]), and the calls a face
+//! forwards to its core ([`face_calls`]), each face giving only their docs.
+//! The operations every face answers are one list, in `lock.rs`.
 
 use std::time::Duration;
 
 use crate::conn::replicas::ReplicaAck;
+use crate::core::LockCore;
 use crate::error::{Error, Result};
 use crate::keys::{validate_lease, MAX_LEASE, MIN_LEASE};
+use crate::observe::{self, Op};
 
 /// The settings of a lock: what the `with_*` methods of every face
 /// change, one by one, and what [`Lock::settings`](crate::Lock::settings)
@@ -317,3 +320,102 @@ macro_rules! face_settings {
 }
 
 pub(crate) use face_settings;
+
+/// The calls a face forwards to its core, each written once: a face lists
+/// those it has, each with its own doc, and names the guard its
+/// acquisitions return. `spans "primitive"` names the primitive of the
+/// spans where it is not the core's kind (an operation on a whole
+/// read-write lock).
+macro_rules! face_calls {
+    ($face:ident -> $guard:ty { $($calls:tt)* }) => {
+        $crate::face::face_calls! { @spans [] $face -> $guard { $($calls)* } }
+    };
+    ($face:ident -> $guard:ty, spans $primitive:literal { $($calls:tt)* }) => {
+        $crate::face::face_calls! { @spans [$primitive] $face -> $guard { $($calls)* } }
+    };
+    (@spans $spans:tt $face:ident -> $guard:ty { $( $(#[$doc:meta])* $op:ident; )* }) => {
+        impl $face {
+            $( $crate::face::face_call! { $guard, $spans, $(#[$doc])* $op } )*
+        }
+    };
+}
+
+pub(crate) use face_calls;
+
+/// One call of [`face_calls`]: its signature and what it forwards to.
+macro_rules! face_call {
+    ($guard:ty, [$($p:literal)?], $(#[$doc:meta])* try_acquire) => {
+        $(#[$doc])*
+        pub async fn try_acquire(&self) -> $crate::error::Result<Option<$guard>> {
+            self.core.try_acquire().await
+        }
+    };
+    ($guard:ty, [$($p:literal)?], $(#[$doc:meta])* acquire) => {
+        $(#[$doc])*
+        pub async fn acquire(&self) -> $crate::error::Result<$guard> {
+            self.core.acquire().await
+        }
+    };
+    ($guard:ty, [$($p:literal)?], $(#[$doc:meta])* acquire_timeout) => {
+        $(#[$doc])*
+        pub async fn acquire_timeout(
+            &self,
+            wait: std::time::Duration,
+        ) -> $crate::error::Result<$guard> {
+            self.core.acquire_timeout(wait).await
+        }
+    };
+    ($guard:ty, [$($p:literal)?], $(#[$doc:meta])* release_token) => {
+        $(#[$doc])*
+        pub async fn release_token(&self, token: &str) -> $crate::error::Result<()> {
+            let span = $crate::face::span(&self.core, $crate::observe::Op::ReleaseToken, [$($p)?]);
+            $crate::observe::traced(span, self.core.release_token(token)).await
+        }
+    };
+    ($guard:ty, [$($p:literal)?], $(#[$doc:meta])* extend_token) => {
+        $(#[$doc])*
+        pub async fn extend_token(
+            &self,
+            token: &str,
+            lease: std::time::Duration,
+        ) -> $crate::error::Result<()> {
+            let span = $crate::face::span(&self.core, $crate::observe::Op::ExtendToken, [$($p)?]);
+            $crate::observe::traced(span, self.core.extend_token(token, lease)).await
+        }
+    };
+    ($guard:ty, [$($p:literal)?], $(#[$doc:meta])* force_release) => {
+        $(#[$doc])*
+        pub async fn force_release(&self) -> $crate::error::Result<bool> {
+            let span = $crate::face::span(&self.core, $crate::observe::Op::ForceRelease, [$($p)?]);
+            $crate::observe::traced(span, self.core.force_release()).await
+        }
+    };
+    ($guard:ty, [$($p:literal)?], $(#[$doc:meta])* inspect) => {
+        $(#[$doc])*
+        pub async fn inspect(&self) -> $crate::error::Result<$crate::holder::LockInfo> {
+            let span = $crate::face::span(&self.core, $crate::observe::Op::Inspect, [$($p)?]);
+            $crate::observe::traced(span, self.core.inspect()).await
+        }
+    };
+    ($guard:ty, [$($p:literal)?], $(#[$doc:meta])* waiters) => {
+        $(#[$doc])*
+        pub async fn waiters(&self) -> $crate::error::Result<Vec<$crate::holder::Waiter>> {
+            self.core.waiters().await
+        }
+    };
+}
+
+pub(crate) use face_call;
+
+/// The span of `op` on `core`'s lock: of the core's kind, or of
+/// `primitive` when one is given.
+pub(crate) fn span<const N: usize>(
+    core: &LockCore,
+    op: Op,
+    primitive: [&'static str; N],
+) -> tracing::Span {
+    match primitive.first() {
+        Some(primitive) => observe::span_of(op, primitive, &core.keys.name, None),
+        None => core.span(op),
+    }
+}

@@ -1,14 +1,10 @@
 //! The fair mutex: one holder at a time, fenced, first come first served.
 
-use std::time::Duration;
-
 use crate::core::LockCore;
 use crate::error::Result;
-use crate::face::face_settings;
+use crate::face::{face_calls, face_settings};
 use crate::guard::MutexGuard;
-use crate::holder::{LockInfo, Waiter};
 use crate::lock::face_lock;
-use crate::observe::{self, Op};
 
 /// A lock with one holder at a time that is granted in the order the
 /// waiters arrived at Redis, across every process. Made by
@@ -79,132 +75,6 @@ impl FairMutex {
         self.core.held_by_current_owner(|_| true)
     }
 
-    /// One attempt: the guard if the lock is free and nobody waits for it,
-    /// `None` otherwise (a try never jumps the queue).
-    ///
-    /// # Errors
-    ///
-    /// As [`Mutex::try_acquire`](crate::Mutex::try_acquire).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`Mutex::try_acquire`](crate::Mutex::try_acquire).
-    pub async fn try_acquire(&self) -> Result<Option<MutexGuard>> {
-        self.core.try_acquire().await
-    }
-
-    /// Waits in line as long as it takes for the lock.
-    ///
-    /// Passing faults do not end the wait and do not cost the waiter its
-    /// place, as long as its heartbeat is refreshed in time.
-    ///
-    /// # Errors
-    ///
-    /// As [`Mutex::acquire`](crate::Mutex::acquire).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: dropping the future leaves the queue in the background,
-    /// and a lock handed over meanwhile is released, which hands it on to the
-    /// next waiter.
-    pub async fn acquire(&self) -> Result<MutexGuard> {
-        self.core.acquire().await
-    }
-
-    /// Waits in line at most `wait` for the lock.
-    ///
-    /// # Errors
-    ///
-    /// As [`Mutex::acquire_timeout`](crate::Mutex::acquire_timeout).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`acquire`](FairMutex::acquire).
-    pub async fn acquire_timeout(&self, wait: Duration) -> Result<MutexGuard> {
-        self.core.acquire_timeout(wait).await
-    }
-
-    /// Releases the lock if `token` holds it, handing it to the next waiter.
-    ///
-    /// # Errors
-    ///
-    /// As [`Mutex::release_token`](crate::Mutex::release_token).
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future may or may not release the lock.
-    pub async fn release_token(&self, token: &str) -> Result<()> {
-        observe::traced(
-            self.core.span(Op::ReleaseToken),
-            self.core.release_token(token),
-        )
-        .await
-    }
-
-    /// Sets the remaining lease of `token` to `lease` if it still holds the lock.
-    ///
-    /// # Errors
-    ///
-    /// As [`Mutex::extend_token`](crate::Mutex::extend_token).
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future may or may not extend the lease.
-    pub async fn extend_token(&self, token: &str, lease: Duration) -> Result<()> {
-        observe::traced(
-            self.core.span(Op::ExtendToken),
-            self.core.extend_token(token, lease),
-        )
-        .await
-    }
-
-    /// Removes the lock whoever holds it, leaves it free and wakes the
-    /// first live waiter to try (it is not handed the lock: it may have
-    /// died within its heartbeat): an admin action. Returns whether a lock
-    /// was removed.
-    ///
-    /// # Errors
-    ///
-    /// As [`Mutex::force_release`](crate::Mutex::force_release).
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future may or may not remove the lock.
-    pub async fn force_release(&self) -> Result<bool> {
-        observe::traced(self.core.span(Op::ForceRelease), self.core.force_release()).await
-    }
-
-    /// The lock's state as Redis sees it now, with the number of clients in line.
-    ///
-    /// # Errors
-    ///
-    /// As [`Mutex::inspect`](crate::Mutex::inspect).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn inspect(&self) -> Result<LockInfo> {
-        observe::traced(self.core.span(Op::Inspect), self.core.inspect()).await
-    }
-
-    /// The lock's live waiters in line, head first, as Redis sees them
-    /// now: who waits, since when, for what. A waiter whose heartbeat ran
-    /// out (it died) is left out. For a `Mutex` or `FairMutex` there is one
-    /// waiter per waiting client (its other tasks wait behind it locally);
-    /// for the other kinds one per waiting task.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
-    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn waiters(&self) -> Result<Vec<Waiter>> {
-        self.core.waiters().await
-    }
-
     /// This client's place in the lock's line, from 1 at the head (the next
     /// release hands the lock to the head), or `None` when it does not wait
     /// for this lock. The tasks of one client that wait for one
@@ -221,5 +91,111 @@ impl FairMutex {
     pub async fn queue_position(&self) -> Result<Option<usize>> {
         let waiters = self.core.waiters().await?;
         Ok(waiters.iter().find(|w| w.this_client).map(|w| w.position))
+    }
+}
+
+face_calls! {
+    FairMutex -> MutexGuard {
+        /// One attempt: the guard if the lock is free and nobody waits for it,
+        /// `None` otherwise (a try never jumps the queue).
+        ///
+        /// # Errors
+        ///
+        /// As [`Mutex::try_acquire`](crate::Mutex::try_acquire).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe, as [`Mutex::try_acquire`](crate::Mutex::try_acquire).
+        try_acquire;
+
+        /// Waits in line as long as it takes for the lock.
+        ///
+        /// Passing faults do not end the wait and do not cost the waiter its
+        /// place, as long as its heartbeat is refreshed in time.
+        ///
+        /// # Errors
+        ///
+        /// As [`Mutex::acquire`](crate::Mutex::acquire).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: dropping the future leaves the queue in the background,
+        /// and a lock handed over meanwhile is released, which hands it on to the
+        /// next waiter.
+        acquire;
+
+        /// Waits in line at most `wait` for the lock.
+        ///
+        /// # Errors
+        ///
+        /// As [`Mutex::acquire_timeout`](crate::Mutex::acquire_timeout).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe, as [`acquire`](FairMutex::acquire).
+        acquire_timeout;
+
+        /// Releases the lock if `token` holds it, handing it to the next waiter.
+        ///
+        /// # Errors
+        ///
+        /// As [`Mutex::release_token`](crate::Mutex::release_token).
+        ///
+        /// # Cancel safety
+        ///
+        /// Dropping the future may or may not release the lock.
+        release_token;
+
+        /// Sets the remaining lease of `token` to `lease` if it still holds the lock.
+        ///
+        /// # Errors
+        ///
+        /// As [`Mutex::extend_token`](crate::Mutex::extend_token).
+        ///
+        /// # Cancel safety
+        ///
+        /// Dropping the future may or may not extend the lease.
+        extend_token;
+
+        /// Removes the lock whoever holds it, leaves it free and wakes the
+        /// first live waiter to try (it is not handed the lock: it may have
+        /// died within its heartbeat): an admin action. Returns whether a lock
+        /// was removed.
+        ///
+        /// # Errors
+        ///
+        /// As [`Mutex::force_release`](crate::Mutex::force_release).
+        ///
+        /// # Cancel safety
+        ///
+        /// Dropping the future may or may not remove the lock.
+        force_release;
+
+        /// The lock's state as Redis sees it now, with the number of clients in line.
+        ///
+        /// # Errors
+        ///
+        /// As [`Mutex::inspect`](crate::Mutex::inspect).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: it only reads.
+        inspect;
+
+        /// The lock's live waiters in line, head first, as Redis sees them
+        /// now: who waits, since when, for what. A waiter whose heartbeat ran
+        /// out (it died) is left out. For a `Mutex` or `FairMutex` there is one
+        /// waiter per waiting client (its other tasks wait behind it locally);
+        /// for the other kinds one per waiting task.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+        /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: it only reads.
+        waiters;
     }
 }

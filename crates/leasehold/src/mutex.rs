@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use crate::core::LockCore;
 use crate::error::Result;
-use crate::face::face_settings;
+use crate::face::{face_calls, face_settings};
 use crate::guard::MutexGuard;
-use crate::holder::{LockInfo, Waiter};
+use crate::holder::LockInfo;
 use crate::lock::face_lock;
 use crate::observe::{self, Op};
 
@@ -68,104 +68,6 @@ impl Mutex {
         self.core.held_by_current_owner(|_| true)
     }
 
-    /// One attempt: the guard if the lock was free, `None` if someone else holds it.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when Redis is
-    /// out of reach, slow, or answered so late that the lease had almost run
-    /// out (it is then given back); [`ErrorKind::Auth`](crate::ErrorKind::Auth)
-    /// when Redis refuses the credentials, [`ErrorKind::Config`](crate::ErrorKind::Config)
-    /// when it refuses the connection's settings (database number, TLS);
-    /// [`ErrorKind::Server`](crate::ErrorKind::Server) for an unexpected reply;
-    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the caller
-    /// holds this lock already (see
-    /// [`is_held_by_current_owner`](Self::is_held_by_current_owner)): waiting
-    /// would be a wait for itself.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: if the future is dropped after the request may have
-    /// reached Redis, the token it sent is released in the background, so the
-    /// lock is never left held by nobody.
-    pub async fn try_acquire(&self) -> Result<Option<MutexGuard>> {
-        self.core.try_acquire().await
-    }
-
-    /// Waits as long as it takes for the lock.
-    ///
-    /// Waiting does not poll. A waiter that finds the lock busy joins the
-    /// lock's waiter queue in Redis; a release wakes the first live waiter
-    /// alone, which then tries again. A free lock still goes to whoever asks
-    /// first, so a holder that releases and asks again at once often wins;
-    /// to keep waits bounded, a waiter that has waited more than a few
-    /// milliseconds asks to be handed the lock at the next release instead
-    /// (the starvation mode of Go's `sync.Mutex`). Use
-    /// [`FairMutex`](crate::FairMutex) for strict first come, first served.
-    /// A waiter also wakes when the holder's lease can have run out.
-    /// Tasks of one client that wait for the same lock queue in FIFO order,
-    /// and only the first of them talks to Redis.
-    ///
-    /// Passing faults do not end the wait: when Redis does not answer, the
-    /// connection fails or the server is not ready, the waiter keeps its
-    /// place, backs off and tries again on a new connection.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Server`](crate::ErrorKind::Server) for an unexpected
-    /// reply or a refused script. Connection faults are ridden out; refused
-    /// credentials ([`ErrorKind::Auth`](crate::ErrorKind::Auth)) and settings
-    /// ([`ErrorKind::Config`](crate::ErrorKind::Config)) end the wait at once,
-    /// since waiting cannot mend them.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: dropping the future at any point leaves nothing held; a
-    /// request that may have taken the lock is undone, and the waiter leaves
-    /// the queue, in the background.
-    pub async fn acquire(&self) -> Result<MutexGuard> {
-        self.core.acquire().await
-    }
-
-    /// Waits at most `wait` for the lock.
-    ///
-    /// An attempt that is in flight when `wait` runs out is seen through, so
-    /// against a slow Redis the call can end up to one command timeout late.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when the lock is
-    /// still held after `wait`; [`ErrorKind::Connection`](crate::ErrorKind::Connection)
-    /// when Redis did not answer at all during the whole wait (the last fault
-    /// is reported); [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput)
-    /// for a wait over a day; otherwise as [`acquire`](Mutex::acquire).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`acquire`](Mutex::acquire).
-    pub async fn acquire_timeout(&self, wait: Duration) -> Result<MutexGuard> {
-        self.core.acquire_timeout(wait).await
-    }
-
-    /// Releases the lock if `token` holds it: for a lease taken by another
-    /// process, such as `leasehold acquire` in a shell script.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the token does
-    /// not hold the lock (it expired, or it was released or removed).
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future may or may not release the lock.
-    pub async fn release_token(&self, token: &str) -> Result<()> {
-        observe::traced(
-            self.core.span(Op::ReleaseToken),
-            self.core.release_token(token),
-        )
-        .await
-    }
-
     /// As [`release_token`](Self::release_token), and on how many servers
     /// the lock was held at `token`: for a [`Redlock`](crate::Redlock)'s
     /// mutex, the masters that still held it (the release goes to all of
@@ -215,58 +117,6 @@ impl Mutex {
         .await
     }
 
-    /// Sets the remaining lease of `token` to `lease` if it still holds the lock.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the token does
-    /// not hold the lock; [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput)
-    /// for a lease out of range.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future may or may not extend the lease.
-    pub async fn extend_token(&self, token: &str, lease: Duration) -> Result<()> {
-        observe::traced(
-            self.core.span(Op::ExtendToken),
-            self.core.extend_token(token, lease),
-        )
-        .await
-    }
-
-    /// Removes the lock whoever holds it, and wakes its first waiter: an
-    /// admin action for a lock whose holder is known to be gone. Returns
-    /// whether a lock was removed. The fence counter is kept, so fences
-    /// never go back.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name's
-    /// key is no lock (a key leasehold did not write, such as a list: it is
-    /// left as it is); [`ErrorKind::Connection`](crate::ErrorKind::Connection)
-    /// or [`ErrorKind::Server`](crate::ErrorKind::Server).
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future may or may not remove the lock.
-    pub async fn force_release(&self) -> Result<bool> {
-        observe::traced(self.core.span(Op::ForceRelease), self.core.force_release()).await
-    }
-
-    /// The lock's state as Redis sees it now.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
-    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn inspect(&self) -> Result<LockInfo> {
-        observe::traced(self.core.span(Op::Inspect), self.core.inspect()).await
-    }
-
     /// What each server the lock is kept on holds of it, in order: every
     /// master of a [`Redlock`](crate::Redlock) (where
     /// [`inspect`](Self::inspect) gives the majority's view), or the one
@@ -283,23 +133,153 @@ impl Mutex {
             .map(|(address, info)| MasterInfo { address, info })
             .collect()
     }
+}
 
-    /// The lock's live waiters in line, head first, as Redis sees them
-    /// now: who waits, since when, for what. A waiter whose heartbeat ran
-    /// out (it died) is left out. For a `Mutex` or `FairMutex` there is one
-    /// waiter per waiting client (its other tasks wait behind it locally);
-    /// for the other kinds one per waiting task.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
-    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn waiters(&self) -> Result<Vec<Waiter>> {
-        self.core.waiters().await
+face_calls! {
+    Mutex -> MutexGuard {
+        /// One attempt: the guard if the lock was free, `None` if someone else holds it.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when Redis is
+        /// out of reach, slow, or answered so late that the lease had almost run
+        /// out (it is then given back); [`ErrorKind::Auth`](crate::ErrorKind::Auth)
+        /// when Redis refuses the credentials, [`ErrorKind::Config`](crate::ErrorKind::Config)
+        /// when it refuses the connection's settings (database number, TLS);
+        /// [`ErrorKind::Server`](crate::ErrorKind::Server) for an unexpected reply;
+        /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the caller
+        /// holds this lock already (see
+        /// [`is_held_by_current_owner`](Self::is_held_by_current_owner)): waiting
+        /// would be a wait for itself.
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: if the future is dropped after the request may have
+        /// reached Redis, the token it sent is released in the background, so the
+        /// lock is never left held by nobody.
+        try_acquire;
+
+        /// Waits as long as it takes for the lock.
+        ///
+        /// Waiting does not poll. A waiter that finds the lock busy joins the
+        /// lock's waiter queue in Redis; a release wakes the first live waiter
+        /// alone, which then tries again. A free lock still goes to whoever asks
+        /// first, so a holder that releases and asks again at once often wins;
+        /// to keep waits bounded, a waiter that has waited more than a few
+        /// milliseconds asks to be handed the lock at the next release instead
+        /// (the starvation mode of Go's `sync.Mutex`). Use
+        /// [`FairMutex`](crate::FairMutex) for strict first come, first served.
+        /// A waiter also wakes when the holder's lease can have run out.
+        /// Tasks of one client that wait for the same lock queue in FIFO order,
+        /// and only the first of them talks to Redis.
+        ///
+        /// Passing faults do not end the wait: when Redis does not answer, the
+        /// connection fails or the server is not ready, the waiter keeps its
+        /// place, backs off and tries again on a new connection.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::Server`](crate::ErrorKind::Server) for an unexpected
+        /// reply or a refused script. Connection faults are ridden out; refused
+        /// credentials ([`ErrorKind::Auth`](crate::ErrorKind::Auth)) and settings
+        /// ([`ErrorKind::Config`](crate::ErrorKind::Config)) end the wait at once,
+        /// since waiting cannot mend them.
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: dropping the future at any point leaves nothing held; a
+        /// request that may have taken the lock is undone, and the waiter leaves
+        /// the queue, in the background.
+        acquire;
+
+        /// Waits at most `wait` for the lock.
+        ///
+        /// An attempt that is in flight when `wait` runs out is seen through, so
+        /// against a slow Redis the call can end up to one command timeout late.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when the lock is
+        /// still held after `wait`; [`ErrorKind::Connection`](crate::ErrorKind::Connection)
+        /// when Redis did not answer at all during the whole wait (the last fault
+        /// is reported); [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput)
+        /// for a wait over a day; otherwise as [`acquire`](Mutex::acquire).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe, as [`acquire`](Mutex::acquire).
+        acquire_timeout;
+
+        /// Releases the lock if `token` holds it: for a lease taken by another
+        /// process, such as `leasehold acquire` in a shell script.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the token does
+        /// not hold the lock (it expired, or it was released or removed).
+        ///
+        /// # Cancel safety
+        ///
+        /// Dropping the future may or may not release the lock.
+        release_token;
+
+        /// Sets the remaining lease of `token` to `lease` if it still holds the lock.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the token does
+        /// not hold the lock; [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput)
+        /// for a lease out of range.
+        ///
+        /// # Cancel safety
+        ///
+        /// Dropping the future may or may not extend the lease.
+        extend_token;
+
+        /// Removes the lock whoever holds it, and wakes its first waiter: an
+        /// admin action for a lock whose holder is known to be gone. Returns
+        /// whether a lock was removed. The fence counter is kept, so fences
+        /// never go back.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name's
+        /// key is no lock (a key leasehold did not write, such as a list: it is
+        /// left as it is); [`ErrorKind::Connection`](crate::ErrorKind::Connection)
+        /// or [`ErrorKind::Server`](crate::ErrorKind::Server).
+        ///
+        /// # Cancel safety
+        ///
+        /// Dropping the future may or may not remove the lock.
+        force_release;
+
+        /// The lock's state as Redis sees it now.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+        /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: it only reads.
+        inspect;
+
+        /// The lock's live waiters in line, head first, as Redis sees them
+        /// now: who waits, since when, for what. A waiter whose heartbeat ran
+        /// out (it died) is left out. For a `Mutex` or `FairMutex` there is one
+        /// waiter per waiting client (its other tasks wait behind it locally);
+        /// for the other kinds one per waiting task.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+        /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: it only reads.
+        waiters;
     }
 }
 

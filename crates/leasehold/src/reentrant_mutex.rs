@@ -1,14 +1,10 @@
 //! The reentrant mutex: one owner at a time, who may take it again.
 
-use std::time::Duration;
-
 use crate::core::{LockCore, Owners};
 use crate::error::Result;
-use crate::face::face_settings;
+use crate::face::{face_calls, face_settings};
 use crate::guard::LeaseGuard;
-use crate::holder::{LockInfo, Waiter};
 use crate::lock::face_lock;
-use crate::observe::{self, Op};
 use crate::owner::Owner;
 
 /// A lock with one owner at a time, who may acquire it again while holding
@@ -115,52 +111,6 @@ impl ReentrantMutex {
         self
     }
 
-    /// One attempt: a guard if the lock was free or already this owner's,
-    /// `None` if another owner holds it.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name is
-    /// in use by another kind of lock; otherwise as
-    /// [`Mutex::try_acquire`](crate::Mutex::try_acquire).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: a request that may have taken a level is undone in the
-    /// background.
-    pub async fn try_acquire(&self) -> Result<Option<LeaseGuard>> {
-        self.core.try_acquire().await
-    }
-
-    /// Waits as long as it takes for the lock; a reentry is granted at once.
-    /// Waiting works as [`Mutex::acquire`](crate::Mutex::acquire), except that
-    /// each waiting task keeps its own place in the lock's queue in Redis.
-    ///
-    /// # Errors
-    ///
-    /// As [`try_acquire`](Self::try_acquire); connection faults are ridden out.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: dropping the future leaves nothing held.
-    pub async fn acquire(&self) -> Result<LeaseGuard> {
-        self.core.acquire().await
-    }
-
-    /// Waits at most `wait` for the lock.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when another owner
-    /// still holds it after `wait`; otherwise as [`acquire`](Self::acquire).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`acquire`](Self::acquire).
-    pub async fn acquire_timeout(&self, wait: Duration) -> Result<LeaseGuard> {
-        self.core.acquire_timeout(wait).await
-    }
-
     /// How many levels this handle's owner holds now, as Redis sees it.
     ///
     /// # Errors
@@ -182,84 +132,116 @@ impl ReentrantMutex {
                 n.saturating_add(usize::try_from(h.levels).unwrap_or(usize::MAX))
             }))
     }
+}
 
-    /// Releases the level that `token` holds, taken by this handle's owner
-    /// in another process or task (see [`LeaseGuard::detach`]): the hold
-    /// loses one level, and the lock is free once the last is gone.
-    ///
-    /// As Redisson refuses an unlock by a thread that does not hold the
-    /// lock, a handle of another owner cannot release the level, even with
-    /// its token; [`Mutex::release_token`](crate::Mutex::release_token)
-    /// releases by token alone, and [`force_release`](Self::force_release)
-    /// whoever holds it.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the token holds
-    /// no level, or holds one of another owner's hold;
-    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name
-    /// holds another kind of lock;
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
-    /// token that no lease could have.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future may or may not release the level.
-    pub async fn release_token(&self, token: &str) -> Result<()> {
-        observe::traced(
-            self.core.span(Op::ReleaseToken),
-            self.core.release_token(token),
-        )
-        .await
-    }
+face_calls! {
+    ReentrantMutex -> LeaseGuard {
+        /// One attempt: a guard if the lock was free or already this owner's,
+        /// `None` if another owner holds it.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name is
+        /// in use by another kind of lock; otherwise as
+        /// [`Mutex::try_acquire`](crate::Mutex::try_acquire).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: a request that may have taken a level is undone in the
+        /// background.
+        try_acquire;
 
-    /// Removes the hold of whoever holds the lock, every level of it, and
-    /// wakes its waiters: an admin action. The fence counter is kept.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name's
-    /// key is no lock (a key leasehold did not write: it is left as it is);
-    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
-    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future may or may not remove the lock.
-    pub async fn force_release(&self) -> Result<bool> {
-        observe::traced(self.core.span(Op::ForceRelease), self.core.force_release()).await
-    }
+        /// Waits as long as it takes for the lock; a reentry is granted at once.
+        /// Waiting works as [`Mutex::acquire`](crate::Mutex::acquire), except that
+        /// each waiting task keeps its own place in the lock's queue in Redis.
+        ///
+        /// # Errors
+        ///
+        /// As [`try_acquire`](Self::try_acquire); connection faults are ridden out.
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: dropping the future leaves nothing held.
+        acquire;
 
-    /// The lock's state as Redis sees it now: the one hold, with its owner
-    /// and its [`levels`](crate::Holder::levels).
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
-    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn inspect(&self) -> Result<LockInfo> {
-        observe::traced(self.core.span(Op::Inspect), self.core.inspect()).await
-    }
+        /// Waits at most `wait` for the lock.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when another owner
+        /// still holds it after `wait`; otherwise as [`acquire`](Self::acquire).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe, as [`acquire`](Self::acquire).
+        acquire_timeout;
 
-    /// The lock's live waiters in line, head first, as Redis sees them
-    /// now: who waits, since when, for what. A waiter whose heartbeat ran
-    /// out (it died) is left out. For a `Mutex` or `FairMutex` there is one
-    /// waiter per waiting client (its other tasks wait behind it locally);
-    /// for the other kinds one per waiting task.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
-    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn waiters(&self) -> Result<Vec<Waiter>> {
-        self.core.waiters().await
+        /// Releases the level that `token` holds, taken by this handle's owner
+        /// in another process or task (see [`LeaseGuard::detach`]): the hold
+        /// loses one level, and the lock is free once the last is gone.
+        ///
+        /// As Redisson refuses an unlock by a thread that does not hold the
+        /// lock, a handle of another owner cannot release the level, even with
+        /// its token; [`Mutex::release_token`](crate::Mutex::release_token)
+        /// releases by token alone, and [`force_release`](Self::force_release)
+        /// whoever holds it.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the token holds
+        /// no level, or holds one of another owner's hold;
+        /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name
+        /// holds another kind of lock;
+        /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+        /// token that no lease could have.
+        ///
+        /// # Cancel safety
+        ///
+        /// Dropping the future may or may not release the level.
+        release_token;
+
+        /// Removes the hold of whoever holds the lock, every level of it, and
+        /// wakes its waiters: an admin action. The fence counter is kept.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name's
+        /// key is no lock (a key leasehold did not write: it is left as it is);
+        /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+        /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+        ///
+        /// # Cancel safety
+        ///
+        /// Dropping the future may or may not remove the lock.
+        force_release;
+
+        /// The lock's state as Redis sees it now: the one hold, with its owner
+        /// and its [`levels`](crate::Holder::levels).
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+        /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: it only reads.
+        inspect;
+
+        /// The lock's live waiters in line, head first, as Redis sees them
+        /// now: who waits, since when, for what. A waiter whose heartbeat ran
+        /// out (it died) is left out. For a `Mutex` or `FairMutex` there is one
+        /// waiter per waiting client (its other tasks wait behind it locally);
+        /// for the other kinds one per waiting task.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+        /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: it only reads.
+        waiters;
     }
 }

@@ -1,20 +1,13 @@
 //! The read-write lock: many readers or one writer, writers not starved.
 
-use std::time::Duration;
-
 use crate::core::{LockCore, Owners};
 use crate::engine::Kind;
 use crate::error::Result;
-use crate::face::face_settings;
+use crate::face::{face_calls, face_settings};
 use crate::guard::LeaseGuard;
-use crate::holder::{HoldMode, LockInfo, Waiter};
+use crate::holder::HoldMode;
 use crate::lock::face_lock;
-use crate::observe::{self, Op};
 use crate::owner::Owner;
-
-/// The `primitive` of the spans of operations on a whole lock, which may
-/// concern readers and the writer alike.
-const PRIMITIVE: &str = "rw_lock";
 
 /// A lock held by many readers or one writer at a time. Made by
 /// [`Client::rw_lock`](crate::Client::rw_lock); take it through [`read`](RwLock::read) or
@@ -128,83 +121,77 @@ impl RwLock {
             core: self.core.clone(),
         }
     }
+}
 
-    /// Releases a read or write lease of this handle's [`Owner`] by its
-    /// token, say one taken by another process that shares the owner id
-    /// (see [`Mutex::release_token`](crate::Mutex::release_token)). A lease
-    /// of another owner is refused and left as it is: one owner's read lock
-    /// is never released by another. An admin who must remove a lease
-    /// whatever its owner uses `client.mutex(name)?.release_token(token)`
-    /// or [`force_release`](RwLock::force_release).
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the token holds
-    /// nothing, or holds a lease of another owner;
-    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name
-    /// holds another kind of lock;
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
-    /// token that no lease could have.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future may or may not release the lease.
-    pub async fn release_token(&self, token: &str) -> Result<()> {
-        observe::traced(self.span(Op::ReleaseToken), self.core.release_token(token)).await
-    }
+// The spans of operations on a whole lock, which may concern readers and
+// the writer alike, are of the primitive `rw_lock`.
+face_calls! {
+    RwLock -> LeaseGuard, spans "rw_lock" {
+        /// Releases a read or write lease of this handle's [`Owner`] by its
+        /// token, say one taken by another process that shares the owner id
+        /// (see [`Mutex::release_token`](crate::Mutex::release_token)). A lease
+        /// of another owner is refused and left as it is: one owner's read lock
+        /// is never released by another. An admin who must remove a lease
+        /// whatever its owner uses `client.mutex(name)?.release_token(token)`
+        /// or [`force_release`](RwLock::force_release).
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the token holds
+        /// nothing, or holds a lease of another owner;
+        /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name
+        /// holds another kind of lock;
+        /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+        /// token that no lease could have.
+        ///
+        /// # Cancel safety
+        ///
+        /// Dropping the future may or may not release the lease.
+        release_token;
 
-    /// Removes every reader and writer, and wakes the waiters: an admin
-    /// action. The fence counter is kept.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name's
-    /// key is no lock (a key leasehold did not write: it is left as it is);
-    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
-    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future may or may not remove the lock.
-    pub async fn force_release(&self) -> Result<bool> {
-        observe::traced(self.span(Op::ForceRelease), self.core.force_release()).await
-    }
+        /// Removes every reader and writer, and wakes the waiters: an admin
+        /// action. The fence counter is kept.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name's
+        /// key is no lock (a key leasehold did not write: it is left as it is);
+        /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+        /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+        ///
+        /// # Cancel safety
+        ///
+        /// Dropping the future may or may not remove the lock.
+        force_release;
 
-    /// The lock's state as Redis sees it now: every reader and the writer,
-    /// each with its own lease left.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
-    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn inspect(&self) -> Result<LockInfo> {
-        observe::traced(self.span(Op::Inspect), self.core.inspect()).await
-    }
+        /// The lock's state as Redis sees it now: every reader and the writer,
+        /// each with its own lease left.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+        /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: it only reads.
+        inspect;
 
-    /// The lock's live waiters in line, head first, as Redis sees them
-    /// now: who waits, since when, for what. A waiter whose heartbeat ran
-    /// out (it died) is left out. For a `Mutex` or `FairMutex` there is one
-    /// waiter per waiting client (its other tasks wait behind it locally);
-    /// for the other kinds one per waiting task.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
-    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn waiters(&self) -> Result<Vec<Waiter>> {
-        self.core.waiters().await
-    }
-
-    fn span(&self, op: Op) -> tracing::Span {
-        observe::span_of(op, PRIMITIVE, self.name(), None)
+        /// The lock's live waiters in line, head first, as Redis sees them
+        /// now: who waits, since when, for what. A waiter whose heartbeat ran
+        /// out (it died) is left out. For a `Mutex` or `FairMutex` there is one
+        /// waiter per waiting client (its other tasks wait behind it locally);
+        /// for the other kinds one per waiting task.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+        /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: it only reads.
+        waiters;
     }
 }
 
@@ -263,20 +250,16 @@ macro_rules! rw_side {
             pub async fn hold_count(&self) -> Result<usize> {
                 hold_count(&self.core, HoldMode::$kind).await
             }
+        }
 
-            $(#[$try])*
-            pub async fn try_acquire(&self) -> Result<Option<LeaseGuard>> {
-                self.core.try_acquire().await
-            }
-
-            $(#[$acquire])*
-            pub async fn acquire(&self) -> Result<LeaseGuard> {
-                self.core.acquire().await
-            }
-
-            $(#[$timeout])*
-            pub async fn acquire_timeout(&self, wait: Duration) -> Result<LeaseGuard> {
-                self.core.acquire_timeout(wait).await
+        $crate::face::face_calls! {
+            $side -> LeaseGuard {
+                $(#[$try])*
+                try_acquire;
+                $(#[$acquire])*
+                acquire;
+                $(#[$timeout])*
+                acquire_timeout;
             }
         }
     };

@@ -5,9 +5,8 @@ use std::time::Duration;
 use crate::core::LockCore;
 use crate::engine::ops;
 use crate::error::{Error, Result};
-use crate::face::face_settings;
+use crate::face::{face_calls, face_settings};
 use crate::guard::LeaseGuard;
-use crate::holder::{LockInfo, Waiter};
 use crate::lock::face_lock;
 use crate::observe::{self, Op};
 
@@ -78,45 +77,6 @@ impl Semaphore {
     #[must_use]
     pub fn permits(&self) -> u32 {
         self.total
-    }
-
-    /// One attempt at one permit: see [`try_acquire_many`](Self::try_acquire_many).
-    ///
-    /// # Errors
-    ///
-    /// As [`try_acquire_many`](Self::try_acquire_many).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`try_acquire_many`](Self::try_acquire_many).
-    pub async fn try_acquire(&self) -> Result<Option<LeaseGuard>> {
-        self.try_acquire_many(1).await
-    }
-
-    /// Waits as long as it takes for one permit.
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire_many`](Self::acquire_many).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`acquire_many`](Self::acquire_many).
-    pub async fn acquire(&self) -> Result<LeaseGuard> {
-        self.acquire_many(1).await
-    }
-
-    /// Waits at most `wait` for one permit.
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire_many_timeout`](Self::acquire_many_timeout).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`acquire_many`](Self::acquire_many).
-    pub async fn acquire_timeout(&self, wait: Duration) -> Result<LeaseGuard> {
-        self.acquire_many_timeout(1, wait).await
     }
 
     /// One attempt at `n` permits, held by one lease: a guard if they were
@@ -235,75 +195,6 @@ impl Semaphore {
         ops::set_permits(self.core.engine(), &self.core.keys, permits).await
     }
 
-    /// Releases a permit lease taken by another process (see
-    /// [`Mutex::release_token`](crate::Mutex::release_token)).
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the token holds
-    /// no permits: it ran out, was released, or is a stranger's.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future may or may not release the permits.
-    pub async fn release_token(&self, token: &str) -> Result<()> {
-        observe::traced(
-            self.core.span(Op::ReleaseToken),
-            self.core.release_token(token),
-        )
-        .await
-    }
-
-    /// Takes back every permit, whoever holds it, and wakes the waiters: an
-    /// admin action. The permit count and the fence counter are kept.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name's
-    /// key is no lock (a key leasehold did not write: it is left as it is);
-    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
-    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future may or may not remove the permits.
-    pub async fn force_release(&self) -> Result<bool> {
-        observe::traced(self.core.span(Op::ForceRelease), self.core.force_release()).await
-    }
-
-    /// The semaphore's state as Redis sees it now: its permit count and
-    /// every permit lease.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
-    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn inspect(&self) -> Result<LockInfo> {
-        observe::traced(self.core.span(Op::Inspect), self.core.inspect()).await
-    }
-
-    /// The lock's live waiters in line, head first, as Redis sees them
-    /// now: who waits, since when, for what. A waiter whose heartbeat ran
-    /// out (it died) is left out. For a `Mutex` or `FairMutex` there is one
-    /// waiter per waiting client (its other tasks wait behind it locally);
-    /// for the other kinds one per waiting task.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
-    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn waiters(&self) -> Result<Vec<Waiter>> {
-        self.core.waiters().await
-    }
-
     /// Takes every permit that is free now, in one lease, as one attempt
     /// that passes no waiter: a guard of as many permits as were free, or
     /// `None` when none were (or waiters come first). The guard's permits
@@ -409,6 +300,100 @@ impl Semaphore {
             Some(error) => Err(error),
             None => Ok(released),
         }
+    }
+}
+
+face_calls! {
+    Semaphore -> LeaseGuard {
+        /// One attempt at one permit: see [`try_acquire_many`](Self::try_acquire_many).
+        ///
+        /// # Errors
+        ///
+        /// As [`try_acquire_many`](Self::try_acquire_many).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe, as [`try_acquire_many`](Self::try_acquire_many).
+        try_acquire;
+
+        /// Waits as long as it takes for one permit.
+        ///
+        /// # Errors
+        ///
+        /// As [`acquire_many`](Self::acquire_many).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe, as [`acquire_many`](Self::acquire_many).
+        acquire;
+
+        /// Waits at most `wait` for one permit.
+        ///
+        /// # Errors
+        ///
+        /// As [`acquire_many_timeout`](Self::acquire_many_timeout).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe, as [`acquire_many`](Self::acquire_many).
+        acquire_timeout;
+
+        /// Releases a permit lease taken by another process (see
+        /// [`Mutex::release_token`](crate::Mutex::release_token)).
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the token holds
+        /// no permits: it ran out, was released, or is a stranger's.
+        ///
+        /// # Cancel safety
+        ///
+        /// Dropping the future may or may not release the permits.
+        release_token;
+
+        /// Takes back every permit, whoever holds it, and wakes the waiters: an
+        /// admin action. The permit count and the fence counter are kept.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name's
+        /// key is no lock (a key leasehold did not write: it is left as it is);
+        /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+        /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+        ///
+        /// # Cancel safety
+        ///
+        /// Dropping the future may or may not remove the permits.
+        force_release;
+
+        /// The semaphore's state as Redis sees it now: its permit count and
+        /// every permit lease.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+        /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: it only reads.
+        inspect;
+
+        /// The lock's live waiters in line, head first, as Redis sees them
+        /// now: who waits, since when, for what. A waiter whose heartbeat ran
+        /// out (it died) is left out. For a `Mutex` or `FairMutex` there is one
+        /// waiter per waiting client (its other tasks wait behind it locally);
+        /// for the other kinds one per waiting task.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+        /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: it only reads.
+        waiters;
     }
 }
 
