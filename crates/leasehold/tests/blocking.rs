@@ -423,6 +423,45 @@ fn any_kind_behind_one_trait() {
 }
 
 #[test]
+fn settings_behind_one_trait() {
+    use leasehold::blocking::Lock;
+
+    let server = RedisServer::start();
+    let client = client(&server);
+    let mut locks: Vec<Box<dyn Lock>> = vec![
+        Box::new(client.mutex("a").unwrap()),
+        Box::new(client.fair_mutex("b").unwrap()),
+        Box::new(client.reentrant_mutex("c").unwrap()),
+        Box::new(client.rw_lock("d").unwrap().read()),
+        Box::new(client.rw_lock("e").unwrap().write()),
+        Box::new(client.semaphore("f", 1).unwrap()),
+    ];
+    for lock in &mut locks {
+        assert_eq!(lock.key(), format!("leasehold:{{{}}}", lock.name()));
+        let mut wanted = lock.settings();
+        wanted.lease = Duration::from_secs(5);
+        wanted.watchdog = false;
+        lock.set_settings(wanted).unwrap();
+        assert_eq!(lock.settings(), wanted, "{}", lock.name());
+
+        let mut refused = wanted;
+        refused.lease = Duration::ZERO;
+        let err = lock.set_settings(refused).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+        assert_eq!(lock.settings(), wanted, "{} changed", lock.name());
+
+        // The lease set is the one granted: fixed, without the watchdog.
+        let guard = lock.acquire().unwrap();
+        assert!(
+            guard.valid_for() <= Duration::from_secs(5),
+            "{}",
+            lock.name()
+        );
+        guard.release().unwrap();
+    }
+}
+
+#[test]
 fn an_election_from_plain_threads() {
     let server = RedisServer::start();
     let first = client(&server).election("scheduler").unwrap();

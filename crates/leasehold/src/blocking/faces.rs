@@ -45,7 +45,10 @@ fn acquire(face: &impl Face, wait: Option<Duration>) -> crate::Result<LeaseGuard
 /// `acquire`, `try_acquire` and `acquire_timeout`, each blocking the
 /// calling thread on the async face's call of the same name.
 macro_rules! acquire_calls {
-    ($face:ident, $kind:literal) => {
+    ($($face:ident),+) => {$(
+        acquire_calls!(@one $face, stringify!($face));
+    )+};
+    (@one $face:ident, $kind:expr) => {
         impl $face {
             #[doc = concat!(
                 "One attempt, blocking for one round trip: the guard if the lock could be \
@@ -130,6 +133,18 @@ macro_rules! acquire_calls {
                 $face::name(self)
             }
 
+            fn key(&self) -> &str {
+                &self.inner.core.keys.lock
+            }
+
+            fn settings(&self) -> crate::LockSettings {
+                self.inner.core.settings
+            }
+
+            fn set_settings(&mut self, settings: crate::LockSettings) -> crate::Result<()> {
+                self.inner.core.set_settings(settings)
+            }
+
             fn try_acquire(&self) -> crate::Result<Option<LeaseGuard>> {
                 try_acquire(self)
             }
@@ -142,6 +157,8 @@ macro_rules! acquire_calls {
                 acquire(self, Some(wait))
             }
         }
+
+        crate::lock::lock_operations!(crate::blocking::faces::blocking_calls! { $face });
     };
 }
 
@@ -153,10 +170,12 @@ fn locked<T>(guard: LeaseGuard, work: impl FnOnce(&LeaseGuard) -> T) -> crate::R
     Ok(output)
 }
 
-/// The acquisitions every blocking lock answers: [`Mutex`], [`FairMutex`],
-/// [`ReentrantMutex`], [`ReadLock`], [`WriteLock`] and [`Semaphore`] (one
-/// permit per acquisition), each as its own method of the same name. It is
-/// object safe: hold a `Box<dyn Lock>` to choose the kind at run time.
+/// The acquisitions and settings every blocking lock answers: [`Mutex`],
+/// [`FairMutex`], [`ReentrantMutex`], [`ReadLock`], [`WriteLock`] and
+/// [`Semaphore`] (one permit per acquisition), each as its own method of the
+/// same name. It is object safe: hold a `Box<dyn Lock>` to choose the kind at
+/// run time, and set it up through its [`settings`](Lock::settings) whatever
+/// the kind.
 ///
 /// ```no_run
 /// # fn demo(client: leasehold::blocking::Client, fair: bool) -> leasehold::Result<()> {
@@ -174,6 +193,32 @@ fn locked<T>(guard: LeaseGuard, work: impl FnOnce(&LeaseGuard) -> T) -> crate::R
 pub trait Lock: std::fmt::Debug + Send + Sync {
     /// The lock's name.
     fn name(&self) -> &str;
+
+    /// The Redis key of the lock itself (`<prefix>:{name}`), as
+    /// the async [`Lock::key`](crate::Lock::key).
+    fn key(&self) -> &str;
+
+    /// The lock's settings: lease, watchdog, hold-at-least, max hold and
+    /// replica acknowledgement, as the async [`Lock::settings`](crate::Lock::settings).
+    fn settings(&self) -> crate::LockSettings;
+
+    /// Changes the lock's settings at once, as
+    /// the async [`Lock::set_settings`](crate::Lock::set_settings); nothing changes when
+    /// one is refused.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) as the
+    /// kind's `with_lease`, `with_hold_at_least`, `with_max_hold` and
+    /// `with_replica_ack` say; for a lock of another crate that keeps the
+    /// default, always, as its settings are its own.
+    fn set_settings(&mut self, settings: crate::LockSettings) -> crate::Result<()> {
+        let _ = settings;
+        Err(crate::Error::invalid(format!(
+            "the settings of lock {:?} are set where it is made: set them before it is wrapped",
+            self.name()
+        )))
+    }
 
     /// One attempt: the guard if the lock could be taken now, else `None`.
     ///
@@ -201,12 +246,6 @@ pub trait Lock: std::fmt::Debug + Send + Sync {
 /// (`release_token`, `extend_token`, `force_release`, `inspect`), each
 /// blocking the calling thread on the [`crate::Lock`] call of the same
 /// name, for a face with a `caller`.
-macro_rules! admin_calls {
-    ($face:ident) => {
-        crate::lock::lock_operations!(crate::blocking::faces::blocking_calls! { $face });
-    };
-}
-
 macro_rules! blocking_calls {
     (
         { $face:ident }
@@ -238,9 +277,13 @@ macro_rules! blocking_calls {
 
 pub(crate) use blocking_calls;
 
-/// The settings methods, each the async face's of the same name.
+/// The settings methods and `waiters`, each the async face's of the same
+/// name, for a face of a whole lock.
 macro_rules! settings {
-    ($face:ident, $kind:literal) => {
+    ($($face:ident),+) => {$(
+        settings!(@one $face, stringify!($face));
+    )+};
+    (@one $face:ident, $kind:expr) => {
         impl $face {
             /// The lock's name.
             #[must_use]
@@ -307,6 +350,18 @@ macro_rules! settings {
             pub fn with_max_hold(mut self, max: Duration) -> crate::Result<Self> {
                 self.inner = self.inner.with_max_hold(max)?;
                 Ok(self)
+            }
+
+            #[doc = concat!(
+                "The lock's live waiters in line, head first, blocking for the round trip. As \
+                 the async [`", $kind, "::waiters`](crate::", $kind,
+                "::waiters).\n\n# Errors\n\nConnection and server errors; \
+                 [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when called inside \
+                 an async runtime."
+            )]
+            pub fn waiters(&self) -> crate::Result<Vec<crate::Waiter>> {
+                let lock = self.inner.clone();
+                self.shared.block_on(async move { lock.waiters().await })?
             }
         }
     };
@@ -568,53 +623,61 @@ impl RwLock {
     }
 }
 
-impl ReadLock {
+/// What the two sides of a blocking [`RwLock`] add to the acquisitions,
+/// each side given its async side's method and the docs that differ.
+macro_rules! rw_side {
+    ($side:ident, $of:ident, $(#[$count:meta])*) => {
+        impl $side {
+            /// The lock's name.
+            #[must_use]
+            pub fn name(&self) -> &str {
+                self.inner.name()
+            }
+
+            $(#[$count])*
+            ///
+            /// # Errors
+            ///
+            #[doc = concat!(
+                "As [`", stringify!($side), "::hold_count`](crate::", stringify!($side),
+                "::hold_count);"
+            )]
+            /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+            /// called inside an async runtime.
+            pub fn hold_count(&self) -> crate::Result<usize> {
+                let lock = self.caller();
+                self.shared
+                    .block_on(async move { lock.hold_count().await })?
+            }
+        }
+
+        impl Face for $side {
+            type Async = crate::$side;
+
+            fn caller(&self) -> crate::$side {
+                let owner = self.inner.owner();
+                self.inner.clone().with_owner(owner).$of()
+            }
+
+            fn shared(&self) -> &Arc<Shared> {
+                &self.shared
+            }
+        }
+    };
+}
+
+rw_side!(
+    ReadLock,
+    read,
     /// How many read leases the calling thread's owner holds now, as Redis
     /// sees it, blocking for the round trip.
-    ///
-    /// # Errors
-    ///
-    /// As [`ReadLock::hold_count`](crate::ReadLock::hold_count);
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
-    /// called inside an async runtime.
-    pub fn hold_count(&self) -> crate::Result<usize> {
-        let lock = self.caller();
-        self.shared
-            .block_on(async move { lock.hold_count().await })?
-    }
-}
-
-impl WriteLock {
+);
+rw_side!(
+    WriteLock,
+    write,
     /// How many levels of the write lock the calling thread's owner holds
     /// now, as Redis sees it, blocking for the round trip.
-    ///
-    /// # Errors
-    ///
-    /// As [`WriteLock::hold_count`](crate::WriteLock::hold_count);
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
-    /// called inside an async runtime.
-    pub fn hold_count(&self) -> crate::Result<usize> {
-        let lock = self.caller();
-        self.shared
-            .block_on(async move { lock.hold_count().await })?
-    }
-}
-
-impl ReadLock {
-    /// The lock's name.
-    #[must_use]
-    pub fn name(&self) -> &str {
-        self.inner.name()
-    }
-}
-
-impl WriteLock {
-    /// The lock's name.
-    #[must_use]
-    pub fn name(&self) -> &str {
-        self.inner.name()
-    }
-}
+);
 
 impl Semaphore {
     pub(crate) fn new(inner: crate::Semaphore, shared: Arc<Shared>) -> Self {
@@ -725,53 +788,6 @@ impl Face for ReentrantMutex {
     }
 }
 
-impl Face for ReadLock {
-    type Async = crate::ReadLock;
-
-    fn caller(&self) -> crate::ReadLock {
-        let owner = self.inner.owner();
-        self.inner.clone().with_owner(owner).read()
-    }
-
-    fn shared(&self) -> &Arc<Shared> {
-        &self.shared
-    }
-}
-
-impl Face for WriteLock {
-    type Async = crate::WriteLock;
-
-    fn caller(&self) -> crate::WriteLock {
-        let owner = self.inner.owner();
-        self.inner.clone().with_owner(owner).write()
-    }
-
-    fn shared(&self) -> &Arc<Shared> {
-        &self.shared
-    }
-}
-
-/// `waiters`, blocking the calling thread on the async face's call.
-macro_rules! waiters_call {
-    ($($face:ident),+) => {$(
-        impl $face {
-            #[doc = concat!(
-                "The lock's live waiters in line, head first, blocking for the round trip. As \
-                 the async [`", stringify!($face), "::waiters`](crate::", stringify!($face),
-                "::waiters).\n\n# Errors\n\nConnection and server errors; \
-                 [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when called inside \
-                 an async runtime."
-            )]
-            pub fn waiters(&self) -> crate::Result<Vec<crate::Waiter>> {
-                let lock = self.inner.clone();
-                self.shared.block_on(async move { lock.waiters().await })?
-            }
-        }
-    )+};
-}
-
-waiters_call!(Mutex, FairMutex, ReentrantMutex, RwLock, Semaphore);
-
 impl FairMutex {
     /// This client's place in the lock's line, from 1 at the head, or
     /// `None` when it does not wait for it, blocking for the round trip. As
@@ -850,22 +866,13 @@ impl Semaphore {
     }
 }
 
-acquire_calls!(Mutex, "Mutex");
-acquire_calls!(FairMutex, "FairMutex");
-acquire_calls!(ReentrantMutex, "ReentrantMutex");
-acquire_calls!(ReadLock, "ReadLock");
-acquire_calls!(WriteLock, "WriteLock");
-acquire_calls!(Semaphore, "Semaphore");
+acquire_calls!(
+    Mutex,
+    FairMutex,
+    ReentrantMutex,
+    ReadLock,
+    WriteLock,
+    Semaphore
+);
 
-admin_calls!(Mutex);
-admin_calls!(FairMutex);
-admin_calls!(ReentrantMutex);
-admin_calls!(ReadLock);
-admin_calls!(WriteLock);
-admin_calls!(Semaphore);
-
-settings!(Mutex, "Mutex");
-settings!(FairMutex, "FairMutex");
-settings!(ReentrantMutex, "ReentrantMutex");
-settings!(RwLock, "RwLock");
-settings!(Semaphore, "Semaphore");
+settings!(Mutex, FairMutex, ReentrantMutex, RwLock, Semaphore);
