@@ -52,9 +52,9 @@ pub(crate) struct Config {
 #[must_use = "a builder does nothing until build() is called"]
 pub struct ClientBuilder {
     url: String,
-    config: Config,
-    engine: EngineConfig,
-    command_timeout: Duration,
+    pub(crate) config: Config,
+    pub(crate) engine: EngineConfig,
+    pub(crate) command_timeout: Duration,
     name: Option<String>,
     tls_root: Option<Vec<u8>>,
     sentinel_auth: SentinelAuth,
@@ -233,7 +233,25 @@ impl ClientBuilder {
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a URL
     /// the Redis client cannot parse, an empty or braced prefix, a zero or
     /// out-of-range lease, or a zero command timeout.
-    pub fn build(mut self) -> Result<Client> {
+    pub fn build(self) -> Result<Client> {
+        let checked = self.checked()?;
+        let deployment = build::deployment(
+            &checked.url,
+            checked.command_timeout,
+            checked.tls_root.as_deref(),
+            &checked.sentinel_auth,
+        )?;
+        let store = Store::new(deployment, checked.engine.restart_grace);
+        Ok(Client {
+            engine: Engine::new(Backing::One(Arc::new(store)), checked.engine)?,
+            config: Arc::new(checked.config),
+        })
+    }
+
+    /// The settings checked, with the holder identity made from the name:
+    /// what every client is built from, one deployment or a
+    /// [`Redlock`](crate::Redlock)'s masters.
+    pub(crate) fn checked(mut self) -> Result<ClientBuilder> {
         validate_prefix(&self.config.prefix)?;
         self.engine.identity = crate::holder::identity(self.name.as_deref());
         validate_lease(self.config.lease)?;
@@ -244,17 +262,7 @@ impl ClientBuilder {
             ));
         }
         self.engine.validate()?;
-        let deployment = build::deployment(
-            &self.url,
-            self.command_timeout,
-            self.tls_root.as_deref(),
-            &self.sentinel_auth,
-        )?;
-        let store = Store::new(deployment, self.engine.restart_grace);
-        Ok(Client {
-            engine: Engine::new(Backing::One(Arc::new(store)), self.engine)?,
-            config: Arc::new(self.config),
-        })
+        Ok(self)
     }
 }
 

@@ -6,19 +6,15 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::{
-    Client, Config, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FENCE_RETENTION,
-    DEFAULT_LEASE, DEFAULT_PREFIX,
-};
+use crate::client::{Client, ClientBuilder, Config};
 use crate::conn::replicas::ReplicaAck;
 use crate::deploy::backing::Backing;
 use crate::deploy::build;
 use crate::deploy::quorum::count::Clocks;
 use crate::deploy::quorum::{Quorum, QuorumConfig};
 use crate::deploy::store::Store;
-use crate::engine::state::{Engine, EngineConfig};
+use crate::engine::state::Engine;
 use crate::error::{Error, Result};
-use crate::keys::{validate_lease, validate_prefix};
 use crate::mutex::Mutex;
 
 /// The environment variable [`Redlock::from_env`] and the `leasehold`
@@ -88,18 +84,13 @@ impl fmt::Debug for Redlock {
 #[must_use = "a builder does nothing until build() is called"]
 pub struct RedlockBuilder {
     urls: Vec<String>,
-    prefix: String,
-    lease: Duration,
-    watchdog: bool,
-    command_timeout: Duration,
+    /// The settings a Redlock shares with a client, checked as a client's.
+    client: ClientBuilder,
     node_timeout: Option<Duration>,
     drift_factor: f64,
     drift_constant: Duration,
     validity_floor: Option<Duration>,
     retry_delay: Duration,
-    restart_grace: Option<Duration>,
-    fence_retention: Duration,
-    name: Option<String>,
 }
 
 impl Redlock {
@@ -118,18 +109,12 @@ impl Redlock {
     {
         RedlockBuilder {
             urls: urls.into_iter().map(Into::into).collect(),
-            prefix: DEFAULT_PREFIX.to_owned(),
-            lease: DEFAULT_LEASE,
-            watchdog: true,
-            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            client: Client::builder(String::new()),
             node_timeout: None,
             drift_factor: DEFAULT_DRIFT_FACTOR,
             drift_constant: DEFAULT_DRIFT_CONSTANT,
             validity_floor: None,
             retry_delay: DEFAULT_RETRY_DELAY,
-            restart_grace: None,
-            fence_retention: DEFAULT_FENCE_RETENTION,
-            name: None,
         }
     }
 
@@ -236,19 +221,19 @@ impl Redlock {
 impl RedlockBuilder {
     /// The first part of every key (default `leasehold`).
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
+        self.client = self.client.prefix(prefix);
         self
     }
 
     /// The lease of the locks made, unless a lock says otherwise (30 s).
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
+        self.client = self.client.lease(lease);
         self
     }
 
     /// Whether the locks made renew their leases while held (on).
     pub fn watchdog(mut self, on: bool) -> Self {
-        self.watchdog = on;
+        self.client = self.client.watchdog(on);
         self
     }
 
@@ -256,7 +241,7 @@ impl RedlockBuilder {
     /// counts as broken and is replaced (2 s). Separate from the per-node
     /// deadline, which is how long an acquisition waits for a master.
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
-        self.command_timeout = timeout;
+        self.client = self.client.command_timeout(timeout);
         self
     }
 
@@ -303,20 +288,20 @@ impl RedlockBuilder {
     /// masters run without persistence: a restarted master has forgotten
     /// the locks it held.
     pub fn restart_grace(mut self, grace: Duration) -> Self {
-        self.restart_grace = Some(grace);
+        self.client = self.client.restart_grace(grace);
         self
     }
 
     /// How long a fence counter outlives the last acquisition (7 days).
     pub fn fence_retention(mut self, retention: Duration) -> Self {
-        self.fence_retention = retention;
+        self.client = self.client.fence_retention(retention);
         self
     }
 
     /// The client name leases record as their holder's (default the
     /// program's name).
     pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
+        self.client = self.client.name(name);
         self
     }
 
@@ -330,8 +315,7 @@ impl RedlockBuilder {
     /// zero command timeout or per-node deadline, a drift factor outside
     /// 0 to 0.5, or a fence retention under 24 h.
     pub fn build(self) -> Result<Redlock> {
-        validate_prefix(&self.prefix)?;
-        validate_lease(self.lease)?;
+        let client = self.client.checked()?;
         let urls: Vec<&str> = self
             .urls
             .iter()
@@ -345,10 +329,9 @@ impl RedlockBuilder {
                 urls.len()
             )));
         }
-        if self.command_timeout.is_zero() || self.node_timeout.is_some_and(|t| t.is_zero()) {
+        if self.node_timeout.is_some_and(|t| t.is_zero()) {
             return Err(Error::invalid(
-                "command timeout and per-node deadline must not be zero: give the masters some \
-                 time to answer",
+                "per-node deadline must not be zero: give the masters some time to answer",
             ));
         }
         if !(0.0..=0.5).contains(&self.drift_factor) {
@@ -358,16 +341,9 @@ impl RedlockBuilder {
                 self.drift_factor
             )));
         }
-        let engine = EngineConfig {
-            restart_grace: self.restart_grace,
-            fence_retention: self.fence_retention,
-            identity: crate::holder::identity(self.name.as_deref()),
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-        };
-        engine.validate()?;
-        let masters = build::masters(&urls, self.command_timeout)?
+        let masters = build::masters(&urls, client.command_timeout)?
             .into_iter()
-            .map(|master| Arc::new(Store::new(master, self.restart_grace).quorum_master()))
+            .map(|master| Arc::new(Store::new(master, client.engine.restart_grace).quorum_master()))
             .collect();
         let quorum = Arc::new(Quorum::new(
             masters,
@@ -381,16 +357,15 @@ impl RedlockBuilder {
                 retry_delay: self.retry_delay,
             },
         ));
+        // The masters are independent: a majority of them stands for the
+        // replicas.
+        let config = Config {
+            replica_ack: ReplicaAck::Off,
+            ..client.config
+        };
         let client = Client {
-            engine: Engine::new(Backing::Quorum(Arc::clone(&quorum)), engine)?,
-            // The masters are independent: a majority of them stands for
-            // the replicas.
-            config: Arc::new(Config {
-                prefix: self.prefix,
-                lease: self.lease,
-                watchdog: self.watchdog,
-                replica_ack: ReplicaAck::Off,
-            }),
+            engine: Engine::new(Backing::Quorum(Arc::clone(&quorum)), client.engine)?,
+            config: Arc::new(config),
         };
         Ok(Redlock { client, quorum })
     }

@@ -307,6 +307,60 @@ async fn fewer_than_three_masters_or_a_master_twice_are_refused() {
     assert!(twice.to_string().contains("twice"), "{twice}");
 }
 
+/// The settings a Redlock shares with a client are checked once, as a
+/// client's: each refused with the client's error.
+#[tokio::test]
+async fn a_redlock_refuses_what_a_client_refuses_and_says_the_same() {
+    let urls = [
+        "redis://127.0.0.1:1",
+        "redis://127.0.0.1:2",
+        "redis://127.0.0.1:3",
+    ];
+    type Both = (
+        fn(leasehold::ClientBuilder) -> leasehold::ClientBuilder,
+        fn(leasehold::RedlockBuilder) -> leasehold::RedlockBuilder,
+    );
+    let cases: [(&str, Both); 4] = [
+        (
+            "a zero command timeout",
+            (
+                |b| b.command_timeout(Duration::ZERO),
+                |b| b.command_timeout(Duration::ZERO),
+            ),
+        ),
+        (
+            "a braced prefix",
+            (|b| b.prefix("a{b}"), |b| b.prefix("a{b}")),
+        ),
+        (
+            "a lease under 10 ms",
+            (
+                |b| b.lease(Duration::from_millis(1)),
+                |b| b.lease(Duration::from_millis(1)),
+            ),
+        ),
+        (
+            "a fence retention under 24 h",
+            (
+                |b| b.fence_retention(Duration::from_secs(60)),
+                |b| b.fence_retention(Duration::from_secs(60)),
+            ),
+        ),
+    ];
+    for (what, (client, redlock)) in cases {
+        let by_client = client(leasehold::Client::builder(urls[0]))
+            .build()
+            .unwrap_err();
+        let by_redlock = redlock(Redlock::builder(urls)).build().unwrap_err();
+        assert_eq!(
+            by_redlock.kind(),
+            ErrorKind::InvalidInput,
+            "{what}: {by_redlock}"
+        );
+        assert_eq!(by_redlock.to_string(), by_client.to_string(), "{what}");
+    }
+}
+
 /// A grant whose answers came so late that less than the validity floor is
 /// left of its lease is never reported held: masters that answer after
 /// 180 ms of a 200 ms lease leave at most 200 − 180 − drift, under the
