@@ -5,7 +5,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::duration::{self, Dur};
-use crate::kind::KindArgs;
+use crate::kind::{KindArgs, Locker};
 
 /// Distributed locks on Redis: run a command under a lock, or take and give
 /// back locks from shell scripts.
@@ -62,29 +62,6 @@ pub(crate) struct Connection {
     /// offered (no --fair, --read, --write, --semaphore or --replicas)
     #[arg(long, global = true, value_delimiter = ',', value_name = "URL,URL,...")]
     redlock: Vec<String>,
-}
-
-/// Where a command takes its locks: the client of one deployment, or of a
-/// Redlock's masters (which takes mutexes alone).
-#[derive(Debug)]
-pub(crate) struct Locker {
-    pub(crate) client: leasehold::Client,
-    /// How many masters, on a Redlock.
-    pub(crate) masters: Option<usize>,
-}
-
-impl Locker {
-    /// Refuses, in the command's words, what a Redlock does not offer.
-    pub(crate) fn refuse_on_redlock(&self, given: bool, message: &str) -> anyhow::Result<()> {
-        if self.masters.is_some() && given {
-            return Err(crate::exit::Fail {
-                code: crate::exit::USAGE,
-                message: message.to_owned(),
-            }
-            .into());
-        }
-        Ok(())
-    }
 }
 
 impl Connection {
@@ -255,7 +232,7 @@ pub(crate) enum Command {
     /// Print the manual page (roff): `leasehold man > leasehold.1`
     Man(ManArgs),
     /// Show who leads an election: `FENCE VALUE`, or nothing when nobody does
-    Leader(crate::leader::LeaderArgs),
+    Leader(LeaderArgs),
     /// Change a semaphore's permit count, or delete it (admin)
     Semaphore(SemaphoreArgs),
 }
@@ -552,4 +529,14 @@ pub(crate) struct ManArgs {
     /// into DIR instead of printing leasehold.1
     #[arg(long, value_name = "DIR")]
     pub(crate) out_dir: Option<std::path::PathBuf>,
+}
+
+/// `leasehold leader NAME`: who leads an election now.
+#[derive(Debug, Args)]
+pub(crate) struct LeaderArgs {
+    /// The election's name
+    pub(crate) name: String,
+    /// From the global --json: print {"name", "leader": {"value", "fence"} or null}
+    #[arg(skip)]
+    pub(crate) json: bool,
 }

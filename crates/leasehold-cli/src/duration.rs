@@ -97,6 +97,12 @@ pub(crate) fn human(d: Duration) -> String {
     out
 }
 
+/// A duration as seconds with one decimal (`2.5s`), for what the command
+/// says of a lease.
+pub(crate) fn seconds(d: Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,28 @@ use std::time::Duration;
 use clap::Args;
 use leasehold::{LeaseGuard, LockFuture, MultiGuard, MultiLock};
 
-use crate::cli::Locker;
+/// Where a command takes its locks: the client of one deployment, or of a
+/// Redlock's masters (which takes mutexes alone).
+#[derive(Debug)]
+pub(crate) struct Locker {
+    pub(crate) client: leasehold::Client,
+    /// How many masters, on a Redlock.
+    pub(crate) masters: Option<usize>,
+}
+
+impl Locker {
+    /// Refuses, in the command's words, what a Redlock does not offer.
+    pub(crate) fn refuse_on_redlock(&self, given: bool, message: &str) -> anyhow::Result<()> {
+        if self.masters.is_some() && given {
+            return Err(crate::exit::Fail {
+                code: crate::exit::USAGE,
+                message: message.to_owned(),
+            }
+            .into());
+        }
+        Ok(())
+    }
+}
 
 /// The kind flags; at most one of them.
 #[derive(Debug, Clone, Args)]

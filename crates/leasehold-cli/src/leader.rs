@@ -2,19 +2,9 @@
 
 use std::process::ExitCode;
 
-use clap::Args;
 use serde_json::json;
 
-use crate::cli::Connection;
-
-#[derive(Debug, Args)]
-pub(crate) struct LeaderArgs {
-    /// The election's name
-    pub(crate) name: String,
-    /// From the global --json: print {"name", "leader": {"value", "fence"} or null}
-    #[arg(skip)]
-    pub(crate) json: bool,
-}
+use crate::cli::{Connection, LeaderArgs};
 
 /// Prints `FENCE VALUE` for the current leader, or nothing (and a note on
 /// stderr) when nobody leads; both exit 0.

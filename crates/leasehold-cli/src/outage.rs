@@ -10,8 +10,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::duration::human;
+use crate::duration::seconds;
 use crate::exit::{self, Fail};
-use crate::scripting::seconds;
 
 const FIRST_PAUSE: Duration = Duration::from_millis(250);
 const LONGEST_PAUSE: Duration = Duration::from_secs(2);

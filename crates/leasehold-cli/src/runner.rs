@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::cli::{Connection, Locker, OnLost, RunArgs};
+use crate::cli::{Connection, OnLost, RunArgs};
 use crate::exit::{self, Fail};
-use crate::kind::{self, Kind};
+use crate::kind::{self, Kind, Locker};
 use crate::scripting::take;
 use crate::{terminal, warden};
 

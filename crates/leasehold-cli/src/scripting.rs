@@ -9,9 +9,10 @@ use crate::cli::{
     AcquireArgs, Connection, ExtendArgs, InspectArgs, NameArgs, ReleaseArgs, SemaphoreAction,
     SemaphoreArgs, TakeArgs, WaitArgs,
 };
+use crate::duration::{self, seconds};
 use crate::exit::{self, Fail};
 use crate::kind::{self, Kind, Lock, Take};
-use crate::{duration, state, status};
+use crate::{state, status};
 
 /// Takes the lock (or locks) as `wait` says, with the status line while it
 /// waits (unless `--quiet`); a busy lock is an error that exits 75.
@@ -390,8 +391,4 @@ fn unix_ms(t: SystemTime) -> u64 {
 
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-pub(crate) fn seconds(d: Duration) -> String {
-    format!("{:.1}s", d.as_secs_f64())
 }

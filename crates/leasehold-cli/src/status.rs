@@ -10,9 +10,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::duration::{human, Dur};
+use crate::duration::{human, seconds, Dur};
 use crate::kind::Lock;
-use crate::scripting::seconds;
 
 /// A wait shorter than this shows nothing.
 const FIRST_AFTER: Duration = Duration::from_secs(1);

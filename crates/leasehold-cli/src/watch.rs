@@ -20,11 +20,12 @@ use serde_json::json;
 use unicode_width::UnicodeWidthStr;
 
 use crate::cli::{Connection, WatchArgs};
+use crate::duration::seconds;
 use crate::exit::{self, Fail};
 use crate::outage::Outages;
 use crate::plural;
 use crate::screen::{self, LiveView};
-use crate::scripting::{info_json, seconds, server_label};
+use crate::scripting::{info_json, server_label};
 use crate::signals::Stop;
 use crate::state;
 
