@@ -6,9 +6,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use leasehold::{
-    Client, Election, Leadership, LeaseGuard, Lock, ReentrantMutex, RwLock, Semaphore,
-};
+use leasehold::{Client, Election, Leadership, LeaseGuard, Lock, Semaphore};
 
 use crate::events::Mode;
 
@@ -132,13 +130,23 @@ impl Workload {
     }
 }
 
-/// One lock of a workload, as a worker holds its handle.
+/// One lock of a workload, as a worker holds its handle: the kind matters
+/// only where an acquisition asks for more than the lock (a side, permits,
+/// a campaign).
 #[derive(Debug)]
 pub(crate) enum Handle {
-    /// A lock with nothing of its own in a section: a mutex, fair or not.
-    Lock(Box<dyn Lock>),
-    Reentrant(ReentrantMutex),
-    RwLock(RwLock),
+    /// A lock taken whole: a mutex, fair or not, or a reentrant mutex,
+    /// which its owner takes again to nest.
+    Lock {
+        lock: Box<dyn Lock>,
+        nests: bool,
+    },
+    /// The sides of a read-write lock; a writer nests by taking the read
+    /// side (a downgrade).
+    RwLock {
+        read: Box<dyn Lock>,
+        write: Box<dyn Lock>,
+    },
     Semaphore(Semaphore),
     Election(Election),
 }
@@ -219,11 +227,18 @@ impl Handle {
         workload: Workload,
         name: &str,
     ) -> leasehold::Result<Handle> {
+        let whole = |lock: Box<dyn Lock>, nests| Handle::Lock { lock, nests };
         Ok(match workload {
-            Workload::Mutex => Handle::Lock(Box::new(client.mutex(name)?)),
-            Workload::Fair => Handle::Lock(Box::new(client.fair_mutex(name)?)),
-            Workload::Reentrant => Handle::Reentrant(client.reentrant_mutex(name)?),
-            Workload::RwLock => Handle::RwLock(client.rw_lock(name)?),
+            Workload::Mutex => whole(Box::new(client.mutex(name)?), false),
+            Workload::Fair => whole(Box::new(client.fair_mutex(name)?), false),
+            Workload::Reentrant => whole(Box::new(client.reentrant_mutex(name)?), true),
+            Workload::RwLock => {
+                let rw = client.rw_lock(name)?;
+                Handle::RwLock {
+                    read: Box::new(rw.read()),
+                    write: Box::new(rw.write()),
+                }
+            }
             Workload::Semaphore => Handle::Semaphore(client.semaphore(name, SEMAPHORE_PERMITS)?),
             Workload::Election => Handle::Election(client.election(name)?),
         })
@@ -234,9 +249,9 @@ impl Handle {
     /// whole one time in four.
     pub(crate) fn mode(&self, draw: u64) -> (Mode, u32) {
         match self {
-            Handle::Lock(_) | Handle::Reentrant(_) | Handle::Election(_) => (Mode::Exclusive, 1),
-            Handle::RwLock(_) if draw.is_multiple_of(4) => (Mode::Write, 1),
-            Handle::RwLock(_) => (Mode::Read, 1),
+            Handle::Lock { .. } | Handle::Election(_) => (Mode::Exclusive, 1),
+            Handle::RwLock { .. } if draw.is_multiple_of(4) => (Mode::Write, 1),
+            Handle::RwLock { .. } => (Mode::Read, 1),
             Handle::Semaphore(_) if draw.is_multiple_of(4) => (Mode::Permit, SEMAPHORE_PERMITS),
             Handle::Semaphore(_) => (Mode::Permit, 1),
         }
@@ -252,10 +267,11 @@ impl Handle {
         value: &str,
     ) -> Result<Held, WaitError> {
         let guard = match self {
-            Handle::Lock(lock) => lock.acquire_timeout(wait).await?,
-            Handle::Reentrant(m) => m.acquire_timeout(wait).await?,
-            Handle::RwLock(rw) if mode == Mode::Write => rw.write().acquire_timeout(wait).await?,
-            Handle::RwLock(rw) => rw.read().acquire_timeout(wait).await?,
+            Handle::Lock { lock, .. } => lock.acquire_timeout(wait).await?,
+            Handle::RwLock { write, .. } if mode == Mode::Write => {
+                write.acquire_timeout(wait).await?
+            }
+            Handle::RwLock { read, .. } => read.acquire_timeout(wait).await?,
             Handle::Semaphore(s) => s.acquire_many_timeout(permits, wait).await?,
             Handle::Election(e) => {
                 return match tokio::time::timeout(wait, e.campaign(value)).await {
@@ -279,9 +295,9 @@ impl Handle {
         wait: Duration,
     ) -> Option<leasehold::Result<LeaseGuard>> {
         match self {
-            Handle::Reentrant(m) => Some(m.acquire_timeout(wait).await),
-            Handle::RwLock(rw) if mode == Mode::Write => {
-                Some(rw.read().acquire_timeout(wait).await)
+            Handle::Lock { lock, nests: true } => Some(lock.acquire_timeout(wait).await),
+            Handle::RwLock { read, .. } if mode == Mode::Write => {
+                Some(read.acquire_timeout(wait).await)
             }
             _ => None,
         }
