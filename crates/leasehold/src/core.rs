@@ -266,9 +266,36 @@ impl LockCore {
         Ok(LeaseGuard::new(held))
     }
 
+    /// The owner whose acquisitions this handle makes now, for the kinds
+    /// with owners (which always have one).
+    pub(crate) fn owner(&self) -> Owner {
+        self.owners
+            .current_owner()
+            .unwrap_or_else(|| Owner::trusted("-".to_owned()))
+    }
+
+    /// Makes every acquisition through this handle `owner`'s.
+    pub(crate) fn set_owner(&mut self, owner: Owner) {
+        self.owners = Owners::Named(owner);
+    }
+
     /// The span of `op` on this lock.
     pub(crate) fn span(&self, op: Op) -> tracing::Span {
         observe::span(op, self.kind, &self.keys.name, None)
+    }
+
+    /// The span of `op` on this lock as a face names it: of the lock's
+    /// kind, or of `primitive` when one is given (`rw_lock` for an
+    /// operation on a whole read-write lock).
+    pub(crate) fn span_as<const N: usize>(
+        &self,
+        op: Op,
+        primitive: [&'static str; N],
+    ) -> tracing::Span {
+        match primitive.first() {
+            Some(primitive) => observe::span_of(op, primitive, &self.keys.name, None),
+            None => self.span(op),
+        }
     }
 
     /// Releases `token`: by token alone for the kinds without owners, and

@@ -7,10 +7,8 @@
 use std::time::Duration;
 
 use crate::conn::replicas::ReplicaAck;
-use crate::core::LockCore;
 use crate::error::{Error, Result};
 use crate::keys::{validate_lease, MAX_LEASE, MIN_LEASE};
-use crate::observe::{self, Op};
 
 /// The settings of a lock: what the `with_*` methods of every face
 /// change, one by one, and what [`Lock::settings`](crate::Lock::settings)
@@ -368,7 +366,7 @@ macro_rules! face_call {
     ($guard:ty, [$($p:literal)?], $(#[$doc:meta])* release_token) => {
         $(#[$doc])*
         pub async fn release_token(&self, token: &str) -> $crate::error::Result<()> {
-            let span = $crate::face::span(&self.core, $crate::observe::Op::ReleaseToken, [$($p)?]);
+            let span = self.core.span_as($crate::observe::Op::ReleaseToken, [$($p)?]);
             $crate::observe::traced(span, self.core.release_token(token)).await
         }
     };
@@ -379,22 +377,37 @@ macro_rules! face_call {
             token: &str,
             lease: std::time::Duration,
         ) -> $crate::error::Result<()> {
-            let span = $crate::face::span(&self.core, $crate::observe::Op::ExtendToken, [$($p)?]);
+            let span = self.core.span_as($crate::observe::Op::ExtendToken, [$($p)?]);
             $crate::observe::traced(span, self.core.extend_token(token, lease)).await
         }
     };
     ($guard:ty, [$($p:literal)?], $(#[$doc:meta])* force_release) => {
         $(#[$doc])*
         pub async fn force_release(&self) -> $crate::error::Result<bool> {
-            let span = $crate::face::span(&self.core, $crate::observe::Op::ForceRelease, [$($p)?]);
+            let span = self.core.span_as($crate::observe::Op::ForceRelease, [$($p)?]);
             $crate::observe::traced(span, self.core.force_release()).await
         }
     };
     ($guard:ty, [$($p:literal)?], $(#[$doc:meta])* inspect) => {
         $(#[$doc])*
         pub async fn inspect(&self) -> $crate::error::Result<$crate::holder::LockInfo> {
-            let span = $crate::face::span(&self.core, $crate::observe::Op::Inspect, [$($p)?]);
+            let span = self.core.span_as($crate::observe::Op::Inspect, [$($p)?]);
             $crate::observe::traced(span, self.core.inspect()).await
+        }
+    };
+    ($guard:ty, [$($p:literal)?], $(#[$doc:meta])* owner) => {
+        $(#[$doc])*
+        #[must_use]
+        pub fn owner(&self) -> $crate::owner::Owner {
+            self.core.owner()
+        }
+    };
+    ($guard:ty, [$($p:literal)?], $(#[$doc:meta])* with_owner) => {
+        $(#[$doc])*
+        #[must_use]
+        pub fn with_owner(mut self, owner: $crate::owner::Owner) -> Self {
+            self.core.set_owner(owner);
+            self
         }
     };
     ($guard:ty, [$($p:literal)?], $(#[$doc:meta])* waiters) => {
@@ -406,16 +419,3 @@ macro_rules! face_call {
 }
 
 pub(crate) use face_call;
-
-/// The span of `op` on `core`'s lock: of the core's kind, or of
-/// `primitive` when one is given.
-pub(crate) fn span<const N: usize>(
-    core: &LockCore,
-    op: Op,
-    primitive: [&'static str; N],
-) -> tracing::Span {
-    match primitive.first() {
-        Some(primitive) => observe::span_of(op, primitive, &core.keys.name, None),
-        None => core.span(op),
-    }
-}

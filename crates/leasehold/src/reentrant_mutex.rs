@@ -1,11 +1,10 @@
 //! The reentrant mutex: one owner at a time, who may take it again.
 
-use crate::core::{LockCore, Owners};
+use crate::core::LockCore;
 use crate::error::Result;
 use crate::face::{face_calls, face_settings};
 use crate::guard::LeaseGuard;
 use crate::lock::face_lock;
-use crate::owner::Owner;
 
 /// A lock with one owner at a time, who may acquire it again while holding
 /// it: each acquisition returns a guard (a level), each release undoes one,
@@ -19,7 +18,7 @@ use crate::owner::Owner;
 /// the lock at once; nested acquisitions within one task are reentries.
 /// Futures polled concurrently in one task (`join!`, `select!`) are one
 /// owner: they nest. To share a hold across tasks (or processes), name the
-/// owner: [`with_owner`](Self::with_owner) with an [`Owner`] makes every
+/// owner: [`with_owner`](Self::with_owner) with an [`Owner`](crate::Owner) makes every
 /// task that uses the handle that owner. Another owner waits (woken as [`Mutex`](crate::Mutex)
 /// waiters are: a free lock goes to whoever asks first), or finds it busy.
 /// A reentry never waits, not even behind waiters of its own client.
@@ -92,25 +91,6 @@ impl ReentrantMutex {
         self.core.held_by_current_owner(|_| true)
     }
 
-    /// The owner whose acquisitions this handle makes now: the owner named
-    /// with [`with_owner`](Self::with_owner), else the current task's.
-    #[must_use]
-    pub fn owner(&self) -> Owner {
-        // A reentrant handle always has owners.
-        self.core
-            .owners
-            .current_owner()
-            .unwrap_or_else(|| Owner::trusted("-".to_owned()))
-    }
-
-    /// This lock acquired on behalf of `owner`, whichever task acquires:
-    /// every task and clone that uses the handle shares `owner`'s holds.
-    #[must_use]
-    pub fn with_owner(mut self, owner: Owner) -> Self {
-        self.core.owners = Owners::Named(owner);
-        self
-    }
-
     /// How many levels this handle's owner holds now, as Redis sees it.
     ///
     /// # Errors
@@ -136,6 +116,14 @@ impl ReentrantMutex {
 
 face_calls! {
     ReentrantMutex -> LeaseGuard {
+        /// The owner whose acquisitions this handle makes now: the owner named
+        /// with [`with_owner`](Self::with_owner), else the current task's.
+        owner;
+
+        /// This lock acquired on behalf of `owner`, whichever task acquires:
+        /// every task and clone that uses the handle shares `owner`'s holds.
+        with_owner;
+
         /// One attempt: a guard if the lock was free or already this owner's,
         /// `None` if another owner holds it.
         ///

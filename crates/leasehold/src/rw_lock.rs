@@ -1,13 +1,12 @@
 //! The read-write lock: many readers or one writer, writers not starved.
 
-use crate::core::{LockCore, Owners};
+use crate::core::LockCore;
 use crate::engine::Kind;
 use crate::error::Result;
 use crate::face::{face_calls, face_settings};
 use crate::guard::LeaseGuard;
 use crate::holder::HoldMode;
 use crate::lock::face_lock;
-use crate::owner::Owner;
 
 /// A lock held by many readers or one writer at a time. Made by
 /// [`Client::rw_lock`](crate::Client::rw_lock); take it through [`read`](RwLock::read) or
@@ -29,7 +28,7 @@ use crate::owner::Owner;
 ///   the readers at the front of the queue are admitted together. A writer's
 ///   release wakes all of them at once; a reader's release wakes a writer
 ///   only when the last reader leaves.
-/// - **Reentrant per [`Owner`].** An owner may take its read or write lock
+/// - **Reentrant per [`Owner`](crate::Owner).** An owner may take its read or write lock
 ///   again without waiting. A writer may also take the read lock and then
 ///   release the write lock: a downgrade, with no gap for another writer.
 ///   A reader asking for the write lock (an upgrade) is refused at once with
@@ -87,25 +86,6 @@ impl RwLock {
         self.core.held_by_current_owner(|_| true)
     }
 
-    /// The owner whose acquisitions this handle makes now: the owner named
-    /// with [`with_owner`](Self::with_owner), else the current task's.
-    #[must_use]
-    pub fn owner(&self) -> Owner {
-        self.core
-            .owners
-            .current_owner()
-            .unwrap_or_else(|| Owner::trusted("-".to_owned()))
-    }
-
-    /// This lock acquired on behalf of `owner`, whichever task acquires:
-    /// every task and clone that uses the handle shares `owner`'s read and
-    /// write holds.
-    #[must_use]
-    pub fn with_owner(mut self, owner: Owner) -> Self {
-        self.core.owners = Owners::Named(owner);
-        self
-    }
-
     /// The read side: shared with other readers.
     #[must_use]
     pub fn read(&self) -> ReadLock {
@@ -127,7 +107,16 @@ impl RwLock {
 // the writer alike, are of the primitive `rw_lock`.
 face_calls! {
     RwLock -> LeaseGuard, spans "rw_lock" {
-        /// Releases a read or write lease of this handle's [`Owner`] by its
+        /// The owner whose acquisitions this handle makes now: the owner named
+        /// with [`with_owner`](Self::with_owner), else the current task's.
+        owner;
+
+        /// This lock acquired on behalf of `owner`, whichever task acquires:
+        /// every task and clone that uses the handle shares `owner`'s read and
+        /// write holds.
+        with_owner;
+
+        /// Releases a read or write lease of this handle's [`Owner`](crate::Owner) by its
         /// token, say one taken by another process that shares the owner id
         /// (see [`Mutex::release_token`](crate::Mutex::release_token)). A lease
         /// of another owner is refused and left as it is: one owner's read lock

@@ -498,25 +498,44 @@ impl FairMutex {
     }
 }
 
+/// `owner` and `with_owner`, each the async face's, for a kind with owners;
+/// the face gives the doc of `with_owner`.
+macro_rules! owner_calls {
+    ($face:ident, $(#[$with:meta])*) => {
+        impl $face {
+            /// The owner of an acquisition made now on the calling thread: the
+            /// owner named with [`with_owner`](Self::with_owner), else the calling
+            /// thread's on this handle.
+            #[must_use]
+            pub fn owner(&self) -> Owner {
+                self.inner.owner()
+            }
+
+            $(#[$with])*
+            #[must_use]
+            pub fn with_owner(mut self, owner: Owner) -> Self {
+                self.inner = self.inner.with_owner(owner);
+                self
+            }
+        }
+    };
+}
+
+owner_calls!(
+    ReentrantMutex,
+    /// This lock acquired on behalf of `owner`, whichever thread acquires:
+    /// every thread and clone that uses the handle shares `owner`'s hold.
+);
+owner_calls!(
+    RwLock,
+    /// This lock acquired on behalf of `owner`, whichever thread acquires:
+    /// every thread and clone that uses the handle shares `owner`'s read
+    /// and write holds.
+);
+
 impl ReentrantMutex {
     pub(crate) fn new(inner: crate::ReentrantMutex, shared: Arc<Shared>) -> Self {
         ReentrantMutex { inner, shared }
-    }
-
-    /// The owner of an acquisition made now on the calling thread: the
-    /// owner named with [`with_owner`](Self::with_owner), else the calling
-    /// thread's on this handle.
-    #[must_use]
-    pub fn owner(&self) -> Owner {
-        self.inner.owner()
-    }
-
-    /// This lock acquired on behalf of `owner`, whichever thread acquires:
-    /// every thread and clone that uses the handle shares `owner`'s hold.
-    #[must_use]
-    pub fn with_owner(mut self, owner: Owner) -> Self {
-        self.inner = self.inner.with_owner(owner);
-        self
     }
 
     /// How many levels the calling thread's owner holds now, as Redis sees
@@ -534,23 +553,6 @@ impl ReentrantMutex {
 impl RwLock {
     pub(crate) fn new(inner: crate::RwLock, shared: Arc<Shared>) -> Self {
         RwLock { inner, shared }
-    }
-
-    /// The owner of an acquisition made now on the calling thread: the
-    /// owner named with [`with_owner`](Self::with_owner), else the calling
-    /// thread's on this handle.
-    #[must_use]
-    pub fn owner(&self) -> Owner {
-        self.inner.owner()
-    }
-
-    /// This lock acquired on behalf of `owner`, whichever thread acquires:
-    /// every thread and clone that uses the handle shares `owner`'s read
-    /// and write holds.
-    #[must_use]
-    pub fn with_owner(mut self, owner: Owner) -> Self {
-        self.inner = self.inner.with_owner(owner);
-        self
     }
 
     /// The read side: shared with other readers.
