@@ -69,47 +69,49 @@ pub(crate) enum Built {
     Redlock(leasehold::RedlockMutex),
 }
 
-/// The settings every kind has, applied to `$lock`.
-macro_rules! settings {
-    ($lock:expr, $spec:expr) => {{
-        let mut lock = $lock;
-        if let Some(lease) = $spec.lease {
-            lock = lib(lock.with_lease(lease))?;
+impl Spec {
+    /// `made` (a lock's settings as its client made it) with what this
+    /// spec gives; the lock checks them as it takes them.
+    fn settings(&self, made: leasehold::LockSettings) -> leasehold::LockSettings {
+        let mut settings = made;
+        if let Some(lease) = self.lease {
+            settings.lease = lease;
         }
-        if let Some(on) = $spec.watchdog {
-            lock = lock.with_watchdog(on);
+        if let Some(on) = self.watchdog {
+            settings.watchdog = on;
         }
-        if let Some(max) = $spec.max_hold {
-            lock = lib(lock.with_max_hold(max))?;
+        if let Some(max) = self.max_hold {
+            settings.max_hold = Some(max);
         }
-        if let Some(hold) = $spec.hold_at_least {
-            lock = lib(lock.with_hold_at_least(hold))?;
+        if let Some(hold) = self.hold_at_least {
+            settings.hold_at_least = Some(hold);
         }
-        lock
-    }};
+        if let Some((replicas, timeout)) = self.replica_ack {
+            settings.replica_ack = leasehold::ReplicaAck::AtLeast { replicas, timeout };
+        }
+        settings
+    }
 }
 
-/// The replica acknowledgement, on the kinds of one deployment.
-macro_rules! replica_ack {
+/// `$lock` with the settings `$spec` gives.
+macro_rules! configured {
     ($lock:expr, $spec:expr) => {{
-        let lock = settings!($lock, $spec);
-        match $spec.replica_ack {
-            Some((replicas, timeout)) => lib(lock.with_replica_ack(replicas, timeout))?,
-            None => lock,
-        }
+        let lock = $lock;
+        let settings = $spec.settings(lock.settings());
+        lib(lock.with_settings(settings))?
     }};
 }
 
 impl Built {
     fn configured(self, spec: &Spec) -> Result<Built, Fail> {
         Ok(match self {
-            Built::Mutex(l) => Built::Mutex(replica_ack!(l, spec)),
-            Built::Fair(l) => Built::Fair(replica_ack!(l, spec)),
-            Built::Reentrant(l) => Built::Reentrant(replica_ack!(l, spec)),
-            Built::Read(l) => Built::Read(replica_ack!(l, spec)),
-            Built::Write(l) => Built::Write(replica_ack!(l, spec)),
-            Built::Semaphore(l) => Built::Semaphore(replica_ack!(l, spec)),
-            Built::Redlock(l) => Built::Redlock(settings!(l, spec)),
+            Built::Mutex(l) => Built::Mutex(configured!(l, spec)),
+            Built::Fair(l) => Built::Fair(configured!(l, spec)),
+            Built::Reentrant(l) => Built::Reentrant(configured!(l, spec)),
+            Built::Read(l) => Built::Read(configured!(l, spec)),
+            Built::Write(l) => Built::Write(configured!(l, spec)),
+            Built::Semaphore(l) => Built::Semaphore(configured!(l, spec)),
+            Built::Redlock(l) => Built::Redlock(configured!(l, spec)),
         })
     }
 
