@@ -258,6 +258,9 @@ pub(crate) enum Command {
     Leader(crate::leader::LeaderArgs),
     /// Change a semaphore's permit count, or delete it (admin)
     Semaphore(SemaphoreArgs),
+    /// List leasehold's Redis Functions libraries on every master, and
+    /// remove those of older versions no connected client calls (admin)
+    Libraries(LibrariesArgs),
 }
 
 /// How long to wait for a busy lock.
@@ -471,6 +474,23 @@ pub(crate) enum SemaphoreAction {
         /// The semaphore's name
         name: String,
     },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LibrariesArgs {
+    /// Remove the libraries no connected client may call: never this
+    /// version's, nor one a connected client says it calls
+    #[arg(long)]
+    pub(crate) remove_unused: bool,
+    /// With --remove-unused: also remove libraries while clients that cannot
+    /// say which library they call are connected (leasehold from before
+    /// clients said it, or any client of Redis older than 7.2); a client
+    /// whose library is removed loads it again on its next call
+    #[arg(long, requires = "remove_unused")]
+    pub(crate) force: bool,
+    /// From the global --json
+    #[arg(skip)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::json;
 
 use crate::cli::{
-    AcquireArgs, Connection, ExtendArgs, InspectArgs, NameArgs, ReleaseArgs, SemaphoreAction,
-    SemaphoreArgs, TakeArgs, WaitArgs,
+    AcquireArgs, Connection, ExtendArgs, InspectArgs, LibrariesArgs, NameArgs, ReleaseArgs,
+    SemaphoreAction, SemaphoreArgs, TakeArgs, WaitArgs,
 };
 use crate::exit::{self, Fail};
 use crate::kind::{self, Kind, Lock, Take};
@@ -344,6 +344,67 @@ pub(crate) async fn semaphore(conn: &Connection, args: SemaphoreArgs) -> anyhow:
                 println!("there was no semaphore {name:?}");
             }
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) async fn libraries(conn: &Connection, args: LibrariesArgs) -> anyhow::Result<ExitCode> {
+    let locker = conn.locker(leasehold::DEFAULT_LEASE, false, None, |builder| builder)?;
+    let found = if args.remove_unused {
+        locker
+            .client
+            .remove_unused_script_libraries(args.force)
+            .await?
+    } else {
+        locker.client.script_libraries().await?
+    };
+    if args.json {
+        let libraries: Vec<serde_json::Value> = found
+            .iter()
+            .map(|library| {
+                json!({
+                    "server": library.server,
+                    "name": library.name,
+                    "this_version": library.this_version,
+                    "clients": library.clients,
+                    "unknown_clients": library.unknown_clients,
+                    "removed": library.removed,
+                })
+            })
+            .collect();
+        println!("{}", json!({ "libraries": libraries }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if found.is_empty() {
+        println!("no leasehold library on the server (Redis 6.2 has no Functions: scripts alone)");
+    }
+    for library in &found {
+        let unknown = match library.unknown_clients {
+            Some(0) => String::new(),
+            Some(n) => format!(", {n} clients that cannot say which library they call"),
+            None => {
+                ", the server cannot tell which library clients call (older than 7.2)".to_owned()
+            }
+        };
+        let state = if library.removed {
+            "removed"
+        } else if library.this_version {
+            "this version's"
+        } else if library.is_unused() {
+            "unused"
+        } else {
+            "kept"
+        };
+        println!(
+            "{}  {}  {state}: {} clients call it{unknown}",
+            library.server, library.name, library.clients
+        );
+    }
+    let kept_for_unknown = found
+        .iter()
+        .any(|l| !l.removed && !l.this_version && l.clients == 0);
+    if args.remove_unused && !args.force && kept_for_unknown {
+        println!("some were kept for clients that cannot say which library they call: --force removes them");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1634,3 +1634,62 @@ fn a_port_that_is_not_redis_exits_78_and_says_so() {
         }
     }
 }
+
+/// `libraries` lists leasehold's Functions libraries and, with
+/// `--remove-unused`, removes an older version's that no client calls,
+/// keeping this version's.
+#[test]
+fn libraries_lists_and_removes_an_older_versions_library() {
+    let server = RedisServer::start();
+    if server
+        .command(&["FUNCTION", "LIST"])
+        .unwrap()
+        .starts_with("ERR")
+    {
+        // Redis 6.2: no Functions, nothing to list.
+        let out = leasehold(&server.url(), &["--json", "libraries"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        return;
+    }
+    let old = "leasehold_00000000000000aa";
+    let code =
+        format!("#!lua name={old}\nredis.register_function('{old}_x', function() return 1 end)");
+    server.command(&["FUNCTION", "LOAD", &code]).unwrap();
+    // This version's, loaded by a lock call.
+    let out = leasehold(&server.url(), &["inspect", "job"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = leasehold(&server.url(), &["acquire", "job", "--lease", "1s"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listed = |out: &Output| -> Vec<(String, bool, bool)> {
+        let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        value["libraries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                (
+                    l["name"].as_str().unwrap().to_owned(),
+                    l["this_version"].as_bool().unwrap(),
+                    l["removed"].as_bool().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let out = leasehold(&server.url(), &["--json", "libraries"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let found = listed(&out);
+    assert!(found.contains(&(old.to_owned(), false, false)), "{found:?}");
+    assert_eq!(found.iter().filter(|l| l.1).count(), 1, "{found:?}");
+    let out = leasehold(
+        &server.url(),
+        &["--json", "libraries", "--remove-unused", "--force"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let found = listed(&out);
+    assert!(found.contains(&(old.to_owned(), false, true)), "{found:?}");
+    assert!(found.iter().all(|l| !(l.1 && l.2)), "{found:?}");
+    let out = leasehold(&server.url(), &["libraries"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stdout(&out).contains(old), "{}", stdout(&out));
+    assert!(stdout(&out).contains("this version's"), "{}", stdout(&out));
+}
