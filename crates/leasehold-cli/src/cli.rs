@@ -245,8 +245,9 @@ pub(crate) enum Command {
     Extend(ExtendArgs),
     /// Show whether a lock is held, its remaining lease and its last fence
     Inspect(InspectArgs),
-    /// Remove a stuck lock whoever holds it, and wake its waiters (admin)
-    ForceRelease(NameArgs),
+    /// Remove a stuck lock whoever holds it, and wake its waiters (admin);
+    /// of a read-write lock, --read or --write removes one side alone
+    ForceRelease(ForceReleaseArgs),
     /// Show locks live: held or free, last fence, lease left, waiters; or
     /// wait until others let go of them (--until-free)
     Watch(WatchArgs),
@@ -494,9 +495,17 @@ pub(crate) struct LibrariesArgs {
 }
 
 #[derive(Debug, Args)]
-pub(crate) struct NameArgs {
+pub(crate) struct ForceReleaseArgs {
     /// The lock's name
     pub(crate) name: String,
+    /// Of a read-write lock: remove every reader and nothing else (a
+    /// waiting writer then gets the lock)
+    #[arg(long, conflicts_with = "write")]
+    pub(crate) read: bool,
+    /// Of a read-write lock: remove the writer and nothing else (its
+    /// readers, after a downgrade, stay)
+    #[arg(long)]
+    pub(crate) write: bool,
     /// From the global --json
     #[arg(skip)]
     pub(crate) json: bool,

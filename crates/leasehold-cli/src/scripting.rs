@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::json;
 
 use crate::cli::{
-    AcquireArgs, Connection, ExtendArgs, InspectArgs, LibrariesArgs, NameArgs, ReleaseArgs,
+    AcquireArgs, Connection, ExtendArgs, ForceReleaseArgs, InspectArgs, LibrariesArgs, ReleaseArgs,
     SemaphoreAction, SemaphoreArgs, TakeArgs, WaitArgs,
 };
 use crate::exit::{self, Fail};
@@ -306,13 +306,29 @@ pub(crate) async fn inspect(conn: &Connection, args: InspectArgs) -> anyhow::Res
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) async fn force_release(conn: &Connection, args: NameArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn force_release(
+    conn: &Connection,
+    args: ForceReleaseArgs,
+) -> anyhow::Result<ExitCode> {
     let locker = conn.locker(leasehold::DEFAULT_LEASE, false, None, |builder| builder)?;
-    let removed = locker.client.mutex(&args.name)?.force_release().await?;
+    let (removed, what) = if args.read {
+        let rw = locker.client.rw_lock(&args.name)?;
+        (rw.force_release_readers().await?, "the readers of ")
+    } else if args.write {
+        let rw = locker.client.rw_lock(&args.name)?;
+        (rw.force_release_writer().await?, "the writer of ")
+    } else {
+        let removed = locker.client.mutex(&args.name)?.force_release().await?;
+        (removed, "")
+    };
     if args.json {
         println!("{}", json!({"name": args.name, "removed": removed}));
     } else if removed {
-        println!("removed lock {:?}; its waiters were woken", args.name);
+        println!("removed {what}lock {:?}; its waiters were woken", args.name);
+    } else if args.read {
+        println!("lock {:?} had no reader", args.name);
+    } else if args.write {
+        println!("lock {:?} had no writer", args.name);
     } else {
         println!("lock {:?} was free", args.name);
     }

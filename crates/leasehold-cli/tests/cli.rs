@@ -1693,3 +1693,48 @@ fn libraries_lists_and_removes_an_older_versions_library() {
     assert!(!stdout(&out).contains(old), "{}", stdout(&out));
     assert!(stdout(&out).contains("this version's"), "{}", stdout(&out));
 }
+
+/// `force-release --read` removes a read-write lock's readers alone, and
+/// `--write` its writer alone.
+#[test]
+fn force_release_read_or_write_removes_one_side() {
+    let server = RedisServer::start();
+    let url = server.url();
+    for _ in 0..2 {
+        let out = leasehold(&url, &["acquire", "catalog", "--read", "--lease", "30s"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let out = leasehold(&url, &["--json", "force-release", "catalog", "--write"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(said["removed"], false, "no writer: the readers stay");
+    let out = leasehold(&url, &["acquire", "catalog", "--write", "--no-wait"]);
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    let out = leasehold(&url, &["force-release", "catalog", "--read"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("removed the readers of lock"),
+        "{}",
+        stdout(&out)
+    );
+    let out = leasehold(
+        &url,
+        &[
+            "acquire",
+            "catalog",
+            "--write",
+            "--lease",
+            "30s",
+            "--no-wait",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = leasehold(&url, &["--json", "force-release", "catalog", "--read"]);
+    let said: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(said["removed"], false, "no reader: the writer stays");
+    let out = leasehold(&url, &["--json", "force-release", "catalog", "--write"]);
+    let said: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(said["removed"], true);
+    let out = leasehold(&url, &["force-release", "catalog", "--read", "--write"]);
+    assert!(!out.status.success(), "one side at a time");
+}

@@ -178,6 +178,22 @@ def test_rw_lock_readers_share_writers_exclude(client: leasehold.Client, name: s
     assert rw.inspect().held is False
 
 
+def test_rw_lock_one_side_released_by_force(client: leasehold.Client, name: str) -> None:
+    rw = client.rw_lock(name)
+    reader = in_thread(rw.read().acquire)
+    assert isinstance(reader, leasehold.Guard)
+    assert rw.force_release_writer() is False
+    assert rw.force_release_readers() is True
+    assert rw.inspect().held is False
+    writer = rw.write().acquire()
+    assert rw.force_release_readers() is False
+    assert rw.inspect().held is True
+    assert rw.force_release_writer() is True
+    assert rw.inspect().held is False
+    with pytest.raises(leasehold.LeaseLostError):
+        writer.release()
+
+
 def test_semaphore_bounds_its_holders(client: leasehold.Client, name: str) -> None:
     sem = client.semaphore(name, 3)
     assert sem.permits == 3

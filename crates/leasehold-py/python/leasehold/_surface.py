@@ -322,6 +322,18 @@ class RwLock(Face, Generic[ReadLockT, WriteLockT]):
         """Removes every reader and writer (an admin action)."""
         return Answer(self._read._native.force_release(), bool)
 
+    @io
+    def force_release_readers(self) -> Answer[bool]:
+        """Removes every reader and nothing else (an admin action), as Redisson's
+        ``readLock().forceUnlock()``: whether a reader was removed."""
+        return Answer(self._read._native.force_release_side("read"), bool)
+
+    @io
+    def force_release_writer(self) -> Answer[bool]:
+        """Removes the writer and nothing else (an admin action), as Redisson's
+        ``writeLock().forceUnlock()``: whether a writer was removed."""
+        return Answer(self._read._native.force_release_side("write"), bool)
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
 

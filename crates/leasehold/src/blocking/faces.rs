@@ -542,6 +542,31 @@ impl RwLock {
         self.shared.block_on(self.inner.force_release())?
     }
 
+    /// Removes every reader's lease and nothing else, blocking for the
+    /// round trip. As
+    /// [`RwLock::force_release_readers`](crate::RwLock::force_release_readers).
+    ///
+    /// # Errors
+    ///
+    /// As [`RwLock::force_release_readers`](crate::RwLock::force_release_readers);
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+    /// called inside an async runtime.
+    pub fn force_release_readers(&self) -> crate::Result<bool> {
+        self.shared.block_on(self.inner.force_release_readers())?
+    }
+
+    /// Removes the writer's lease and nothing else, blocking for the round
+    /// trip. As [`RwLock::force_release_writer`](crate::RwLock::force_release_writer).
+    ///
+    /// # Errors
+    ///
+    /// As [`RwLock::force_release_writer`](crate::RwLock::force_release_writer);
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+    /// called inside an async runtime.
+    pub fn force_release_writer(&self) -> crate::Result<bool> {
+        self.shared.block_on(self.inner.force_release_writer())?
+    }
+
     /// The lock's state as Redis sees it now: every reader and the writer,
     /// blocking for the round trip.
     ///

@@ -210,20 +210,46 @@ pub(crate) async fn release_owned_token(
     }
 }
 
+/// One side of a read-write lock, for a forced release of that side alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RwSide {
+    Readers,
+    Writer,
+}
+
 /// Removes the lock whoever holds it and wakes its waiters; whether a lock
-/// was there.
-pub(crate) async fn force_release(engine: &Engine, store: &Store, keys: &LockKeys) -> Result<bool> {
+/// was there. With `only`, of a read-write lock the leases of that side
+/// alone.
+pub(crate) async fn force_release(
+    engine: &Engine,
+    store: &Store,
+    keys: &LockKeys,
+    only: Option<RwSide>,
+) -> Result<bool> {
+    let side: &[u8] = match only {
+        Some(RwSide::Readers) => b"r",
+        Some(RwSide::Writer) => b"w",
+        None => b"",
+    };
     let reply = store
         .eval(
             keys,
             "force-release",
             |s| &s.force_release,
             &[&keys.lock, &keys.fence, &keys.queue, &keys.waiters],
-            &[engine.retention_ms(), keys.channels.as_bytes()],
+            &[engine.retention_ms(), keys.channels.as_bytes(), side],
         )
         .await?;
     if let Value::Array(items) = &reply {
         return match (items.first(), items.get(1).and_then(scripts::as_text)) {
+            (Some(Value::Int(-2)), Some(kind)) => Err(Error::new(
+                ErrorKind::Conflict,
+                format!(
+                    "lock {:?} is a {kind}, not a read-write lock: only a read-write lock's \
+                     readers or writer are released apart; force-release the whole lock instead",
+                    keys.name
+                ),
+            )),
             (Some(Value::Int(-1)), Some(found)) => Err(Error::new(
                 ErrorKind::Conflict,
                 format!(
