@@ -467,6 +467,16 @@ pub(crate) enum SemaphoreAction {
         /// The new permit count
         #[arg(value_parser = clap::value_parser!(u32).range(1..=i64::from(leasehold::MAX_PERMITS)))]
         permits: u32,
+        /// Set it only if no count is set yet (no semaphore of this name, or
+        /// one whose --lifetime ended); exit 0 either way and say which
+        #[arg(long)]
+        if_unset: bool,
+        /// With --if-unset: the count goes after DUR (e.g. 10m, 2h, 7d; 1ms to
+        /// 365d), or with the last permit lease held then; permits held at
+        /// the end run on until released, and the next acquisition sets the
+        /// count again [default: no end]
+        #[arg(long, value_name = "DUR", requires = "if_unset", value_parser = duration::permit_lifetime)]
+        lifetime: Option<Dur>,
     },
     /// Delete the semaphore: its permit count and every permit lease,
     /// whoever holds it; its waiters are woken, and the next acquisition

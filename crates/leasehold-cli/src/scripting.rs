@@ -338,7 +338,12 @@ pub(crate) async fn force_release(
 pub(crate) async fn semaphore(conn: &Connection, args: SemaphoreArgs) -> anyhow::Result<ExitCode> {
     let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
     match args.action {
-        SemaphoreAction::SetPermits { name, permits } => {
+        SemaphoreAction::SetPermits {
+            name,
+            permits,
+            if_unset: false,
+            ..
+        } => {
             client
                 .semaphore(&name, permits)?
                 .set_permits(permits)
@@ -347,6 +352,43 @@ pub(crate) async fn semaphore(conn: &Connection, args: SemaphoreArgs) -> anyhow:
                 println!("{}", json!({"name": name, "permits": permits}));
             } else {
                 println!("semaphore {name:?} has {permits} permits now; its waiters were woken");
+            }
+        }
+        SemaphoreAction::SetPermits {
+            name,
+            permits,
+            lifetime,
+            ..
+        } => {
+            let semaphore = client.semaphore(&name, permits)?;
+            let set = match &lifetime {
+                Some(lifetime) => {
+                    semaphore
+                        .try_set_permits_for(permits, lifetime.get())
+                        .await?
+                }
+                None => semaphore.try_set_permits(permits).await?,
+            };
+            if args.json {
+                println!(
+                    "{}",
+                    json!({
+                        "name": name,
+                        "permits": permits,
+                        "set": set,
+                        "lifetime_ms": lifetime.as_ref().map(|l| millis(l.get())),
+                    })
+                );
+            } else if set {
+                match &lifetime {
+                    Some(lifetime) => println!(
+                        "semaphore {name:?} has {permits} permits now, for {}",
+                        duration::human(lifetime.get())
+                    ),
+                    None => println!("semaphore {name:?} has {permits} permits now"),
+                }
+            } else {
+                println!("semaphore {name:?} has a permit count already; it was left as it is");
             }
         }
         SemaphoreAction::Delete { name } => {

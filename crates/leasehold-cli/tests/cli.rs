@@ -1738,3 +1738,46 @@ fn force_release_read_or_write_removes_one_side() {
     let out = leasehold(&url, &["force-release", "catalog", "--read", "--write"]);
     assert!(!out.status.success(), "one side at a time");
 }
+
+/// `semaphore set-permits --if-unset [--lifetime DUR]` sets a count only
+/// where none is set, and the lifetime only with it.
+#[test]
+fn semaphore_set_permits_if_unset_with_a_lifetime() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let set = |permits: &str| -> serde_json::Value {
+        let out = leasehold(
+            &url,
+            &[
+                "--json",
+                "semaphore",
+                "set-permits",
+                "pool",
+                permits,
+                "--if-unset",
+                "--lifetime",
+                "10m",
+            ],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let first = set("3");
+    assert_eq!(first["set"], true, "{first}");
+    assert_eq!(first["lifetime_ms"], 600_000, "{first}");
+    assert_eq!(set("5")["set"], false);
+    assert_eq!(inspect(&url, "pool")["permits"]["total"], 3);
+    let pttl = server.command(&["PTTL", "leasehold:{pool}"]).unwrap();
+    let pttl: i64 = pttl.parse().unwrap();
+    assert!(pttl > 0 && pttl <= 600_000, "{pttl}");
+    let out = leasehold(
+        &url,
+        &["semaphore", "set-permits", "pool", "2", "--lifetime", "1m"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "--lifetime needs --if-unset: {}",
+        stderr(&out)
+    );
+}

@@ -330,6 +330,24 @@ impl Lock {
         })
     }
 
+    /// Sets a semaphore's permit count only if none is set yet, for
+    /// `lifetime` seconds when given; whether it was set.
+    #[pyo3(signature = (permits, lifetime=None))]
+    fn try_set_permits(
+        &self,
+        py: Python<'_>,
+        permits: u32,
+        lifetime: Option<Secs>,
+    ) -> PyResult<Py<PyAny>> {
+        let semaphore = self.semaphore().map_err(|e| e.into_pyerr(py))?;
+        call(py, self.mode(), Length::RoundTrip, async move {
+            match lifetime {
+                Some(lifetime) => lib(semaphore.try_set_permits_for(permits, lifetime.0).await),
+                None => lib(semaphore.try_set_permits(permits).await),
+            }
+        })
+    }
+
     fn __repr__(&self) -> String {
         format!("{:?}({:?})", self.spec.kind, self.spec.name)
     }

@@ -212,6 +212,15 @@ def test_semaphore_bounds_its_holders(client: leasehold.Client, name: str) -> No
         client.semaphore(name, 4).try_acquire()
 
 
+def test_semaphore_try_set_permits(client: leasehold.Client, name: str) -> None:
+    sem = client.semaphore(name, 3)
+    assert sem.try_set_permits(3, lifetime=timedelta(minutes=10)) is True
+    assert sem.try_set_permits(5) is False
+    assert sem.inspect().permits == 3
+    with pytest.raises(leasehold.InvalidInputError):
+        client.semaphore(name + "-x", 1).try_set_permits(1, lifetime=0)
+
+
 def test_election(client: leasehold.Client, name: str) -> None:
     election = client.election(name, lease=5)
     assert election.leader() is None

@@ -459,7 +459,7 @@ pub use redlock::{
 };
 pub use reentrant_mutex::ReentrantMutex;
 pub use rw_lock::{ReadLock, RwLock, WriteLock};
-pub use semaphore::{Semaphore, MAX_PERMITS};
+pub use semaphore::{Semaphore, MAX_PERMITS, MAX_PERMIT_LIFETIME};
 
 #[cfg(test)]
 mod tests {

@@ -374,6 +374,15 @@ class Semaphore(Lock[GuardT]):
         """Sets the permit count for every user (an admin action)."""
         return Answer(self._native.set_permits(permits), nothing)
 
+    @io
+    def try_set_permits(self, permits: int, lifetime: Optional[Seconds] = None) -> Answer[bool]:
+        """Sets the permit count only if none is set yet, as Redisson's
+        ``trySetPermits``: whether it was set. With ``lifetime`` (seconds, or a
+        ``timedelta``), the count goes at its end; permits held then run on
+        until released and count against the next count, which the next
+        acquisition sets."""
+        return Answer(self._native.try_set_permits(permits, lifetime), bool)
+
 
 class RedlockMutex(Lock[GuardT]):
     """A mutex over a :class:`Redlock`'s masters, held while a majority holds it."""

@@ -714,6 +714,32 @@ impl Semaphore {
     pub fn set_permits(&self, permits: u32) -> crate::Result<()> {
         self.shared.block_on(self.inner.set_permits(permits))?
     }
+
+    /// Sets the permit count only if none is set yet, blocking for the
+    /// round trip. As [`Semaphore::try_set_permits`](crate::Semaphore::try_set_permits).
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::try_set_permits`](crate::Semaphore::try_set_permits);
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+    /// called inside an async runtime.
+    pub fn try_set_permits(&self, permits: u32) -> crate::Result<bool> {
+        self.shared.block_on(self.inner.try_set_permits(permits))?
+    }
+
+    /// Sets the permit count only if none is set yet, for `lifetime`,
+    /// blocking for the round trip. As
+    /// [`Semaphore::try_set_permits_for`](crate::Semaphore::try_set_permits_for).
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::try_set_permits_for`](crate::Semaphore::try_set_permits_for);
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+    /// called inside an async runtime.
+    pub fn try_set_permits_for(&self, permits: u32, lifetime: Duration) -> crate::Result<bool> {
+        self.shared
+            .block_on(self.inner.try_set_permits_for(permits, lifetime))?
+    }
 }
 
 macro_rules! face_without_owners {

@@ -338,9 +338,18 @@ fn lock_info(name: &str, server: &str, reply: &Value) -> Result<LockInfo> {
     })
 }
 
-/// Stores a semaphore's permit count, and wakes the waiters it may admit.
-pub(crate) async fn set_permits(engine: &Engine, keys: &LockKeys, permits: u32) -> Result<()> {
+/// Stores a semaphore's permit count, and wakes the waiters it may admit;
+/// with `unless_set`, only where no count is set, given `lifetime` when
+/// `Some` (see `semaphore_permits.lua`). Whether it was stored.
+pub(crate) async fn set_permits(
+    engine: &Engine,
+    keys: &LockKeys,
+    permits: u32,
+    unless_set: Option<Option<Duration>>,
+) -> Result<bool> {
     let permits_arg = permits.to_string();
+    let lifetime_arg = unless_set.flatten().map(millis).unwrap_or(0).to_string();
+    let only: &[u8] = if unless_set.is_some() { b"1" } else { b"0" };
     let reply = engine
         .one()?
         .eval(
@@ -352,6 +361,8 @@ pub(crate) async fn set_permits(engine: &Engine, keys: &LockKeys, permits: u32) 
                 permits_arg.as_bytes(),
                 engine.retention_ms(),
                 keys.channels.as_bytes(),
+                only,
+                lifetime_arg.as_bytes(),
             ],
         )
         .await?;
@@ -360,7 +371,8 @@ pub(crate) async fn set_permits(engine: &Engine, keys: &LockKeys, permits: u32) 
         return Err(unexpected());
     };
     match items.first().and_then(scripts::as_int) {
-        Some(1) => Ok(()),
+        Some(1) => Ok(true),
+        Some(0) if unless_set.is_some() => Ok(false),
         Some(-1) => {
             let found = items
                 .get(1)
