@@ -528,9 +528,15 @@ async fn tries(
                 if quorum.config.node_timeout.is_none() {
                     node_timeout = count::widened_deadline(node_timeout, lease);
                 }
-                let since = *blocked_since.get_or_insert(tried_at);
-                if once && since.elapsed() >= quorum.command_timeout() {
-                    return Ok(None);
+                if once {
+                    let since = *blocked_since.get_or_insert(tried_at);
+                    if since.elapsed() >= quorum.command_timeout() {
+                        return Ok(None);
+                    }
+                } else {
+                    // A wait goes on: only tries that no majority could
+                    // answer count toward giving up with a quorum error.
+                    blocked_since = None;
                 }
                 // The late grants of this try release themselves when
                 // their replies come: the next try waits a deadline for
