@@ -462,7 +462,10 @@ pub(crate) async fn libraries(conn: &Connection, args: LibrariesArgs) -> anyhow:
         .iter()
         .any(|l| !l.removed && !l.this_version && l.clients == 0);
     if args.remove_unused && !args.force && kept_for_unknown {
-        println!("some were kept for clients that cannot say which library they call: --force removes them");
+        println!(
+            "some were kept for clients that cannot say which library they call: --force \
+             removes them"
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -227,3 +227,19 @@ async fn every_master_of_a_redlock_is_cleaned() {
         assert!(!left.iter().any(|name| name == OLD), "{left:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_master_the_sentinels_name_is_cleaned() {
+    let group = leasehold_testkit::Sentinels::start(1, 1);
+    if !common::has_functions(group.master()).await {
+        return;
+    }
+    let client = Client::open(&group.url()).unwrap();
+    let (mut admin, _) = tool(&group.master().url(), "test-tool", "1").await;
+    let _: Value = query(&mut admin, &["FUNCTION", "LOAD", &old_library_code()]).await;
+    let found = client.remove_unused_script_libraries(true).await.unwrap();
+    assert!(old(&found).removed, "{found:?}");
+    assert_eq!(old(&found).server, group.master().addr().to_string());
+    let left = libraries_on(&mut admin).await;
+    assert!(!left.iter().any(|name| name == OLD), "{left:?}");
+}
