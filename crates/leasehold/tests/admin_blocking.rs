@@ -55,7 +55,7 @@ fn an_old_library_is_removed() {
     if server
         .command(&["FUNCTION", "LIST"])
         .unwrap()
-        .starts_with("ERR")
+        .starts_with("(error)")
     {
         assert!(client.script_libraries().unwrap().is_empty());
         return;
