@@ -222,8 +222,9 @@ pub(crate) enum Command {
     Extend(ExtendArgs),
     /// Show whether a lock is held, its remaining lease and its last fence
     Inspect(InspectArgs),
-    /// Remove a stuck lock whoever holds it, and wake its waiters (admin)
-    ForceRelease(NameArgs),
+    /// Remove a stuck lock whoever holds it, and wake its waiters (admin);
+    /// of a read-write lock, --read or --write removes one side alone
+    ForceRelease(ForceReleaseArgs),
     /// Show locks live: held or free, last fence, lease left, waiters; or
     /// wait until others let go of them (--until-free)
     Watch(WatchArgs),
@@ -235,6 +236,9 @@ pub(crate) enum Command {
     Leader(LeaderArgs),
     /// Change a semaphore's permit count, or delete it (admin)
     Semaphore(SemaphoreArgs),
+    /// List leasehold's Redis Functions libraries on every master, and
+    /// remove those of older versions no connected client calls (admin)
+    Libraries(LibrariesArgs),
 }
 
 /// How long to wait for a busy lock.
@@ -440,6 +444,16 @@ pub(crate) enum SemaphoreAction {
         /// The new permit count
         #[arg(value_parser = clap::value_parser!(u32).range(1..=i64::from(leasehold::MAX_PERMITS)))]
         permits: u32,
+        /// Set it only if no count is set yet (no semaphore of this name, or
+        /// one whose --lifetime ended); exit 0 either way and say which
+        #[arg(long)]
+        if_unset: bool,
+        /// With --if-unset: the count goes after DUR (e.g. 10m, 2h, 7d; 1ms to
+        /// 365d), or with the last permit lease held then; permits held at
+        /// the end run on until released, and the next acquisition sets the
+        /// count again [default: no end]
+        #[arg(long, value_name = "DUR", requires = "if_unset", value_parser = duration::permit_lifetime)]
+        lifetime: Option<Dur>,
     },
     /// Delete the semaphore: its permit count and every permit lease,
     /// whoever holds it; its waiters are woken, and the next acquisition
@@ -451,9 +465,34 @@ pub(crate) enum SemaphoreAction {
 }
 
 #[derive(Debug, Args)]
-pub(crate) struct NameArgs {
+pub(crate) struct LibrariesArgs {
+    /// Remove the libraries no connected client may call: never this
+    /// version's, nor one a connected client says it calls
+    #[arg(long)]
+    pub(crate) remove_unused: bool,
+    /// With --remove-unused: also remove libraries while clients that cannot
+    /// say which library they call are connected (leasehold from before
+    /// clients said it, or any client of Redis older than 7.2); a client
+    /// whose library is removed loads it again on its next call
+    #[arg(long, requires = "remove_unused")]
+    pub(crate) force: bool,
+    /// From the global --json
+    #[arg(skip)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ForceReleaseArgs {
     /// The lock's name
     pub(crate) name: String,
+    /// Of a read-write lock: remove every reader and nothing else (a
+    /// waiting writer then gets the lock)
+    #[arg(long, conflicts_with = "write")]
+    pub(crate) read: bool,
+    /// Of a read-write lock: remove the writer and nothing else (its
+    /// readers, after a downgrade, stay)
+    #[arg(long)]
+    pub(crate) write: bool,
     /// From the global --json
     #[arg(skip)]
     pub(crate) json: bool,

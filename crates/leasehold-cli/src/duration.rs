@@ -59,6 +59,15 @@ pub(crate) fn command_timeout(text: &str) -> Result<Dur, String> {
     within(parse(text)?, leasehold::MIN_LEASE, Duration::from_secs(60))
 }
 
+/// A semaphore count's lifetime: 1 ms to a year.
+pub(crate) fn permit_lifetime(text: &str) -> Result<Dur, String> {
+    within(
+        parse(text)?,
+        Duration::from_millis(1),
+        leasehold::MAX_PERMIT_LIFETIME,
+    )
+}
+
 pub(crate) fn up_to_a_day(text: &str) -> Result<Dur, String> {
     within(parse(text)?, Duration::ZERO, MAX_WAIT.min(MAX_LEASE))
 }

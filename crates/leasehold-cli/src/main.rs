@@ -160,6 +160,7 @@ fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
         Command::ForceRelease(args) => args.json = json,
         Command::Leader(args) => args.json = json,
         Command::Semaphore(args) => args.json = json,
+        Command::Libraries(args) => args.json = json,
     }
     // One thread: PR_SET_PDEATHSIG follows the thread that spawned the child,
     // and the main thread lives as long as the runner.
@@ -178,6 +179,7 @@ fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
             Command::Inspect(args) => scripting::inspect(&cli.connection, args).await,
             Command::ForceRelease(args) => scripting::force_release(&cli.connection, args).await,
             Command::Semaphore(args) => scripting::semaphore(&cli.connection, args).await,
+            Command::Libraries(args) => scripting::libraries(&cli.connection, args).await,
             // Done above, without a runtime.
             Command::Completions(_) | Command::Man(_) => Ok(ExitCode::SUCCESS),
         }

@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::json;
 
 use crate::cli::{
-    AcquireArgs, Connection, ExtendArgs, InspectArgs, NameArgs, ReleaseArgs, SemaphoreAction,
-    SemaphoreArgs, TakeArgs, WaitArgs,
+    AcquireArgs, Connection, ExtendArgs, ForceReleaseArgs, InspectArgs, LibrariesArgs, ReleaseArgs,
+    SemaphoreAction, SemaphoreArgs, TakeArgs, WaitArgs,
 };
 use crate::duration::{self, seconds};
 use crate::exit::{self, Fail};
@@ -307,13 +307,29 @@ pub(crate) async fn inspect(conn: &Connection, args: InspectArgs) -> anyhow::Res
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) async fn force_release(conn: &Connection, args: NameArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn force_release(
+    conn: &Connection,
+    args: ForceReleaseArgs,
+) -> anyhow::Result<ExitCode> {
     let locker = conn.locker(leasehold::DEFAULT_LEASE, false, None, |builder| builder)?;
-    let removed = locker.client.mutex(&args.name)?.force_release().await?;
+    let (removed, what) = if args.read {
+        let rw = locker.client.rw_lock(&args.name)?;
+        (rw.force_release_readers().await?, "the readers of ")
+    } else if args.write {
+        let rw = locker.client.rw_lock(&args.name)?;
+        (rw.force_release_writer().await?, "the writer of ")
+    } else {
+        let removed = locker.client.mutex(&args.name)?.force_release().await?;
+        (removed, "")
+    };
     if args.json {
         println!("{}", json!({"name": args.name, "removed": removed}));
     } else if removed {
-        println!("removed lock {:?}; its waiters were woken", args.name);
+        println!("removed {what}lock {:?}; its waiters were woken", args.name);
+    } else if args.read {
+        println!("lock {:?} had no reader", args.name);
+    } else if args.write {
+        println!("lock {:?} had no writer", args.name);
     } else {
         println!("lock {:?} was free", args.name);
     }
@@ -323,7 +339,12 @@ pub(crate) async fn force_release(conn: &Connection, args: NameArgs) -> anyhow::
 pub(crate) async fn semaphore(conn: &Connection, args: SemaphoreArgs) -> anyhow::Result<ExitCode> {
     let client = conn.client(leasehold::DEFAULT_LEASE, false, None)?;
     match args.action {
-        SemaphoreAction::SetPermits { name, permits } => {
+        SemaphoreAction::SetPermits {
+            name,
+            permits,
+            if_unset: false,
+            ..
+        } => {
             client
                 .semaphore(&name, permits)?
                 .set_permits(permits)
@@ -332,6 +353,43 @@ pub(crate) async fn semaphore(conn: &Connection, args: SemaphoreArgs) -> anyhow:
                 println!("{}", json!({"name": name, "permits": permits}));
             } else {
                 println!("semaphore {name:?} has {permits} permits now; its waiters were woken");
+            }
+        }
+        SemaphoreAction::SetPermits {
+            name,
+            permits,
+            lifetime,
+            ..
+        } => {
+            let semaphore = client.semaphore(&name, permits)?;
+            let set = match &lifetime {
+                Some(lifetime) => {
+                    semaphore
+                        .try_set_permits_for(permits, lifetime.get())
+                        .await?
+                }
+                None => semaphore.try_set_permits(permits).await?,
+            };
+            if args.json {
+                println!(
+                    "{}",
+                    json!({
+                        "name": name,
+                        "permits": permits,
+                        "set": set,
+                        "lifetime_ms": lifetime.as_ref().map(|l| millis(l.get())),
+                    })
+                );
+            } else if set {
+                match &lifetime {
+                    Some(lifetime) => println!(
+                        "semaphore {name:?} has {permits} permits now, for {}",
+                        duration::human(lifetime.get())
+                    ),
+                    None => println!("semaphore {name:?} has {permits} permits now"),
+                }
+            } else {
+                println!("semaphore {name:?} has a permit count already; it was left as it is");
             }
         }
         SemaphoreAction::Delete { name } => {
@@ -345,6 +403,70 @@ pub(crate) async fn semaphore(conn: &Connection, args: SemaphoreArgs) -> anyhow:
                 println!("there was no semaphore {name:?}");
             }
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) async fn libraries(conn: &Connection, args: LibrariesArgs) -> anyhow::Result<ExitCode> {
+    let locker = conn.locker(leasehold::DEFAULT_LEASE, false, None, |builder| builder)?;
+    let found = if args.remove_unused {
+        locker
+            .client
+            .remove_unused_script_libraries(args.force)
+            .await?
+    } else {
+        locker.client.script_libraries().await?
+    };
+    if args.json {
+        let libraries: Vec<serde_json::Value> = found
+            .iter()
+            .map(|library| {
+                json!({
+                    "server": library.server,
+                    "name": library.name,
+                    "this_version": library.this_version,
+                    "clients": library.clients,
+                    "unknown_clients": library.unknown_clients,
+                    "removed": library.removed,
+                })
+            })
+            .collect();
+        println!("{}", json!({ "libraries": libraries }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if found.is_empty() {
+        println!("no leasehold library on the server (Redis 6.2 has no Functions: scripts alone)");
+    }
+    for library in &found {
+        let unknown = match library.unknown_clients {
+            Some(0) => String::new(),
+            Some(n) => format!(", {n} clients that cannot say which library they call"),
+            None => {
+                ", the server cannot tell which library clients call (older than 7.2)".to_owned()
+            }
+        };
+        let state = if library.removed {
+            "removed"
+        } else if library.this_version {
+            "this version's"
+        } else if library.is_unused() {
+            "unused"
+        } else {
+            "kept"
+        };
+        println!(
+            "{}  {}  {state}: {} clients call it{unknown}",
+            library.server, library.name, library.clients
+        );
+    }
+    let kept_for_unknown = found
+        .iter()
+        .any(|l| !l.removed && !l.this_version && l.clients == 0);
+    if args.remove_unused && !args.force && kept_for_unknown {
+        println!(
+            "some were kept for clients that cannot say which library they call: --force \
+             removes them"
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

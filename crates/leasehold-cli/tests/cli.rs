@@ -1634,3 +1634,150 @@ fn a_port_that_is_not_redis_exits_78_and_says_so() {
         }
     }
 }
+
+/// `libraries` lists leasehold's Functions libraries and, with
+/// `--remove-unused`, removes an older version's that no client calls,
+/// keeping this version's.
+#[test]
+fn libraries_lists_and_removes_an_older_versions_library() {
+    let server = RedisServer::start();
+    if server
+        .command(&["FUNCTION", "LIST"])
+        .unwrap()
+        .starts_with("(error)")
+    {
+        // Redis 6.2: no Functions, nothing to list.
+        let out = leasehold(&server.url(), &["--json", "libraries"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        return;
+    }
+    let old = "leasehold_00000000000000aa";
+    let code =
+        format!("#!lua name={old}\nredis.register_function('{old}_x', function() return 1 end)");
+    server.command(&["FUNCTION", "LOAD", &code]).unwrap();
+    // This version's, loaded by a lock call.
+    let out = leasehold(&server.url(), &["inspect", "job"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = leasehold(&server.url(), &["acquire", "job", "--lease", "1s"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listed = |out: &Output| -> Vec<(String, bool, bool)> {
+        let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        value["libraries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                (
+                    l["name"].as_str().unwrap().to_owned(),
+                    l["this_version"].as_bool().unwrap(),
+                    l["removed"].as_bool().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let out = leasehold(&server.url(), &["--json", "libraries"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let found = listed(&out);
+    assert!(found.contains(&(old.to_owned(), false, false)), "{found:?}");
+    assert_eq!(found.iter().filter(|l| l.1).count(), 1, "{found:?}");
+    let out = leasehold(
+        &server.url(),
+        &["--json", "libraries", "--remove-unused", "--force"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let found = listed(&out);
+    assert!(found.contains(&(old.to_owned(), false, true)), "{found:?}");
+    assert!(found.iter().all(|l| !(l.1 && l.2)), "{found:?}");
+    let out = leasehold(&server.url(), &["libraries"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stdout(&out).contains(old), "{}", stdout(&out));
+    assert!(stdout(&out).contains("this version's"), "{}", stdout(&out));
+}
+
+/// `force-release --read` removes a read-write lock's readers alone, and
+/// `--write` its writer alone.
+#[test]
+fn force_release_read_or_write_removes_one_side() {
+    let server = RedisServer::start();
+    let url = server.url();
+    for _ in 0..2 {
+        let out = leasehold(&url, &["acquire", "catalog", "--read", "--lease", "30s"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let out = leasehold(&url, &["--json", "force-release", "catalog", "--write"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(said["removed"], false, "no writer: the readers stay");
+    let out = leasehold(&url, &["acquire", "catalog", "--write", "--no-wait"]);
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    let out = leasehold(&url, &["force-release", "catalog", "--read"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("removed the readers of lock"),
+        "{}",
+        stdout(&out)
+    );
+    let out = leasehold(
+        &url,
+        &[
+            "acquire",
+            "catalog",
+            "--write",
+            "--lease",
+            "30s",
+            "--no-wait",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = leasehold(&url, &["--json", "force-release", "catalog", "--read"]);
+    let said: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(said["removed"], false, "no reader: the writer stays");
+    let out = leasehold(&url, &["--json", "force-release", "catalog", "--write"]);
+    let said: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(said["removed"], true);
+    let out = leasehold(&url, &["force-release", "catalog", "--read", "--write"]);
+    assert!(!out.status.success(), "one side at a time");
+}
+
+/// `semaphore set-permits --if-unset [--lifetime DUR]` sets a count only
+/// where none is set, and the lifetime only with it.
+#[test]
+fn semaphore_set_permits_if_unset_with_a_lifetime() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let set = |permits: &str| -> serde_json::Value {
+        let out = leasehold(
+            &url,
+            &[
+                "--json",
+                "semaphore",
+                "set-permits",
+                "pool",
+                permits,
+                "--if-unset",
+                "--lifetime",
+                "10m",
+            ],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let first = set("3");
+    assert_eq!(first["set"], true, "{first}");
+    assert_eq!(first["lifetime_ms"], 600_000, "{first}");
+    assert_eq!(set("5")["set"], false);
+    assert_eq!(inspect(&url, "pool")["permits"]["total"], 3);
+    let pttl = server.command(&["PTTL", "leasehold:{pool}"]).unwrap();
+    let pttl: i64 = pttl.parse().unwrap();
+    assert!(pttl > 0 && pttl <= 600_000, "{pttl}");
+    let out = leasehold(
+        &url,
+        &["semaphore", "set-permits", "pool", "2", "--lifetime", "1m"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "--lifetime needs --if-unset: {}",
+        stderr(&out)
+    );
+}

@@ -272,6 +272,28 @@ impl Lock {
         })
     }
 
+    /// Removes one side of a read-write lock, `"read"` (every reader) or
+    /// `"write"` (the writer), and nothing else (an admin action).
+    fn force_release_side(&self, py: Python<'_>, side: &str) -> PyResult<Py<PyAny>> {
+        let built = self.built().map_err(|e| e.into_pyerr(py))?;
+        let readers = match side {
+            "read" => true,
+            "write" => false,
+            _ => {
+                return Err(Fail::invalid("a side is \"read\" or \"write\"").into_pyerr(py));
+            }
+        };
+        call(py, self.mode(), Length::RoundTrip, async move {
+            match built {
+                Built::Read(l) | Built::Write(l) if readers => lib(l.force_release_readers().await),
+                Built::Read(l) | Built::Write(l) => lib(l.force_release_writer().await),
+                _ => Err(Fail::invalid(
+                    "only a read-write lock's readers or writer are released apart",
+                )),
+            }
+        })
+    }
+
     /// Releases the lease that `token` holds, taken elsewhere.
     #[pyo3(signature = (token, *, task=None))]
     fn release_token(
@@ -307,6 +329,24 @@ impl Lock {
         let semaphore = self.semaphore().map_err(|e| e.into_pyerr(py))?;
         call(py, self.mode(), Length::RoundTrip, async move {
             lib(semaphore.set_permits(permits).await)
+        })
+    }
+
+    /// Sets a semaphore's permit count only if none is set yet, for
+    /// `lifetime` seconds when given; whether it was set.
+    #[pyo3(signature = (permits, lifetime=None))]
+    fn try_set_permits(
+        &self,
+        py: Python<'_>,
+        permits: u32,
+        lifetime: Option<Secs>,
+    ) -> PyResult<Py<PyAny>> {
+        let semaphore = self.semaphore().map_err(|e| e.into_pyerr(py))?;
+        call(py, self.mode(), Length::RoundTrip, async move {
+            match lifetime {
+                Some(lifetime) => lib(semaphore.try_set_permits_for(permits, lifetime.0).await),
+                None => lib(semaphore.try_set_permits(permits).await),
+            }
         })
     }
 

@@ -18,6 +18,7 @@ from leasehold import _sync
 # What the asyncio face awaits; acquisitions return an Acquiring instead.
 AWAITED = {
     "extend", "release", "wait_lost", "resign", "try_acquire", "inspect", "force_release",
+    "force_release_readers", "force_release_writer", "try_set_permits",
     "release_token", "extend_token", "hold_count", "available", "set_permits", "leader",
     "observe", "wait_change", "flush",
 }

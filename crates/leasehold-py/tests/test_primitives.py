@@ -178,6 +178,22 @@ def test_rw_lock_readers_share_writers_exclude(client: leasehold.Client, name: s
     assert rw.inspect().held is False
 
 
+def test_rw_lock_one_side_released_by_force(client: leasehold.Client, name: str) -> None:
+    rw = client.rw_lock(name)
+    reader = in_thread(rw.read().acquire)
+    assert isinstance(reader, leasehold.Guard)
+    assert rw.force_release_writer() is False
+    assert rw.force_release_readers() is True
+    assert rw.inspect().held is False
+    writer = rw.write().acquire()
+    assert rw.force_release_readers() is False
+    assert rw.inspect().held is True
+    assert rw.force_release_writer() is True
+    assert rw.inspect().held is False
+    with pytest.raises(leasehold.LeaseLostError):
+        writer.release()
+
+
 def test_semaphore_bounds_its_holders(client: leasehold.Client, name: str) -> None:
     sem = client.semaphore(name, 3)
     assert sem.permits == 3
@@ -194,6 +210,15 @@ def test_semaphore_bounds_its_holders(client: leasehold.Client, name: str) -> No
     one.release()
     with pytest.raises(leasehold.ConflictError):
         client.semaphore(name, 4).try_acquire()
+
+
+def test_semaphore_try_set_permits(client: leasehold.Client, name: str) -> None:
+    sem = client.semaphore(name, 3)
+    assert sem.try_set_permits(3, lifetime=timedelta(minutes=10)) is True
+    assert sem.try_set_permits(5) is False
+    assert sem.inspect().permits == 3
+    with pytest.raises(leasehold.InvalidInputError):
+        client.semaphore(name + "-x", 1).try_set_permits(1, lifetime=0)
 
 
 def test_election(client: leasehold.Client, name: str) -> None:

@@ -10,6 +10,7 @@ use crate::core::{LockCore, Owners};
 use crate::deploy::backing::Backing;
 use crate::deploy::build::{self, SentinelAuth};
 use crate::deploy::store::Store;
+use crate::engine::libraries::{self, ScriptLibrary};
 use crate::engine::state::{Engine, EngineConfig};
 use crate::engine::Kind;
 use crate::error::{Error, Result};
@@ -443,6 +444,52 @@ impl Client {
     /// Cancel safe: it only waits.
     pub async fn flush(&self) {
         self.engine.flush().await;
+    }
+
+    /// The leasehold Redis Functions libraries on every master of the
+    /// deployment (every master of a Redis Cluster, the master the
+    /// sentinels name, each master of a Redlock): their names, whether
+    /// this version loads them, and how many connected clients said they
+    /// may call them. Every version of leasehold loads a library of its own
+    /// (its name carries a hash of its scripts), and a rolling upgrade
+    /// leaves the old version's behind. A server without Functions (Redis
+    /// 6.2) has none.
+    ///
+    /// # Errors
+    ///
+    /// A master out of reach, or a user not allowed `FUNCTION LIST` or
+    /// `CLIENT LIST`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn script_libraries(&self) -> Result<Vec<ScriptLibrary>> {
+        libraries::libraries(&self.engine, None).await
+    }
+
+    /// Removes the leasehold Functions libraries that no connected client
+    /// may call ([`ScriptLibrary::is_unused`]), on every master, and
+    /// answers every library found, the removed ones marked. A library of
+    /// this version, or one a connected client said it may call, is never
+    /// removed. Clients of leasehold from before clients said which
+    /// library they call, and every client of a server older than Redis
+    /// 7.2, cannot be told apart from others: while one is connected, a
+    /// library is removed only with `force`. A client that finds its
+    /// library gone loads it again, at the cost of one more round trip on
+    /// its next call, so a removal that was wrong (a client that connects
+    /// between the look and the removal, or a forced one) slows a call and
+    /// fails none.
+    ///
+    /// # Errors
+    ///
+    /// As [`script_libraries`](Self::script_libraries), and a user not
+    /// allowed `FUNCTION DELETE`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: a dropped call may have removed some libraries.
+    pub async fn remove_unused_script_libraries(&self, force: bool) -> Result<Vec<ScriptLibrary>> {
+        libraries::libraries(&self.engine, Some(force)).await
     }
 
     /// The core of the lock `name` of `kind`, with this client's settings.

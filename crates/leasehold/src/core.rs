@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::conn::replicas::ReplicaAck;
 use crate::deploy::backing::Backing;
 use crate::engine::held::Held;
+use crate::engine::ops::RwSide;
 use crate::engine::state::Engine;
 use crate::engine::{calls, wait, Kind, Request};
 use crate::error::{Error, Result};
@@ -339,6 +340,10 @@ impl LockCore {
 
     pub(crate) async fn force_release(&self) -> Result<bool> {
         calls::force_release(&self.engine, &self.keys).await
+    }
+
+    pub(crate) async fn force_release_side(&self, side: RwSide) -> Result<bool> {
+        calls::force_release_side(&self.engine, &self.keys, side).await
     }
 
     pub(crate) async fn inspect(&self) -> Result<LockInfo> {

@@ -438,6 +438,7 @@ pub use client::{
 };
 pub use conn::replicas::{ReplicaAck, DEFAULT_REPLICA_TIMEOUT};
 pub use election::{Election, Leader, Leadership, MAX_LEADER_VALUE_LEN};
+pub use engine::libraries::ScriptLibrary;
 pub use engine::loss::LossReason;
 pub use engine::watch::{LeaseEnd, LockEvent, LockWatch, WATCH_EVENTS_KEPT};
 pub use error::{Error, ErrorKind, Remedy, Result};
@@ -458,7 +459,7 @@ pub use redlock::{
 };
 pub use reentrant_mutex::ReentrantMutex;
 pub use rw_lock::{ReadLock, RwLock, WriteLock};
-pub use semaphore::{Semaphore, MAX_PERMITS};
+pub use semaphore::{Semaphore, MAX_PERMITS, MAX_PERMIT_LIFETIME};
 
 #[cfg(test)]
 mod tests {

@@ -247,13 +247,19 @@ impl RedlockBuilder {
 
     /// How long a round of an acquisition waits for each master before it
     /// counts the master as out of reach. By default a hundredth of the
-    /// lease, and at least 5 ms: far below the lease, so that a slow
-    /// master cannot eat it. With the default, a try in which so many
-    /// masters missed the deadline that no majority answered makes the
-    /// next try of the same wait wait twice as long, up to a quarter of the
-    /// lease (a loaded host, or masters farther away than a hundredth of
-    /// the lease), and a try that a majority answered in time goes back
-    /// to the default; a deadline set here is kept as it is.
+    /// lease, at least 50 ms and at most a quarter of the lease: far below
+    /// the lease, so that a slow master cannot eat it, and above what a
+    /// busy host takes to schedule the client and the masters. With the
+    /// default, a try in which masters missed the deadline and could have
+    /// made a majority with the grants (a loaded host, or masters farther
+    /// away than the deadline) makes the next try wait twice as long, up
+    /// to a quarter of the lease, and a try that the masters answered in
+    /// time goes back to the default; a `try_acquire` is then tried again
+    /// rather than answered "held elsewhere", within the command timeout.
+    /// A deadline set here is kept as it is. The cost of the floor: a try
+    /// whose masters do not answer at all (cut off, paused; a master that
+    /// is down refuses the connection at once) takes 50 ms to count them
+    /// out where a hundredth of a short lease would take less.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = Some(timeout);
         self

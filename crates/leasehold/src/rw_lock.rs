@@ -1,12 +1,14 @@
 //! The read-write lock: many readers or one writer, writers not starved.
 
 use crate::core::LockCore;
+use crate::engine::ops::RwSide;
 use crate::engine::Kind;
 use crate::error::Result;
 use crate::face::{face_calls, face_settings};
 use crate::guard::LeaseGuard;
 use crate::holder::HoldMode;
 use crate::lock::face_lock;
+use crate::observe::{self, Op};
 
 /// A lock held by many readers or one writer at a time. Made by
 /// [`Client::rw_lock`](crate::Client::rw_lock); take it through [`read`](RwLock::read) or
@@ -100,6 +102,56 @@ impl RwLock {
         WriteLock {
             core: self.core.clone(),
         }
+    }
+}
+
+impl RwLock {
+    /// Removes every reader's lease and nothing else (a writer that also
+    /// holds the read lock keeps its write lease), and wakes the waiters
+    /// that can go then (a waiting writer, once no reader is left): an
+    /// admin action, as Redisson's `readLock().forceUnlock()`. Whether a
+    /// reader was removed. A reader whose lease was removed finds its
+    /// guard lost ([`LossReason::TokenGone`](crate::LossReason::TokenGone))
+    /// at its next renewal. The fence counter is kept.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) when the name is
+    /// another kind of lock, or a key leasehold did not write;
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+    /// [`ErrorKind::Server`](crate::ErrorKind::Server).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not remove the readers.
+    pub async fn force_release_readers(&self) -> Result<bool> {
+        observe::traced(
+            self.core.span_as(Op::ForceRelease, ["rw_lock"]),
+            self.core.force_release_side(RwSide::Readers),
+        )
+        .await
+    }
+
+    /// Removes the writer's lease and nothing else (readers stay: those of
+    /// a writer that downgraded), and wakes the waiters that can go then:
+    /// an admin action, as Redisson's `writeLock().forceUnlock()`. Whether
+    /// a writer was removed. The writer whose lease was removed finds its
+    /// guard lost ([`LossReason::TokenGone`](crate::LossReason::TokenGone))
+    /// at its next renewal. The fence counter is kept.
+    ///
+    /// # Errors
+    ///
+    /// As [`force_release_readers`](Self::force_release_readers).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not remove the writer.
+    pub async fn force_release_writer(&self) -> Result<bool> {
+        observe::traced(
+            self.core.span_as(Op::ForceRelease, ["rw_lock"]),
+            self.core.force_release_side(RwSide::Writer),
+        )
+        .await
     }
 }
 

@@ -13,6 +13,10 @@ use crate::observe::{self, Op};
 /// The most permits a semaphore may have.
 pub const MAX_PERMITS: u32 = 10_000;
 
+/// The longest lifetime of a semaphore's count accepted by
+/// [`Semaphore::try_set_permits_for`]: 365 days.
+pub const MAX_PERMIT_LIFETIME: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
 /// At most a fixed number of permits held at once, across every process.
 /// Made by [`Client::semaphore`](crate::Client::semaphore); cheap to clone.
 ///
@@ -192,7 +196,74 @@ impl Semaphore {
 
     async fn store_permits(&self, permits: u32) -> Result<()> {
         validate_permits(permits)?;
-        ops::set_permits(self.core.engine(), &self.core.keys, permits).await
+        ops::set_permits(self.core.engine(), &self.core.keys, permits, None).await?;
+        Ok(())
+    }
+
+    /// Sets the semaphore's permit count only if none is set yet (as
+    /// Redisson's `trySetPermits`): no semaphore of this name, or one whose
+    /// count's lifetime ended. Whether it was set. A count that is set, by
+    /// [`set_permits`](Self::set_permits), by an earlier call or by the
+    /// first acquisition through a handle, is left as it is. The count
+    /// set here keeps no lifetime; see
+    /// [`try_set_permits_for`](Self::try_set_permits_for).
+    ///
+    /// # Errors
+    ///
+    /// As [`set_permits`](Self::set_permits).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not set the count.
+    pub async fn try_set_permits(&self, permits: u32) -> Result<bool> {
+        observe::traced(
+            self.core.span(Op::SetPermits),
+            self.try_store_permits(permits, None),
+        )
+        .await
+    }
+
+    /// As [`try_set_permits`](Self::try_set_permits), and the count goes
+    /// once `lifetime` has passed on the server's clock (as Redisson's
+    /// `trySetPermits(permits, timeToLive)`), or with the last permit lease
+    /// held then, when one runs longer. **Permits held when the lifetime
+    /// ends are not taken back**: their leases run on (renewed as usual)
+    /// until they are released, and count against whatever count is set
+    /// next. After the end, the next acquisition sets the count again, to
+    /// its handle's, and `try_set_permits` finds none set; a semaphore
+    /// nobody holds is gone from Redis at the end, and one with leases
+    /// still shows the old count in [`inspect`](Self::inspect) until it is
+    /// set again. A count set with [`set_permits`](Self::set_permits)
+    /// drops the lifetime.
+    ///
+    /// # Errors
+    ///
+    /// As [`set_permits`](Self::set_permits), and
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    /// lifetime under a millisecond or over [`MAX_PERMIT_LIFETIME`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not set the count.
+    pub async fn try_set_permits_for(&self, permits: u32, lifetime: Duration) -> Result<bool> {
+        observe::traced(
+            self.core.span(Op::SetPermits),
+            self.try_store_permits(permits, Some(lifetime)),
+        )
+        .await
+    }
+
+    async fn try_store_permits(&self, permits: u32, lifetime: Option<Duration>) -> Result<bool> {
+        validate_permits(permits)?;
+        if let Some(lifetime) = lifetime {
+            if lifetime < Duration::from_millis(1) || lifetime > MAX_PERMIT_LIFETIME {
+                return Err(Error::invalid(format!(
+                    "a semaphore count's lifetime of {lifetime:?}: give 1 ms to \
+                     {MAX_PERMIT_LIFETIME:?}"
+                )));
+            }
+        }
+        ops::set_permits(self.core.engine(), &self.core.keys, permits, Some(lifetime)).await
     }
 
     /// Takes every permit that is free now, in one lease, as one attempt

@@ -699,6 +699,45 @@ async fn masters_slower_than_the_default_deadline_still_grant() {
     redlock.flush().await;
 }
 
+/// One try of a free lock whose grants come later than the default
+/// per-node deadline (a loaded host) is not answered "held elsewhere"
+/// because one master holds a stray lease: the master that missed the
+/// deadline could make a majority with the one that granted, so the try
+/// is made again with a wider deadline, within the command timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_try_that_a_slow_master_kept_from_telling_tries_again() {
+    let masters = Masters::start(3);
+    let slow = FaultProxy::start(masters.servers()[1].addr());
+    let urls = [
+        masters.urls()[0].clone(),
+        slow.url(),
+        masters.urls()[2].clone(),
+    ];
+    // A 1 s lease: the default per-node deadline is 50 ms.
+    let redlock = Redlock::builder(urls.iter().cloned())
+        .lease(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let mutex = redlock.mutex("job").unwrap();
+    // Connected first, so that only the replies' latency is in the way.
+    mutex.acquire().await.unwrap().release().await.unwrap();
+    let _: () = cmd(
+        &masters.servers()[2],
+        &["SET", "leasehold:{job}", "stray 0 x", "PX", "60000"],
+    )
+    .await;
+    slow.set_reply_latency(Duration::from_millis(80));
+    let guard = tokio::time::timeout(NO_HANG, mutex.try_acquire())
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("a free majority: the lock is held");
+    assert!(guard.servers() >= 2);
+    slow.heal();
+    guard.release().await.unwrap();
+    redlock.flush().await;
+}
+
 /// A release dropped while it waits for the watchdog's renewal (two of
 /// three masters cut off mid-renewal, which holds the hold's turn) still
 /// releases, in the background, as `LeaseGuard::release` promises, and a

@@ -322,6 +322,18 @@ class RwLock(Face, Generic[ReadLockT, WriteLockT]):
         """Removes every reader and writer (an admin action)."""
         return Answer(self._read._native.force_release(), bool)
 
+    @io
+    def force_release_readers(self) -> Answer[bool]:
+        """Removes every reader and nothing else (an admin action), as Redisson's
+        ``readLock().forceUnlock()``: whether a reader was removed."""
+        return Answer(self._read._native.force_release_side("read"), bool)
+
+    @io
+    def force_release_writer(self) -> Answer[bool]:
+        """Removes the writer and nothing else (an admin action), as Redisson's
+        ``writeLock().forceUnlock()``: whether a writer was removed."""
+        return Answer(self._read._native.force_release_side("write"), bool)
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
 
@@ -361,6 +373,15 @@ class Semaphore(Lock[GuardT]):
     def set_permits(self, permits: int) -> Answer[None]:
         """Sets the permit count for every user (an admin action)."""
         return Answer(self._native.set_permits(permits), nothing)
+
+    @io
+    def try_set_permits(self, permits: int, lifetime: Optional[Seconds] = None) -> Answer[bool]:
+        """Sets the permit count only if none is set yet, as Redisson's
+        ``trySetPermits``: whether it was set. With ``lifetime`` (seconds, or a
+        ``timedelta``), the count goes at its end; permits held then run on
+        until released and count against the next count, which the next
+        acquisition sets."""
+        return Answer(self._native.try_set_permits(permits, lifetime), bool)
 
 
 class RedlockMutex(Lock[GuardT]):

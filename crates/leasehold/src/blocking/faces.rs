@@ -599,6 +599,31 @@ impl RwLock {
         self.shared.block_on(self.inner.force_release())?
     }
 
+    /// Removes every reader's lease and nothing else, blocking for the
+    /// round trip. As
+    /// [`RwLock::force_release_readers`](crate::RwLock::force_release_readers).
+    ///
+    /// # Errors
+    ///
+    /// As [`RwLock::force_release_readers`](crate::RwLock::force_release_readers);
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+    /// called inside an async runtime.
+    pub fn force_release_readers(&self) -> crate::Result<bool> {
+        self.shared.block_on(self.inner.force_release_readers())?
+    }
+
+    /// Removes the writer's lease and nothing else, blocking for the round
+    /// trip. As [`RwLock::force_release_writer`](crate::RwLock::force_release_writer).
+    ///
+    /// # Errors
+    ///
+    /// As [`RwLock::force_release_writer`](crate::RwLock::force_release_writer);
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+    /// called inside an async runtime.
+    pub fn force_release_writer(&self) -> crate::Result<bool> {
+        self.shared.block_on(self.inner.force_release_writer())?
+    }
+
     /// The lock's state as Redis sees it now: every reader and the writer,
     /// blocking for the round trip.
     ///
@@ -753,6 +778,32 @@ impl Semaphore {
     /// called inside an async runtime.
     pub fn set_permits(&self, permits: u32) -> crate::Result<()> {
         self.shared.block_on(self.inner.set_permits(permits))?
+    }
+
+    /// Sets the permit count only if none is set yet, blocking for the
+    /// round trip. As [`Semaphore::try_set_permits`](crate::Semaphore::try_set_permits).
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::try_set_permits`](crate::Semaphore::try_set_permits);
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+    /// called inside an async runtime.
+    pub fn try_set_permits(&self, permits: u32) -> crate::Result<bool> {
+        self.shared.block_on(self.inner.try_set_permits(permits))?
+    }
+
+    /// Sets the permit count only if none is set yet, for `lifetime`,
+    /// blocking for the round trip. As
+    /// [`Semaphore::try_set_permits_for`](crate::Semaphore::try_set_permits_for).
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::try_set_permits_for`](crate::Semaphore::try_set_permits_for);
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when
+    /// called inside an async runtime.
+    pub fn try_set_permits_for(&self, permits: u32, lifetime: Duration) -> crate::Result<bool> {
+        self.shared
+            .block_on(self.inner.try_set_permits_for(permits, lifetime))?
     }
 }
 

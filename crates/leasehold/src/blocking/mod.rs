@@ -249,6 +249,26 @@ impl Client {
         self.shared.client.prefix()
     }
 
+    /// As [`crate::Client::script_libraries`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Client::script_libraries`].
+    pub fn script_libraries(&self) -> Result<Vec<crate::ScriptLibrary>> {
+        self.shared
+            .block_on(self.shared.client.script_libraries())?
+    }
+
+    /// As [`crate::Client::remove_unused_script_libraries`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Client::remove_unused_script_libraries`].
+    pub fn remove_unused_script_libraries(&self, force: bool) -> Result<Vec<crate::ScriptLibrary>> {
+        self.shared
+            .block_on(self.shared.client.remove_unused_script_libraries(force))?
+    }
+
     fn share(&self) -> Arc<Shared> {
         Arc::clone(&self.shared)
     }

@@ -424,8 +424,21 @@ impl Connection {
                 redis::RedisResult<redis::Value>,
                 redis::RedisResult<Vec<redis::Value>>,
             );
+            // The library name and version say which Functions libraries
+            // this client may call (see `Client::script_libraries`); a
+            // server older than 7.2 refuses them, which changes nothing.
             let (server, cluster, replication, commands): Replies = redis::pipe()
                 .ignore_errors()
+                .cmd("CLIENT")
+                .arg("SETINFO")
+                .arg("LIB-NAME")
+                .arg(scripts::CLIENT_LIB_NAME)
+                .ignore()
+                .cmd("CLIENT")
+                .arg("SETINFO")
+                .arg("LIB-VER")
+                .arg(scripts::client_lib_ver())
+                .ignore()
                 .cmd("INFO")
                 .arg("server")
                 .cmd("INFO")

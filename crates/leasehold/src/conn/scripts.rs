@@ -62,6 +62,8 @@ pub(crate) struct Scripts {
 /// clients of other versions load libraries of their own beside it.
 #[derive(Debug)]
 pub(crate) struct Library {
+    /// Its name on the server: `leasehold_` and the hash of its scripts.
+    pub(crate) name: String,
     /// What FUNCTION LOAD takes.
     pub(crate) code: String,
     /// The function of each script in the library, by the script's hash.
@@ -85,8 +87,43 @@ impl Library {
             ));
             functions.push((script.get_hash().to_owned(), function));
         }
-        Library { code, functions }
+        Library {
+            name: format!("leasehold_{version}"),
+            code,
+            functions,
+        }
     }
+}
+
+/// The prefix of every leasehold library's name, of any version.
+pub(crate) const LIBRARY_PREFIX: &str = "leasehold_";
+
+/// The name a client of this library gives its connections
+/// (`CLIENT SETINFO LIB-NAME`).
+pub(crate) const CLIENT_LIB_NAME: &str = "leasehold";
+
+/// The version a client of this library gives its connections
+/// (`CLIENT SETINFO LIB-VER`): the crate's version and the hash part of
+/// the name of each library it may load, joined by `-`, so that an
+/// operator can tell from `CLIENT LIST` which libraries connected clients
+/// still call.
+pub(crate) fn client_lib_ver() -> &'static str {
+    static VER: LazyLock<String> = LazyLock::new(|| {
+        let hash = |publish| {
+            Scripts::get(publish)
+                .library
+                .name
+                .trim_start_matches(LIBRARY_PREFIX)
+                .to_owned()
+        };
+        format!(
+            "{}-{}-{}",
+            env!("CARGO_PKG_VERSION"),
+            hash(Publish::Classic),
+            hash(Publish::Sharded)
+        )
+    });
+    &VER
 }
 
 static CLASSIC: LazyLock<Scripts> = LazyLock::new(|| Scripts::build(Publish::Classic));

@@ -399,6 +399,17 @@ impl Deployment for Cluster {
         Box::pin(self.route_key(key))
     }
 
+    fn masters(&self) -> BoxFuture<'_, Result<Vec<Route>>> {
+        Box::pin(async move {
+            self.refresh(true).await?;
+            let mut routes = Vec::new();
+            for node in &self.topology().masters {
+                routes.push(self.route_to(node).await?);
+            }
+            Ok(routes)
+        })
+    }
+
     fn follow<'a>(
         &'a self,
         _key: &'a str,

@@ -124,4 +124,8 @@ impl Deployment for Detect {
     fn notifier(&self, key: &str) -> Option<Notifier> {
         self.found.get()?.notifier(key)
     }
+
+    fn masters(&self) -> BoxFuture<'_, Result<Vec<Route>>> {
+        Box::pin(async move { self.deployment().await?.masters().await })
+    }
 }

@@ -81,4 +81,11 @@ pub(crate) trait Deployment: Send + Sync + fmt::Debug {
     /// on is heard through it. `None` before the deployment knows its
     /// servers (nothing was routed yet).
     fn notifier(&self, key: &str) -> Option<Notifier>;
+
+    /// A route to every master of the deployment, for what is asked of
+    /// each server rather than of a lock's (the Functions libraries): the
+    /// one server, or the master the sentinels name, unless overridden.
+    fn masters(&self) -> BoxFuture<'_, Result<Vec<Route>>> {
+        Box::pin(async move { Ok(vec![self.route("").await?]) })
+    }
 }

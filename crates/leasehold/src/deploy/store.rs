@@ -139,6 +139,11 @@ impl Store {
         Ok(route)
     }
 
+    /// A route to every master of the deployment.
+    pub(crate) async fn masters(&self) -> Result<Vec<Route>> {
+        self.deployment.masters().await
+    }
+
     /// The notifications of the shard of `keys`, once the deployment knows
     /// its servers (it is asked for a route to learn them).
     pub(crate) async fn notifier(&self, keys: &LockKeys) -> Result<Notifier> {

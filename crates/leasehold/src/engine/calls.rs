@@ -82,9 +82,20 @@ pub(crate) async fn extend_token(
 /// lock was there.
 pub(crate) async fn force_release(engine: &Engine, keys: &LockKeys) -> Result<bool> {
     match &engine.backing {
-        Backing::One(store) => ops::force_release(engine, store, keys).await,
+        Backing::One(store) => ops::force_release(engine, store, keys, None).await,
         Backing::Quorum(quorum) => masters::force_release(engine, quorum, keys).await,
     }
+}
+
+/// Removes the leases of one side of a read-write lock, and wakes the
+/// waiters that can go; whether there was one. (A quorum has mutexes
+/// alone.)
+pub(crate) async fn force_release_side(
+    engine: &Engine,
+    keys: &LockKeys,
+    side: ops::RwSide,
+) -> Result<bool> {
+    ops::force_release(engine, engine.one()?, keys, Some(side)).await
 }
 
 /// The lock's state now: as its server sees it, or as a majority of a

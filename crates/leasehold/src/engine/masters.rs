@@ -385,7 +385,7 @@ pub(crate) async fn force_release(
         quorum
             .masters
             .iter()
-            .map(|master| ops::force_release(engine, master, keys)),
+            .map(|master| ops::force_release(engine, master, keys, None)),
     )
     .await;
     for answer in answers {

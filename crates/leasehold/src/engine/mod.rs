@@ -9,6 +9,7 @@ pub(crate) mod calls;
 pub(crate) mod held;
 pub(crate) mod holds;
 pub(crate) mod lease;
+pub(crate) mod libraries;
 pub(crate) mod loss;
 pub(crate) mod masters;
 pub(crate) mod metrics;

@@ -210,20 +210,46 @@ pub(crate) async fn release_owned_token(
     }
 }
 
+/// One side of a read-write lock, for a forced release of that side alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RwSide {
+    Readers,
+    Writer,
+}
+
 /// Removes the lock whoever holds it and wakes its waiters; whether a lock
-/// was there.
-pub(crate) async fn force_release(engine: &Engine, store: &Store, keys: &LockKeys) -> Result<bool> {
+/// was there. With `only`, of a read-write lock the leases of that side
+/// alone.
+pub(crate) async fn force_release(
+    engine: &Engine,
+    store: &Store,
+    keys: &LockKeys,
+    only: Option<RwSide>,
+) -> Result<bool> {
+    let side: &[u8] = match only {
+        Some(RwSide::Readers) => b"r",
+        Some(RwSide::Writer) => b"w",
+        None => b"",
+    };
     let reply = store
         .eval(
             keys,
             "force-release",
             |s| &s.force_release,
             &[&keys.lock, &keys.fence, &keys.queue, &keys.waiters],
-            &[engine.retention_ms(), keys.channels.as_bytes()],
+            &[engine.retention_ms(), keys.channels.as_bytes(), side],
         )
         .await?;
     if let Value::Array(items) = &reply {
         return match (items.first(), items.get(1).and_then(scripts::as_text)) {
+            (Some(Value::Int(-2)), Some(kind)) => Err(Error::new(
+                ErrorKind::Conflict,
+                format!(
+                    "lock {:?} is a {kind}, not a read-write lock: only a read-write lock's \
+                     readers or writer are released apart; force-release the whole lock instead",
+                    keys.name
+                ),
+            )),
             (Some(Value::Int(-1)), Some(found)) => Err(Error::new(
                 ErrorKind::Conflict,
                 format!(
@@ -312,9 +338,18 @@ fn lock_info(name: &str, server: &str, reply: &Value) -> Result<LockInfo> {
     })
 }
 
-/// Stores a semaphore's permit count, and wakes the waiters it may admit.
-pub(crate) async fn set_permits(engine: &Engine, keys: &LockKeys, permits: u32) -> Result<()> {
+/// Stores a semaphore's permit count, and wakes the waiters it may admit;
+/// with `unless_set`, only where no count is set, given `lifetime` when
+/// `Some` (see `semaphore_permits.lua`). Whether it was stored.
+pub(crate) async fn set_permits(
+    engine: &Engine,
+    keys: &LockKeys,
+    permits: u32,
+    unless_set: Option<Option<Duration>>,
+) -> Result<bool> {
     let permits_arg = permits.to_string();
+    let lifetime_arg = unless_set.flatten().map(millis).unwrap_or(0).to_string();
+    let only: &[u8] = if unless_set.is_some() { b"1" } else { b"0" };
     let reply = engine
         .one()?
         .eval(
@@ -326,6 +361,8 @@ pub(crate) async fn set_permits(engine: &Engine, keys: &LockKeys, permits: u32) 
                 permits_arg.as_bytes(),
                 engine.retention_ms(),
                 keys.channels.as_bytes(),
+                only,
+                lifetime_arg.as_bytes(),
             ],
         )
         .await?;
@@ -334,7 +371,8 @@ pub(crate) async fn set_permits(engine: &Engine, keys: &LockKeys, permits: u32) 
         return Err(unexpected());
     };
     match items.first().and_then(scripts::as_int) {
-        Some(1) => Ok(()),
+        Some(1) => Ok(true),
+        Some(0) if unless_set.is_some() => Ok(false),
         Some(-1) => {
             let found = items
                 .get(1)

@@ -74,7 +74,14 @@ enum Grant {
 enum Try {
     Held(Held),
     /// Not now: held elsewhere, or the grant came too late to be used.
-    Busy(Option<Duration>),
+    /// `missed` when a master missed the per-node deadline, in either
+    /// round, and the masters that missed could have made a majority with
+    /// the grants: the lock may be free, and a host too busy to hear the
+    /// masters in time kept the try from telling.
+    Busy {
+        hint: Option<Duration>,
+        missed: bool,
+    },
     /// Too many masters failed for a majority to be possible; `missed` of
     /// them did not answer within the per-node deadline (a connection
     /// being made, or a slow master), `too_late` refused the request as
@@ -285,7 +292,10 @@ async fn attempt(
         busy.sort();
         let needed = tally.majority().saturating_sub(tally.yes + tally.pending());
         let hint = needed.checked_sub(1).and_then(|k| busy.get(k).copied());
-        return Ok(Try::Busy(hint));
+        return Ok(Try::Busy {
+            hint,
+            missed: missed > 0 && tally.yes + missed >= tally.majority(),
+        });
     }
     // Grants recorded by requests whose answers the count did not wait
     // for join in, and the fence is decided under the same lock: every
@@ -311,7 +321,10 @@ async fn attempt(
     };
     let Some(fence) = fence else {
         attempt.give_up().await;
-        return Ok(Try::Busy(None));
+        return Ok(Try::Busy {
+            hint: None,
+            missed: false,
+        });
     };
     // Round two: the fence, to every master that granted with a smaller
     // one (or may have granted, its reply lost). Those that granted with
@@ -325,6 +338,7 @@ async fn attempt(
         .map(|&(i, _)| i)
         .chain(unknown)
         .collect();
+    let mut round_two_missed = false;
     let confirmed = if stored >= tally.majority() {
         if !behind.is_empty() {
             // Not waited for: the majority has the fence already.
@@ -339,14 +353,15 @@ async fn attempt(
         }
         stored
     } else {
-        stored
-            + write_fence(
-                fan_out_fence(engine, quorum, keys, &attempt.token, fence, &behind),
-                behind.len(),
-                tally.majority() - stored,
-                node_timeout,
-            )
-            .await
+        let (written, missed) = write_fence(
+            fan_out_fence(engine, quorum, keys, &attempt.token, fence, &behind),
+            behind.len(),
+            tally.majority() - stored,
+            node_timeout,
+        )
+        .await;
+        round_two_missed = missed;
+        stored + written
     };
     let floor = quorum.validity_floor(request.lease);
     if confirmed < tally.majority()
@@ -357,7 +372,10 @@ async fn attempt(
     {
         // Too few confirmed, or too little is left of the lease to use.
         attempt.give_up().await;
-        return Ok(Try::Busy(None));
+        return Ok(Try::Busy {
+            hint: None,
+            missed: round_two_missed || missed > 0,
+        });
     }
     phase(&attempt.shared).phase = Phase::Held;
     attempt.settled = true;
@@ -397,14 +415,14 @@ fn fan_out_fence(
 }
 
 /// Round two: how many of the masters in `behind` stored `fence` while
-/// `token` still held the lock there. Returns once `needed` did, or
-/// once they cannot.
+/// `token` still held the lock there, and whether the count stopped at
+/// the per-node deadline. Returns once `needed` did, or once they cannot.
 async fn write_fence(
     mut rx: Fanned<bool>,
     behind: usize,
     needed: usize,
     node_timeout: Duration,
-) -> usize {
+) -> (usize, bool) {
     let (mut yes, mut answered) = (0, 0);
     let until = Instant::now() + node_timeout;
     while yes < needed && behind - answered + yes >= needed {
@@ -414,10 +432,11 @@ async fn write_fence(
                 answered += 1;
             }
             Ok(Some(_)) => answered += 1,
-            Ok(None) | Err(_) => break,
+            Ok(None) => break,
+            Err(_) => return (yes, true),
         }
     }
-    yes
+    (yes, false)
 }
 
 /// Waits for the lock on a majority of `quorum`, at most `wait` if given.
@@ -472,6 +491,7 @@ async fn tries(
     let mut blocked_since: Option<Instant> = None;
     let lease = request.lease;
     let mut node_timeout = quorum.node_timeout(lease);
+    let mut min_pause = Duration::ZERO;
     // Shared by the requests of every try: a request to each master costs a
     // reference count, not a copy of every key.
     let keys = Arc::new(request.keys.clone());
@@ -500,8 +520,32 @@ async fn tries(
                 }
                 None
             }
-            Try::Busy(_) if once => return Ok(None),
-            Try::Busy(hint) => {
+            Try::Busy { hint, missed } if missed => {
+                // Masters that missed the deadline might have granted: the
+                // next try waits longer for them (a loaded host), and a
+                // single try is not answered "held elsewhere" for them,
+                // within the command timeout.
+                if quorum.config.node_timeout.is_none() {
+                    node_timeout = count::widened_deadline(node_timeout, lease);
+                }
+                if once {
+                    let since = *blocked_since.get_or_insert(tried_at);
+                    if since.elapsed() >= quorum.command_timeout() {
+                        return Ok(None);
+                    }
+                } else {
+                    // A wait goes on: only tries that no majority could
+                    // answer count toward giving up with a quorum error.
+                    blocked_since = None;
+                }
+                // The late grants of this try release themselves when
+                // their replies come: the next try waits a deadline for
+                // them, so as not to find its own late grant in the way.
+                min_pause = node_timeout;
+                hint
+            }
+            Try::Busy { .. } if once => return Ok(None),
+            Try::Busy { hint, .. } => {
                 blocked_since = None;
                 // A majority answered in time: back to the default
                 // deadline, so that a master that stays silent does
@@ -526,7 +570,9 @@ async fn tries(
                 quorum.config.retry_delay,
             )
         });
-        tokio::time::sleep(count::retry_pause(base, jitter(), left)).await;
+        let pause = count::retry_pause(base, jitter(), left).max(min_pause.min(left));
+        min_pause = Duration::ZERO;
+        tokio::time::sleep(pause).await;
     }
 }
 

@@ -45,22 +45,25 @@ local function family()
     return live, rank
   end
 
-  -- The `kind`, `permits` and `x` fields of a lock's hash from its
+  -- The `kind`, `permits`, `x` and `d` fields of a lock's hash from its
   -- HGETALL (nil for those it lacks): one read gives them with the leases.
-  -- `x` is when a semaphore's key expires, as `settle` last set it.
+  -- `x` is when a semaphore's key expires, as `settle` last set it; `d`
+  -- when a semaphore's count set with a lifetime ends (server ms).
   function F.fields(all)
-    local kind, permits, expires
+    local kind, permits, expires, ends
     for i = 1, #all, 2 do
       local field = all[i]
       if field == 'kind' then
         kind = all[i + 1]
       elseif field == 'permits' then
         permits = all[i + 1]
+      elseif field == 'd' then
+        ends = tonumber(all[i + 1])
       elseif field == 'x' then
         expires = tonumber(all[i + 1])
       end
     end
-    return kind, permits, expires
+    return kind, permits, expires, ends
   end
 
   function F.entry(token, value)
@@ -194,6 +197,12 @@ local function family()
     local keep = last - now_ms
     if semaphore() then
       keep = math.max(keep, tonumber(retention))
+      -- A count set with a lifetime goes at its end, or with the last
+      -- lease when one runs past it.
+      local ends = tonumber(redis.call('HGET', lock, 'd'))
+      if ends then
+        keep = math.min(keep, math.max(last, ends) - now_ms)
+      end
       if keep <= 0 then
         redis.call('DEL', lock)
         return

@@ -30,16 +30,24 @@ local F = family()
 local lock, token, mode, owner = KEYS[1], ARGV[1], ARGV[9], ARGV[11]
 -- The hash in one read: its kind, a semaphore's count and the leases.
 local all = redis.pcall('HGETALL', lock)
-local kind, stored, expires
+local kind, stored, expires, ends
 if all.err then
   -- Not a hash.
   all = nil
   kind = L.kind_of_type(lock)
 else
-  kind, stored, expires = F.fields(all)
+  kind, stored, expires, ends = F.fields(all)
   if not kind then
     kind = #all == 0 and 'none' or 'hash'
   end
+end
+local recounted = false
+if ends and kind == 'semaphore' and ends <= math.floor(server_us() / 1000) then
+  -- The count's lifetime ended: this acquisition sets the count again,
+  -- granted or not (the leases held meanwhile still count against it).
+  redis.call('HDEL', lock, 'd')
+  redis.call('HSET', lock, 'permits', ARGV[13])
+  stored, expires, recounted = nil, nil, true
 end
 if kind ~= 'none' and kind ~= ARGV[10] then
   if not F.drop_stale(lock, kind) then
@@ -252,8 +260,9 @@ if fence then
   return {1, fence, tonumber(ARGV[2])}
 end
 
-if pruned > 0 then
-  -- The leases that ran out may have been the last: the key goes with them.
+if pruned > 0 or recounted then
+  -- The leases that ran out may have been the last: the key goes with
+  -- them; a count set again is kept for the retention.
   F.settle(lock, live, now, ARGV[3], ARGV[10], expires)
 end
 

@@ -114,9 +114,10 @@ impl Clocks {
 }
 
 /// The per-node deadline of a request, unless set: a hundredth of the
-/// lease, and at least `floor`.
+/// lease, at least `floor` (what a busy host takes to hear a master), and
+/// at most a quarter of the lease, as far as [`widened_deadline`] goes.
 pub(crate) fn node_deadline(lease: Duration, floor: Duration) -> Duration {
-    (lease / 100).max(floor)
+    (lease / 100).max(floor).min(lease / 4)
 }
 
 /// The per-node deadline of the next try after one in which too many
@@ -416,12 +417,16 @@ mod tests {
     }
 
     #[test]
-    fn deadline_is_a_hundredth_with_a_floor() {
-        let floor = Duration::from_millis(5);
+    fn deadline_is_a_hundredth_with_a_floor_and_a_quarter_at_most() {
+        let floor = Duration::from_millis(50);
         assert_eq!(
             node_deadline(Duration::from_secs(10), floor),
             Duration::from_millis(100)
         );
-        assert_eq!(node_deadline(Duration::from_millis(100), floor), floor);
+        assert_eq!(node_deadline(Duration::from_secs(1), floor), floor);
+        assert_eq!(
+            node_deadline(Duration::from_millis(100), floor),
+            Duration::from_millis(25)
+        );
     }
 }

@@ -25,8 +25,12 @@ use crate::deploy::quorum::count::{Clocks, RoundOneLimit, Tally};
 use crate::deploy::store::Store;
 use crate::error::{Error, Result};
 
-/// The per-node deadline is never shorter than this.
-pub(crate) const NODE_DEADLINE_FLOOR: Duration = Duration::from_millis(5);
+/// The default per-node deadline is never shorter than this (unless a
+/// quarter of the lease is): a host with several times more runnable
+/// threads than cores schedules a client or a master tens of
+/// milliseconds late, and a deadline below that fails tries whose masters
+/// are well (see docs/SAFETY.md, "Redlock on a loaded host").
+pub(crate) const NODE_DEADLINE_FLOOR: Duration = Duration::from_millis(50);
 
 /// How the masters of one quorum are asked and counted.
 #[derive(Debug, Clone, Copy)]
