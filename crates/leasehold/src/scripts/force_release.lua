@@ -3,8 +3,12 @@
 -- The fence counter stays: fences must never go backwards; a semaphore
 -- keeps its permit count. A key that is no lock (a hash without a kind, a
 -- list, ...) is left as it is: leasehold overwrites nothing it did not write.
--- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix
--- ARGV[1] fence retention ms, ARGV[2] channel prefix
+-- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix,
+-- KEYS[5] release memory prefix
+-- ARGV[1] fence retention ms, ARGV[2] channel prefix, ARGV[3] ms to mark the
+-- removed Mutex's or FairMutex's token as removed by force: its holder's
+-- release, sent again after a compare-and-delete that got no answer, must
+-- not take this removal for its own (see release.lua)
 -- Returns 1 when a lock was removed, 0 when it was free, {-1, Redis type}
 -- when the key is no lock.
 local L = lib()
@@ -15,6 +19,7 @@ if kind == 'none' or kind == 'mutex' then
   local removed = redis.call('DEL', KEYS[1])
   if value then
     watched_end(KEYS[1], KEYS[2], ARGV[2], 'f', nil, value)
+    redis.call('SET', KEYS[5] .. string.match(value, '^[^ \31]*'), 'f', 'PX', ARGV[3])
   end
   -- The lock is left free: the first waiter is woken to try, never handed
   -- the lock blind (it may have died within its heartbeat).
