@@ -157,6 +157,7 @@ if holder and holds(holder, token) then
     redis.call('SET', KEYS[1], kept(holder), 'PX', ARGV[5])
     if string.find(holder, '\31', #token + 1, true) then
       watched_end(KEYS[1], KEYS[2], ARGV[4], 'k', nil, holder)
+      redis.call('DEL', KEYS[4] .. token)
     end
     return remember(2)
   end
@@ -169,6 +170,11 @@ if holder and holds(holder, token) then
   released = 1
   remember(1)
   watched_end(KEYS[1], KEYS[2], ARGV[4], 'r', nil, holder)
+  -- A holder the lock was handed to (its value is marked) still has its
+  -- waiter key, which said until now that it was handed the lock (see
+  -- `enqueue` in lib.lua): its token waits no more, so the key goes with
+  -- the hold rather than with its heartbeat.
+  redis.call('DEL', KEYS[4] .. token)
 elseif ARGV[2] == '1' then
   lib().leave_queue(KEYS[3], KEYS[4], token)
   if holder then
