@@ -190,7 +190,7 @@ pub(crate) async fn release_owned_token(
     owner: &str,
     token: &str,
 ) -> Result<()> {
-    let unit = if kind == Kind::Reentrant {
+    let unit = if kind.is_reentrant() {
         "level"
     } else {
         "lease"
