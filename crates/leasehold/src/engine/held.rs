@@ -311,6 +311,8 @@ impl Held {
             Instant::now() + timeout,
         ));
         let mut pause = Duration::from_millis(25);
+        // The fence counter as this lease's grant left it.
+        let fence = lease.fence.to_string();
         // An earlier attempt that got no answer may have been applied.
         let mut unanswered: Option<Error> = None;
         // Whether such an attempt may have been a compare-and-delete, which
@@ -341,8 +343,7 @@ impl Held {
                             let attempt = if first {
                                 Attempt::First
                             } else {
-                                let acquired = self.acquired.as_deref();
-                                Attempt::Again(acquired.filter(|_| deleted_unanswered))
+                                Attempt::Again(deleted_unanswered.then_some(fence.as_str()))
                             };
                             release_held(
                                 engine,

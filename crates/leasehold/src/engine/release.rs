@@ -40,8 +40,8 @@ pub(crate) async fn release(
 pub(crate) enum Attempt<'a> {
     First,
     /// Sent again after an attempt that got no answer, and may have been
-    /// applied; with the acquisition time in the lock's value when such an
-    /// attempt was a compare-and-delete (see `release.lua`).
+    /// applied; with the lease's fence when such an attempt was a
+    /// compare-and-delete (see `release.lua`).
     Again(Option<&'a str>),
 }
 
@@ -74,7 +74,7 @@ pub(crate) async fn release_held(
     let again: &[u8] = match attempt {
         Attempt::First => b"",
         Attempt::Again(None) => b"r",
-        Attempt::Again(Some(acquired)) => acquired.as_bytes(),
+        Attempt::Again(Some(fence)) => fence.as_bytes(),
     };
     release_in_mode(
         engine,

@@ -15,8 +15,8 @@
 -- ARGV[7] (with ARGV[6]) the kind the lock must be, or '',
 -- ARGV[8] ms to remember a release by its token (see below), or 0,
 -- ARGV[9] '' for a first attempt; for a release sent again after an attempt
--- that got no answer, 'r', or the acquisition time in the lock's value when
--- such an attempt may have been a compare-and-delete (delete_if_equal.lua)
+-- that got no answer, 'r', or the lease's fence when such an attempt may
+-- have been a compare-and-delete (delete_if_equal.lua)
 -- Returns 1 when released, 2 when kept until ARGV[5] runs out (nobody is
 -- woken: waiters take it when it expires), 0 when the token did not hold the
 -- lock, 3 when a lease of another owner than ARGV[6] holds it, {-1, kind}
@@ -26,8 +26,8 @@
 -- or neither), and the same release sent again answers it: its first
 -- attempt did the work, and its reply was lost. A compare-and-delete records
 -- nothing: a release sent again after one finds the lock gone and the fence
--- counter at the lease's own acquisition time (nobody took the lock since:
--- every grant moves the counter on) and answers 1, unless a force-release
+-- counter still at the lease's fence (nobody took the lock since: every
+-- grant moves the counter on) and answers 1, unless a force-release
 -- marked the token ('f', see force_release.lua). The lease's own deadline,
 -- which the client checks, rules out its expiry.
 -- A reentrant level released with a keep while other levels hold on
