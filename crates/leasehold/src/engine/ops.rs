@@ -11,7 +11,7 @@ use crate::conn::replicas::{Acked, ReplicaAck};
 use crate::conn::route::Route;
 use crate::conn::scripts;
 use crate::deploy::store::{Answer, Store};
-use crate::engine::release::{release, release_as, release_memory};
+use crate::engine::release::{release, release_as};
 use crate::engine::state::Engine;
 use crate::engine::Kind;
 use crate::error::{Error, ErrorKind, Result};
@@ -213,9 +213,6 @@ pub(crate) async fn release_owned_token(
 /// Removes the lock whoever holds it and wakes its waiters; whether a lock
 /// was there.
 pub(crate) async fn force_release(engine: &Engine, store: &Store, keys: &LockKeys) -> Result<bool> {
-    // The holder's own retries last a few of its command timeouts, which
-    // may be longer than this client's.
-    let forced_mark_ms = millis(release_memory(engine).max(Duration::from_secs(60))).to_string();
     let reply = store
         .eval(
             keys,
@@ -228,11 +225,7 @@ pub(crate) async fn force_release(engine: &Engine, store: &Store, keys: &LockKey
                 &keys.waiters,
                 &keys.released,
             ],
-            &[
-                engine.retention_ms(),
-                keys.channels.as_bytes(),
-                forced_mark_ms.as_bytes(),
-            ],
+            &[engine.retention_ms(), keys.channels.as_bytes()],
         )
         .await?;
     if let Value::Array(items) = &reply {

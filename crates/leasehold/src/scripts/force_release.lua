@@ -4,11 +4,12 @@
 -- keeps its permit count. A key that is no lock (a hash without a kind, a
 -- list, ...) is left as it is: leasehold overwrites nothing it did not write.
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix,
--- KEYS[5] release memory prefix
--- ARGV[1] fence retention ms, ARGV[2] channel prefix, ARGV[3] ms to mark the
--- removed Mutex's or FairMutex's token as removed by force: its holder's
--- release, sent again after a compare-and-delete that got no answer, must
--- not take this removal for its own (see release.lua)
+-- KEYS[5] release memory prefix: a removed Mutex's or FairMutex's token is
+-- marked there as removed by force for a minute (longer than any holder's
+-- release is sent again for), so that its holder's release, sent again
+-- after a compare-and-delete that got no answer, does not take this removal
+-- for its own (see release.lua)
+-- ARGV[1] fence retention ms, ARGV[2] channel prefix
 -- Returns 1 when a lock was removed, 0 when it was free, {-1, Redis type}
 -- when the key is no lock.
 local L = lib()
@@ -19,7 +20,7 @@ if kind == 'none' or kind == 'mutex' then
   local removed = redis.call('DEL', KEYS[1])
   if value then
     watched_end(KEYS[1], KEYS[2], ARGV[2], 'f', nil, value)
-    redis.call('SET', KEYS[5] .. string.match(value, '^[^ \31]*'), 'f', 'PX', ARGV[3])
+    redis.call('SET', KEYS[5] .. string.match(value, '^[^ \31]*'), 'f', 'PX', 60000)
   end
   -- The lock is left free: the first waiter is woken to try, never handed
   -- the lock blind (it may have died within its heartbeat).
