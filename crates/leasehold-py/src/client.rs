@@ -49,6 +49,9 @@ impl Source {
                     Kind::Mutex => Built::Mutex(lib(client.mutex(name))?),
                     Kind::Fair => Built::Fair(lib(client.fair_mutex(name))?),
                     Kind::Reentrant => Built::Reentrant(lib(client.reentrant_mutex(name))?),
+                    Kind::FairReentrant => {
+                        Built::Reentrant(lib(client.reentrant_mutex(name))?.fair())
+                    }
                     Kind::Read => Built::Read(lib(client.rw_lock(name))?),
                     Kind::Write => Built::Write(lib(client.rw_lock(name))?),
                     Kind::Semaphore => Built::Semaphore(lib(client.semaphore(name, spec.permits))?),

@@ -19,6 +19,7 @@ pub(crate) enum Kind {
     Mutex,
     Fair,
     Reentrant,
+    FairReentrant,
     Read,
     Write,
     Semaphore,
@@ -31,6 +32,7 @@ impl Kind {
             "mutex" => Kind::Mutex,
             "fair_mutex" => Kind::Fair,
             "reentrant_mutex" => Kind::Reentrant,
+            "fair_reentrant_mutex" => Kind::FairReentrant,
             "read" => Kind::Read,
             "write" => Kind::Write,
             "semaphore" => Kind::Semaphore,
@@ -39,7 +41,10 @@ impl Kind {
     }
 
     fn has_owners(self) -> bool {
-        matches!(self, Kind::Reentrant | Kind::Read | Kind::Write)
+        matches!(
+            self,
+            Kind::Reentrant | Kind::FairReentrant | Kind::Read | Kind::Write
+        )
     }
 }
 

@@ -152,6 +152,21 @@ def test_reentrant_mutex_nests_per_thread(client: leasehold.Client, name: str) -
     assert in_thread(lambda: lock.try_acquire() is not None)
 
 
+def test_fair_reentrant_mutex_nests_per_thread(client: leasehold.Client, name: str) -> None:
+    lock = client.reentrant_mutex(name, fair=True)
+    with lock as outer:
+        with client.reentrant_mutex(name, fair=True) as inner:
+            assert inner.fence == outer.fence
+            assert lock.hold_count() == 2
+        assert lock.hold_count() == 1
+        assert in_thread(lock.try_acquire) is None
+    assert lock.hold_count() == 0
+    guard = in_thread(lock.try_acquire)
+    assert isinstance(guard, leasehold.Guard)
+    assert guard.fence > outer.fence
+    guard.release()
+
+
 def test_named_owner_is_shared_across_threads(client: leasehold.Client, name: str) -> None:
     lock = client.reentrant_mutex(name, owner="job-42")
     with lock:

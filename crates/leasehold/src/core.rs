@@ -144,6 +144,19 @@ impl LockCore {
         }
     }
 
+    /// A reentrant mutex served in arrival order from now on (see
+    /// `ReentrantMutex::fair`); the other kinds are left as they are.
+    pub(crate) fn make_fair(&mut self) {
+        if self.kind == Kind::Reentrant {
+            self.kind = Kind::FairReentrant;
+        }
+    }
+
+    /// Whether a new hold goes to the first live waiter (a fair kind).
+    pub(crate) fn is_fair(&self) -> bool {
+        matches!(self.kind, Kind::Fair | Kind::FairReentrant)
+    }
+
     /// Whether the current holder holds a lease of this lock here, of a
     /// kind `of` accepts, not released and not known lost.
     pub(crate) fn held_by_current_owner(&self, of: impl Fn(Kind) -> bool) -> bool {

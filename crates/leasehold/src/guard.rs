@@ -165,9 +165,8 @@ impl LeaseGuard {
     /// answers in that time. A [`Redlock`](crate::Redlock)'s returns once a
     /// majority of the masters confirmed; the others' releases (and their
     /// retries after a transient failure) run on in the background. A try sent
-    /// again after an earlier one went out and got no answer may find the lease
-    /// gone because that earlier try released it: that is never reported as a
-    /// loss.
+    /// again after an earlier one went out and got no answer answers what that
+    /// earlier try did: Redis remembers a release for a few command timeouts.
     ///
     /// # Errors
     ///
@@ -176,9 +175,11 @@ impl LeaseGuard {
     /// with another holder.
     /// [`ErrorKind::OutcomeUnknown`](crate::ErrorKind::OutcomeUnknown) when a
     /// try sent again found the lease gone after an earlier try got no
-    /// answer: that try most likely released it (the lease held to the
-    /// end), unless the lock was force-released or lost by Redis first; the
-    /// lease did not run out, and nothing is held now.
+    /// answer, and no record of that try's release (a release nobody waited
+    /// for records none, and the lock was taken by another since): that try
+    /// most likely released it (the lease held to the end), unless the lock
+    /// was force-released or lost by Redis first; the lease did not run
+    /// out, and nothing is held now.
     /// [`ErrorKind::Connection`](crate::ErrorKind::Connection)
     /// when no answer came: whether the lease held to the end is unknown
     /// (treat the work as unprotected); the lock expires at the end of its

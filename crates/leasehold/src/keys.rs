@@ -37,6 +37,9 @@ pub(crate) struct LockKeys {
     /// Each client's notification channel for this lock is this prefix
     /// followed by the client's id.
     pub(crate) channels: String,
+    /// The prefix of the short-lived record of a release, by its token: a
+    /// release sent again after a lost reply finds its own answer there.
+    pub(crate) released: String,
 }
 
 impl LockKeys {
@@ -49,6 +52,7 @@ impl LockKeys {
             queue: format!("{lock}:q"),
             waiters: format!("{lock}:w:"),
             channels: format!("{lock}:ch:"),
+            released: format!("{lock}:r:"),
             lock,
         })
     }
@@ -290,7 +294,13 @@ mod tests {
             let keys = LockKeys::new("p", name).unwrap();
             assert_eq!(&decode(&keys.lock, "p"), name);
             let tag_slot = hash_slot(&keys.lock);
-            for key in [&keys.fence, &keys.queue, &keys.waiters, &keys.channels] {
+            for key in [
+                &keys.fence,
+                &keys.queue,
+                &keys.waiters,
+                &keys.channels,
+                &keys.released,
+            ] {
                 assert_eq!(hash_slot(key), tag_slot, "{key}");
             }
             if let Some(other) = seen.insert(keys.lock.clone(), name.clone()) {
@@ -321,6 +331,7 @@ mod tests {
                 keys.queue.clone(),
                 format!("{}0123abcd", keys.waiters),
                 format!("{}0123abcd", keys.channels),
+                format!("{}0123abcd", keys.released),
                 format!("{}:leader", keys.lock),
                 format!("{}:leader:ch", keys.lock),
             ] {

@@ -27,6 +27,7 @@
 //! | one holder at a time, cheapest under light contention | [`Mutex`] |
 //! | one holder at a time, first come first served, even waits | [`FairMutex`] |
 //! | one owner at a time that may take the lock again (nested calls) | [`ReentrantMutex`] |
+//! | the same, owners served first come first served (Redisson's fair lock) | [`ReentrantMutex::fair`] |
 //! | many readers or one writer, writers not starved | [`RwLock`] |
 //! | at most N holders at once (a pool of slots, a rate of parallel jobs) | [`Semaphore`] |
 //! | a job started on many hosts runs once | any, with a hold-at-least (see [Run-once jobs](#run-once-jobs)) |
@@ -41,7 +42,8 @@
 //! line inside the release itself, and nobody can barge in. A `ReentrantMutex`
 //! belongs to the task that takes it (tasks that share a handle exclude each
 //! other; an explicit [`Owner`] shares a hold across tasks), counts its levels,
-//! and never makes a reentry wait. An `RwLock` gives every reader a lease of
+//! and never makes a reentry wait; made [`fair`](ReentrantMutex::fair), it
+//! serves new holds in the order the owners arrived. An `RwLock` gives every reader a lease of
 //! its own (a dead reader frees only its share), queues readers behind a
 //! waiting writer, allows write→read downgrade and refuses read→write upgrade
 //! at once. A `Semaphore` stores its permit count with it, gives every

@@ -20,8 +20,10 @@ use crate::lock::face_lock;
 /// owner: they nest. To share a hold across tasks (or processes), name the
 /// owner: [`with_owner`](Self::with_owner) with an [`Owner`](crate::Owner) makes every
 /// task that uses the handle that owner. Another owner waits (woken as [`Mutex`](crate::Mutex)
-/// waiters are: a free lock goes to whoever asks first), or finds it busy.
-/// A reentry never waits, not even behind waiters of its own client.
+/// waiters are: a free lock goes to whoever asks first), or finds it busy;
+/// with [`fair`](Self::fair), owners are served in the order they arrived,
+/// as Redisson's fair lock serves them. A reentry never waits, not even
+/// behind waiters of its own client.
 ///
 /// All levels of an owner's hold share **one lease**: one entry in Redis
 /// with the level count, the fence handed out on the first level, and one
@@ -91,6 +93,32 @@ impl ReentrantMutex {
         self.core.held_by_current_owner(|_| true)
     }
 
+    /// This lock served in arrival order across owners, as Redisson's fair
+    /// lock (`getFairLock`) is: a new hold goes to the first live waiter in
+    /// the lock's queue in Redis, and to a newcomer (a
+    /// [`try_acquire`](Self::try_acquire) included) only when nobody waits.
+    /// Each waiting task keeps its own place; a release wakes the first
+    /// waiter alone, which then takes the lock (a waiter that died is passed
+    /// over once its heartbeat, 3 s, runs out). Nesting is as without it: the
+    /// owner's reentry never waits, each release undoes one level, and every
+    /// level of a hold shares its lease and fence.
+    ///
+    /// Fairness is a property of the attempts: a handle without it on the
+    /// same name (a `ReentrantMutex`, or an older leasehold) takes a free
+    /// lock without waiting its turn, while still excluding every other
+    /// owner.
+    #[must_use]
+    pub fn fair(mut self) -> Self {
+        self.core.make_fair();
+        self
+    }
+
+    /// Whether this handle waits its turn (see [`fair`](Self::fair)).
+    #[must_use]
+    pub fn is_fair(&self) -> bool {
+        self.core.is_fair()
+    }
+
     /// How many levels this handle's owner holds now, as Redis sees it.
     ///
     /// # Errors
@@ -125,7 +153,8 @@ face_calls! {
         with_owner;
 
         /// One attempt: a guard if the lock was free or already this owner's,
-        /// `None` if another owner holds it.
+        /// `None` if another owner holds it (or, with [`fair`](Self::fair),
+        /// another waits for it first).
         ///
         /// # Errors
         ///

@@ -598,3 +598,34 @@ fn threads_take_turns_on_a_blocking_redlock() {
     let err = redlock.client().fair_mutex("queue").unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
 }
+
+/// The blocking fair reentrant mutex: a thread nests, and another thread
+/// (another owner) waits in line and takes it once the last level is
+/// released, with a larger fence.
+#[test]
+fn a_fair_reentrant_handle_nests_per_thread() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let lock = client.reentrant_mutex("line").unwrap().fair();
+    assert!(lock.is_fair());
+    let outer = lock.acquire().unwrap();
+    let inner = lock.acquire().unwrap();
+    assert_eq!(inner.fence(), outer.fence());
+    assert_eq!(lock.hold_count().unwrap(), 2);
+    let fence = outer.fence();
+    let shared = lock.clone();
+    let waiter = thread::spawn(move || shared.acquire_timeout(Duration::from_secs(30)).unwrap());
+    while lock.waiters().unwrap().is_empty() {
+        thread::sleep(Duration::from_millis(10));
+    }
+    inner.release().unwrap();
+    assert_eq!(
+        lock.waiters().unwrap().len(),
+        1,
+        "still held by the outer level"
+    );
+    outer.release().unwrap();
+    let next = waiter.join().unwrap();
+    assert!(next.fence() > fence);
+    next.release().unwrap();
+}

@@ -24,6 +24,8 @@ common::on_both_topologies!(
     a_cancelled_waiter_leaves_the_queue_at_once: multi_thread,
     a_lock_handed_to_a_cancelled_waiter_goes_on_to_the_next: multi_thread,
     release_by_token_hands_the_lock_on,
+    a_hand_off_is_remembered_in_the_locks_slot: multi_thread,
+    a_drained_queue_leaves_no_waiter_record: multi_thread,
 );
 
 async fn queued(servers: &Servers) -> u64 {
@@ -507,4 +509,69 @@ async fn a_waiter_whose_hand_off_ran_out_keeps_its_place() {
 
 async fn queued_on(server: &RedisServer) -> u64 {
     cmd(server, &["ZCARD", "leasehold:{job}:q"]).await
+}
+
+/// A release that hands the lock on is remembered by its token, for a short
+/// while, on the server of the lock's slot (a release sent again after a
+/// lost reply reads it there).
+async fn a_hand_off_is_remembered_in_the_locks_slot(servers: Servers) {
+    let held = servers
+        .client_with(LONG, true)
+        .fair_mutex("job")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let token = held.token().to_owned();
+    let waiter = servers.client_with(LONG, true).fair_mutex("job").unwrap();
+    let waiting = tokio::spawn(async move { waiter.acquire_timeout(LONG).await });
+    eventually("the waiter to queue", || async {
+        queued(&servers).await == 1
+    })
+    .await;
+    held.release().await.unwrap();
+    let records = servers.keys("leasehold:{job}:r:*").await;
+    assert_eq!(records.len(), 1, "{records:?}");
+    let (key, server) = &records[0];
+    assert_eq!(key, &format!("leasehold:{{job}}:r:{token}"));
+    assert_eq!(server.addr(), servers.server_for(JOB).addr());
+    let ttl: i64 = cmd(server, &["PTTL", key]).await;
+    assert!(ttl > 0, "{ttl}");
+    waiting.await.unwrap().unwrap().release().await.unwrap();
+}
+
+/// Waiters that take the lock in turn, each from the release before, leave
+/// no waiter record behind them once the last one released it: the queue
+/// is gone for `inspect` and for a scan of the keys alike.
+async fn a_drained_queue_leaves_no_waiter_record(servers: Servers) {
+    const WAITERS: u64 = 12;
+    let holder = servers.client_with(LONG, true);
+    let lock = holder.fair_mutex("job").unwrap();
+    let held = lock.acquire().await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..WAITERS {
+        let waiter = servers.client_with(LONG, true).fair_mutex("job").unwrap();
+        tasks.push(tokio::spawn(async move {
+            waiter
+                .acquire_timeout(LONG)
+                .await
+                .unwrap()
+                .release()
+                .await
+                .unwrap();
+        }));
+        eventually("the waiter to queue", || async {
+            queued(&servers).await == i + 1
+        })
+        .await;
+    }
+    held.release().await.unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let records = servers.keys("leasehold:{job}:w:*").await;
+    assert!(records.is_empty(), "{records:?}");
+    let info = lock.inspect().await.unwrap();
+    assert_eq!(info.waiting_clients, 0, "{info:?}");
+    assert!(!info.held, "{info:?}");
 }

@@ -35,13 +35,14 @@ const LIB: &str = concat!(
 const FAMILY_ACQUIRE: &str = include_str!("../src/scripts/family_acquire.lua");
 const RELEASE: &str = include_str!("../src/scripts/release.lua");
 
-fn keys(name: &str) -> [String; 4] {
+fn keys(name: &str) -> [String; 5] {
     let lock = format!("leasehold:{{{name}}}");
     [
         lock.clone(),
         format!("{lock}:fence"),
         format!("{lock}:q"),
         format!("{lock}:w:"),
+        format!("{lock}:r:"),
     ]
 }
 
@@ -62,7 +63,7 @@ impl Fake<'_> {
     async fn attempt(&self, conn: &mut MultiplexedConnection, known: bool) -> i64 {
         let script = redis::Script::new(&format!("{LIB}{FAMILY_ACQUIRE}"));
         let reply: Value = script
-            .key(&keys(self.name)[..])
+            .key(&keys(self.name)[..4])
             .arg(self.token)
             .arg(30_000)
             .arg(604_800_000u64)
@@ -99,6 +100,11 @@ impl Fake<'_> {
             .arg(604_800_000u64)
             .arg(format!("leasehold:{{{}}}:ch:", self.name))
             .arg("0")
+            // No owner, no kind, nothing remembered, a first attempt.
+            .arg("")
+            .arg("")
+            .arg("0")
+            .arg("")
             .invoke_async(conn)
             .await
             .unwrap()

@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::future::Future;
 use std::time::Duration;
 
 use common::{client_with, cmd, eventually, impatient, poll_then_drop};
@@ -19,6 +20,14 @@ async fn waiter_listens(server: &RedisServer) {
         let channels: Vec<String> =
             cmd(server, &["PUBSUB", "CHANNELS", "leasehold:{job}:ch*"]).await;
         !channels.is_empty()
+    })
+    .await;
+}
+
+/// Waits until a waiter for lock "job" is in its queue.
+async fn queued(server: &RedisServer) {
+    eventually("the waiter to queue", || async {
+        cmd::<u64>(server, &["ZCARD", "leasehold:{job}:q"]).await > 0
     })
     .await;
 }
@@ -357,37 +366,172 @@ async fn callers_queued_behind_a_connect_share_its_bound() {
     );
 }
 
-/// A release whose reply is lost after Redis applied it is sent again; the
-/// retry finds the token gone. That is not a loss: the first attempt may
-/// have removed it, so the outcome is reported unknown, never `NotHeld`.
+/// Runs `release` with its first reply lost: once `applied` holds, the
+/// connection it went out on goes dead, and the retry goes over a new one.
+async fn with_first_reply_lost<T, F, Fut>(
+    proxy: &FaultProxy,
+    release: impl Future<Output = T> + Send + 'static,
+    applied: F,
+) -> T
+where
+    T: Send + 'static,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    proxy.set_reply_latency(Duration::from_secs(10));
+    let releasing = tokio::spawn(release);
+    eventually("the first release to be applied", applied).await;
+    proxy.freeze_existing();
+    proxy.set_reply_latency(Duration::ZERO);
+    releasing.await.unwrap()
+}
+
+/// Scripts (and the compare-and-delete commands) the server has run.
+async fn release_calls(server: &RedisServer) -> u64 {
+    common::script_calls(server).await
+        + common::command_calls(server, "delifeq").await
+        + common::command_calls(server, "delex").await
+}
+
+/// A release whose reply is lost after Redis applied it (a compare-and-delete:
+/// nobody waited for the lock) is sent again; the retry finds its own
+/// success and answers it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_sent_again_after_a_lost_reply_reports_no_loss() {
+async fn a_release_sent_again_after_a_lost_reply_answers_released() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.addr());
     let client = impatient(&proxy.url()); // 500 ms command timeout
     let mutex = client.mutex("job").unwrap();
-    // Loads the release script: the faulty attempt must run it, not ask for it.
+    // Loads the release scripts: the faulty attempt must run them, not ask for them.
     mutex.acquire().await.unwrap().release().await.unwrap();
     let guard = mutex.acquire().await.unwrap();
-    proxy.set_reply_latency(Duration::from_secs(10));
-    let releasing = tokio::spawn(guard.release());
-    eventually("the first release to be applied", || async {
+    let released = with_first_reply_lost(&proxy, guard.release(), || async {
         !held_in_redis(&server, "job").await
     })
     .await;
-    // Its reply is never delivered; the retry goes over a new connection.
-    proxy.freeze_existing();
-    proxy.set_reply_latency(Duration::ZERO);
-    let err = releasing
+    released.expect("the retry found the first attempt's release");
+    assert!(!held_in_redis(&server, "job").await);
+}
+
+/// A release that handed a fair lock to its waiter, whose reply is lost, is
+/// sent again: it answers released, and leaves the waiter's lock alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_sent_again_answers_released_and_keeps_the_new_holder() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let client = impatient(&proxy.url());
+    let fair = client.fair_mutex("job").unwrap();
+    fair.acquire().await.unwrap().release().await.unwrap();
+    // Taken by a hand-off, the lock's value is marked: its release is the
+    // release script from the first attempt on.
+    let first = common::client(&server).fair_mutex("job").unwrap();
+    let first = first.acquire().await.unwrap();
+    let taking = tokio::spawn(async move { fair.acquire_timeout(LONG).await });
+    queued(&server).await;
+    first.release().await.unwrap();
+    let guard = taking.await.unwrap().unwrap();
+    let other = common::client(&server).fair_mutex("job").unwrap();
+    let waiting = tokio::spawn(async move { other.acquire_timeout(LONG).await });
+    queued(&server).await;
+    let released =
+        with_first_reply_lost(&proxy, guard.release(), || async { waiting.is_finished() }).await;
+    released.expect("the retry found the first attempt's hand-off");
+    let handed = waiting
         .await
         .unwrap()
-        .expect_err("the retry cannot know the first attempt's outcome");
-    assert!(
-        !err.is_not_held(),
-        "reported a loss that did not happen: {err}"
-    );
-    assert_eq!(err.kind(), leasehold::ErrorKind::OutcomeUnknown, "{err}");
+        .expect("the waiter was handed the lock");
+    assert!(!handed.is_lost());
+    let value = common::held_on(&server, "job")
+        .await
+        .expect("held by the waiter");
+    assert!(value.starts_with(handed.token()), "{value}");
+    handed.release().await.unwrap();
+}
+
+/// A reentrant level's release whose reply is lost is sent again: it
+/// answers released, and undoes that one level only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_level_release_sent_again_undoes_one_level() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let client = impatient(&proxy.url());
+    let lock = client.reentrant_mutex("job").unwrap();
+    lock.acquire().await.unwrap().release().await.unwrap();
+    let outer = lock.acquire().await.unwrap();
+    let inner = lock.acquire().await.unwrap();
+    let levels = || async {
+        let fields: Vec<String> = cmd(&server, &["HKEYS", "leasehold:{job}"]).await;
+        fields.iter().filter(|f| f.starts_with("l:")).count()
+    };
+    assert_eq!(levels().await, 2);
+    let released =
+        with_first_reply_lost(&proxy, inner.release(), || async { levels().await == 1 }).await;
+    released.expect("the retry found the first attempt's release");
+    assert_eq!(levels().await, 1);
+    assert!(!outer.is_lost());
+    outer.release().await.unwrap();
     assert!(!held_in_redis(&server, "job").await);
+}
+
+/// A compare-and-delete release whose reply is lost, after which another
+/// client takes the lock: the retry releases nothing of theirs, and reports
+/// no loss (the compare-and-delete left no record, and the fence counter
+/// moved on with the new holder: the outcome is not known).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_sent_again_after_another_took_the_lock_leaves_theirs() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let client = impatient(&proxy.url());
+    let mutex = client.mutex("job").unwrap();
+    mutex.acquire().await.unwrap().release().await.unwrap();
+    let guard = mutex.acquire().await.unwrap();
+    let other = common::client(&server).mutex("job").unwrap();
+    let taken = std::sync::Arc::new(tokio::sync::Mutex::new(None));
+    let released = with_first_reply_lost(&proxy, guard.release(), || {
+        let (other, taken) = (other.clone(), std::sync::Arc::clone(&taken));
+        async move {
+            let mut taken = taken.lock().await;
+            if taken.is_none() {
+                *taken = other.try_acquire().await.unwrap();
+            }
+            taken.is_some()
+        }
+    })
+    .await;
+    let theirs = taken
+        .lock()
+        .await
+        .take()
+        .expect("the other client holds it");
+    if let Err(err) = released {
+        assert_eq!(err.kind(), leasehold::ErrorKind::OutcomeUnknown, "{err}");
+    }
+    assert!(!theirs.is_lost());
+    let value = common::held_on(&server, "job").await.expect("still held");
+    assert!(value.starts_with(theirs.token()), "{value}");
+    theirs.release().await.unwrap();
+}
+
+/// A lock removed by a force-release before its holder's compare-and-delete
+/// release, whose reply is lost: the retry must not take the removal for
+/// its own release (nothing says the lease held to the end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_sent_again_after_a_force_release_does_not_answer_released() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let client = impatient(&proxy.url());
+    let mutex = client.mutex("job").unwrap();
+    mutex.acquire().await.unwrap().release().await.unwrap();
+    let guard = mutex.acquire().await.unwrap();
+    let admin = common::client(&server).mutex("job").unwrap();
+    assert!(admin.force_release().await.unwrap());
+    let before = release_calls(&server).await;
+    let released = with_first_reply_lost(&proxy, guard.release(), || async {
+        release_calls(&server).await > before
+    })
+    .await;
+    let err = released.expect_err("the lock was removed by force, not by this release");
+    assert!(err.is_not_held() || err.is_outcome_unknown(), "{err:?}");
 }
 
 /// An extend whose reply is lost after Redis applied it is sent again and

@@ -600,6 +600,7 @@ class Client(Face, Generic[MutexT, FairMutexT, ReentrantMutexT, RwLockT, Semapho
         name: str,
         *,
         owner: Optional[str] = None,
+        fair: bool = False,
         lease: Optional[Seconds] = None,
         watchdog: Optional[bool] = None,
         hold_at_least: Optional[Seconds] = None,
@@ -608,9 +609,12 @@ class Client(Face, Generic[MutexT, FairMutexT, ReentrantMutexT, RwLockT, Semapho
         replica_timeout: Optional[Seconds] = None,
     ) -> ReentrantMutexT:
         """The reentrant mutex called ``name``; its owner is the calling thread
-        (task), or ``owner`` (an id several threads or processes share)."""
+        (task), or ``owner`` (an id several threads or processes share). With
+        ``fair``, owners are served in the order they arrived (Redisson's fair
+        lock); nesting is the same."""
         settings = lock_settings(lease, watchdog, hold_at_least, max_hold, replicas, replica_timeout)
-        native = self._native.lock("reentrant_mutex", name, owner=owner, **settings)
+        kind = "fair_reentrant_mutex" if fair else "reentrant_mutex"
+        native = self._native.lock(kind, name, owner=owner, **settings)
         return self._ReentrantMutex(native, self._wait)
 
     def rw_lock(

@@ -538,6 +538,20 @@ impl ReentrantMutex {
         ReentrantMutex { inner, shared }
     }
 
+    /// This lock served in arrival order across owners, as
+    /// [`ReentrantMutex::fair`](crate::ReentrantMutex::fair).
+    #[must_use]
+    pub fn fair(mut self) -> Self {
+        self.inner = self.inner.fair();
+        self
+    }
+
+    /// Whether this handle waits its turn (see [`fair`](Self::fair)).
+    #[must_use]
+    pub fn is_fair(&self) -> bool {
+        self.inner.is_fair()
+    }
+
     /// How many levels the calling thread's owner holds now, as Redis sees
     /// it, blocking for the round trip.
     ///

@@ -26,7 +26,7 @@ use crate::engine::masters::{
     Releasing, SharedPhase,
 };
 use crate::engine::ops::{acknowledge_renewal, renew_one, Renewed};
-use crate::engine::release::{release_held, release_in_background, PendingRelease};
+use crate::engine::release::{release_held, release_in_background, Attempt, PendingRelease};
 use crate::engine::state::Engine;
 use crate::engine::{watchdog, Request};
 use crate::error::{Error, Result};
@@ -311,19 +311,40 @@ impl Held {
             Instant::now() + timeout,
         ));
         let mut pause = Duration::from_millis(25);
+        // The fence counter as this lease's grant left it.
+        let fence = lease.fence.to_string();
         // An earlier attempt that got no answer may have been applied.
         let mut unanswered: Option<Error> = None;
+        // Whether such an attempt may have been a compare-and-delete, which
+        // leaves no record of itself (see `release.lua`).
+        let mut deleted_unanswered = false;
         // The server the last attempt went to, by identity.
         let mut server = 0;
         let released = loop {
             // An attempt that gets no connection sends nothing: only one
             // that went out can have been applied.
+            let mut compared = false;
             let (attempt, sent) = match store.route(&lease.keys).await {
                 Ok(route) => {
                     server = route.server().identity;
-                    let attempt = match self.compare_and_delete(store, route.clone()).await {
+                    // Sent again, the release script finds what the first
+                    // attempt did, whichever it was.
+                    let first = unanswered.is_none();
+                    let deleted = if first {
+                        compared = self.acquired.is_some();
+                        self.compare_and_delete(store, route.clone()).await
+                    } else {
+                        Ok(false)
+                    };
+                    let attempt = match deleted {
                         Ok(true) => Ok(true),
                         Ok(false) => {
+                            compared = false;
+                            let attempt = if first {
+                                Attempt::First
+                            } else {
+                                Attempt::Again(deleted_unanswered.then_some(fence.as_str()))
+                            };
                             release_held(
                                 engine,
                                 store,
@@ -332,6 +353,7 @@ impl Held {
                                 &self.token,
                                 self.holding.kind().is_hash(),
                                 lease.hold_until,
+                                attempt,
                             )
                             .await
                         }
@@ -346,6 +368,7 @@ impl Held {
                 Err(error) if error.is_transient() && Instant::now() + pause < give_up => {
                     if sent {
                         unanswered = Some(error);
+                        deleted_unanswered |= compared;
                     }
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(500));

@@ -26,7 +26,8 @@ pub const HELD_LEASES: &str = "leasehold_held_leases";
 /// Gauge: tasks waiting in `acquire` or `acquire_timeout`, by `primitive`.
 pub const WAITING_TASKS: &str = "leasehold_waiting_tasks";
 /// The label that names the kind of lock: `mutex`, `fair_mutex`,
-/// `reentrant_mutex`, `rw_lock_read`, `rw_lock_write` or `semaphore`.
+/// `reentrant_mutex`, `fair_reentrant_mutex`, `rw_lock_read`,
+/// `rw_lock_write` or `semaphore`.
 pub const PRIMITIVE_LABEL: &str = "primitive";
 /// The label that names why a lease was lost.
 pub const REASON_LABEL: &str = "reason";
@@ -36,6 +37,7 @@ pub(crate) fn primitive(kind: Kind) -> &'static str {
         Kind::Mutex => "mutex",
         Kind::Fair => "fair_mutex",
         Kind::Reentrant => "reentrant_mutex",
+        Kind::FairReentrant => "fair_reentrant_mutex",
         Kind::Read => "rw_lock_read",
         Kind::Write => "rw_lock_write",
         Kind::Semaphore { .. } => "semaphore",

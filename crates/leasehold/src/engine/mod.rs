@@ -39,6 +39,9 @@ pub(crate) enum Kind {
     Fair,
     /// One owner, who may take it again; non-fair, as `Mutex`.
     Reentrant,
+    /// As `Reentrant`, but a new hold goes to the first live waiter (FIFO
+    /// across owners); a reentry never waits.
+    FairReentrant,
     /// A shared (read) or exclusive (write) share of a read-write lock;
     /// reentrant per owner, writers served in arrival order with readers.
     Read,
@@ -60,7 +63,7 @@ impl Kind {
     pub(crate) fn stored_name(self) -> &'static str {
         match self {
             Kind::Mutex | Kind::Fair => "mutex",
-            Kind::Reentrant => "reentrant",
+            Kind::Reentrant | Kind::FairReentrant => "reentrant",
             Kind::Read | Kind::Write => "rwlock",
             Kind::Semaphore { .. } => "semaphore",
         }
@@ -72,6 +75,11 @@ impl Kind {
             Kind::Semaphore { total } => format!("a semaphore of {total} permits"),
             _ => stored_phrase(self.stored_name()),
         }
+    }
+
+    /// A reentrant mutex, fair or not.
+    pub(crate) fn is_reentrant(self) -> bool {
+        matches!(self, Kind::Reentrant | Kind::FairReentrant)
     }
 
     /// Kept in a hash with one entry per lease (see `scripts/lib.lua`).

@@ -190,7 +190,7 @@ pub(crate) async fn release_owned_token(
     owner: &str,
     token: &str,
 ) -> Result<()> {
-    let unit = if kind == Kind::Reentrant {
+    let unit = if kind.is_reentrant() {
         "level"
     } else {
         "lease"
@@ -236,7 +236,13 @@ pub(crate) async fn force_release(
             keys,
             "force-release",
             |s| &s.force_release,
-            &[&keys.lock, &keys.fence, &keys.queue, &keys.waiters],
+            &[
+                &keys.lock,
+                &keys.fence,
+                &keys.queue,
+                &keys.waiters,
+                &keys.released,
+            ],
             &[engine.retention_ms(), keys.channels.as_bytes(), side],
         )
         .await?;

@@ -32,13 +32,33 @@ pub(crate) async fn release(
 ) -> Result<bool> {
     let route = store.route(keys).await?;
     let mode: &[u8] = if queued { b"1" } else { b"0" };
-    release_in_mode(engine, store, route, keys, token, mode, hold_until).await
+    release_in_mode(engine, store, route, keys, token, mode, hold_until, None).await
+}
+
+/// Which attempt of a guard's release a request is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Attempt<'a> {
+    First,
+    /// Sent again after an attempt that got no answer, and may have been
+    /// applied; with the lease's fence when such an attempt was a
+    /// compare-and-delete (see `release.lua`).
+    Again(Option<&'a str>),
+}
+
+/// How long the server remembers a guard's release by its token: longer
+/// than a release is sent again for (see `engine::held`), so that every
+/// retry finds its first attempt's answer.
+pub(crate) fn release_memory(engine: &Engine) -> Duration {
+    (engine.command_timeout() * 6).max(Duration::from_secs(1))
 }
 
 /// Releases the lease `token` of a guard as [`release`] does (its token is
 /// out of the queue), on `route`, taken for `keys`; `hash` says the
 /// guard's lock is a hash kind's (a reentrant mutex, an rw-lock or a
-/// semaphore), whose hash the release then reads first.
+/// semaphore), whose hash the release then reads first. The server
+/// remembers a release for a while (see [`release_memory`]), so that the
+/// same release sent `Again` answers what its first attempt did.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn release_held(
     engine: &Engine,
     store: &Store,
@@ -47,13 +67,31 @@ pub(crate) async fn release_held(
     token: &str,
     hash: bool,
     hold_until: Option<Instant>,
+    attempt: Attempt<'_>,
 ) -> Result<bool> {
     let mode: &[u8] = if hash { b"h" } else { b"0" };
-    release_in_mode(engine, store, route, keys, token, mode, hold_until).await
+    let memory = millis(release_memory(engine)).to_string();
+    let again: &[u8] = match attempt {
+        Attempt::First => b"",
+        Attempt::Again(None) => b"r",
+        Attempt::Again(Some(fence)) => fence.as_bytes(),
+    };
+    release_in_mode(
+        engine,
+        store,
+        route,
+        keys,
+        token,
+        mode,
+        hold_until,
+        Some((memory.as_bytes(), again)),
+    )
+    .await
 }
 
 /// The release script's run for [`release`] and [`release_held`]; `mode`
-/// is its ARGV[2] (see `release.lua`).
+/// is its ARGV[2], `memory` its ARGV[8] and ARGV[9] (see `release.lua`).
+#[allow(clippy::too_many_arguments)]
 async fn release_in_mode(
     engine: &Engine,
     store: &Store,
@@ -62,6 +100,7 @@ async fn release_in_mode(
     token: &str,
     mode: &[u8],
     hold_until: Option<Instant>,
+    memory: Option<(&[u8], &[u8])>,
 ) -> Result<bool> {
     // A quorum's master marks the counter with a token it does not hold
     // ('r', see release.lua).
@@ -70,7 +109,10 @@ async fn release_in_mode(
     } else {
         mode
     };
-    let reply = run_release(engine, store, route, keys, token, mode, hold_until, None).await?;
+    let reply = run_release(
+        engine, store, route, keys, token, mode, hold_until, None, memory,
+    )
+    .await?;
     match scripts::as_int(&reply) {
         Some(0) => Ok(false),
         // 2: kept until the hold ends.
@@ -100,6 +142,7 @@ pub(crate) async fn release_as(
         b"0",
         None,
         Some((owner, kind)),
+        None,
     )
     .await?;
     match scripts::as_int(&reply) {
@@ -119,7 +162,8 @@ pub(crate) async fn release_as(
 }
 
 /// The release script on `route`, taken for `keys`; `queue` is its
-/// ARGV[2] (see `scripts/release.lua`).
+/// ARGV[2], `owner` its ARGV[6] and ARGV[7], `memory` its ARGV[8] and
+/// ARGV[9] (see `scripts/release.lua`).
 #[allow(clippy::too_many_arguments)]
 async fn run_release(
     engine: &Engine,
@@ -130,6 +174,7 @@ async fn run_release(
     queue: &[u8],
     hold_until: Option<Instant>,
     owner: Option<(&str, Kind)>,
+    memory: Option<(&[u8], &[u8])>,
 ) -> Result<redis::Value> {
     // Measured after the connect, as late as can be: the lock is then kept
     // a little longer than asked, never shorter.
@@ -144,38 +189,36 @@ async fn run_release(
         kept_ms = millis(keep + drift(keep)).max(1).to_string();
         kept_ms.as_bytes()
     };
-    let base: [&[u8]; 5] = [
+    let (owner, kind): (&[u8], &[u8]) = match owner {
+        Some((owner, kind)) => (owner.as_bytes(), kind.stored_name().as_bytes()),
+        None => (b"", b""),
+    };
+    let (memory, again) = memory.unwrap_or((b"0", b""));
+    let args: [&[u8]; 9] = [
         token.as_bytes(),
         queue,
         engine.retention_ms(),
         keys.channels.as_bytes(),
         keep,
+        owner,
+        kind,
+        memory,
+        again,
     ];
-    let with_owner: [&[u8]; 7];
-    let args: &[&[u8]] = match owner {
-        Some((owner, kind)) => {
-            let [token, queue, retention, channels, keep] = base;
-            with_owner = [
-                token,
-                queue,
-                retention,
-                channels,
-                keep,
-                owner.as_bytes(),
-                kind.stored_name().as_bytes(),
-            ];
-            &with_owner
-        }
-        None => &base,
-    };
     store
         .eval_on(
             route,
             &keys.lock,
             "release",
             |s| &s.release,
-            &[&keys.lock, &keys.fence, &keys.queue, &keys.waiters],
-            args,
+            &[
+                &keys.lock,
+                &keys.fence,
+                &keys.queue,
+                &keys.waiters,
+                &keys.released,
+            ],
+            &args,
         )
         .await
 }

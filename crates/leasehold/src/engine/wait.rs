@@ -622,7 +622,7 @@ async fn attempt<'k>(
     let mode: &[u8] = match request.kind {
         Kind::Mutex if !hand_over => b"m",
         Kind::Mutex | Kind::Fair => b"f",
-        Kind::Reentrant => b"x",
+        Kind::Reentrant | Kind::FairReentrant => b"x",
         Kind::Read => b"r",
         Kind::Write => b"w",
         Kind::Semaphore { .. } => b"s",
@@ -695,17 +695,21 @@ async fn attempt<'k>(
             };
             (pick, own)
         }
-        Kind::Reentrant | Kind::Read | Kind::Write | Kind::Semaphore { .. } => {
+        Kind::Reentrant
+        | Kind::FairReentrant
+        | Kind::Read
+        | Kind::Write
+        | Kind::Semaphore { .. } => {
             let total = match request.kind {
                 Kind::Semaphore { total } => total,
                 _ => 0,
             };
-            let live_levels = if request.kind == Kind::Reentrant {
+            let live_levels = if request.kind.is_reentrant() {
                 engine.leases.holds.live_levels(&keys.lock, request.owner)
             } else {
                 String::new()
             };
-            let own = vec![
+            let mut own = vec![
                 request.kind.stored_name().to_owned(),
                 request.owner.to_owned(),
                 request.permits.to_string(),
@@ -713,6 +717,9 @@ async fn attempt<'k>(
                 request.max_hold.map_or(0, millis).to_string(),
                 live_levels,
             ];
+            if request.kind == Kind::FairReentrant {
+                own.push("1".to_owned());
+            }
             (|s: &Scripts| &s.family_acquire, own)
         }
     };

@@ -471,9 +471,10 @@ impl Error {
             format!(
                 "release of lock {name:?} (fence {fence}) was sent again after its first attempt \
                  got no answer ({}), and the retry found the lock no longer held by this \
-                 lease: the first attempt most likely released it, so the lease held to the \
-                 end, unless the lock was removed first by a force-release or lost by redis \
-                 (a restart or failover); the lease did not run out. Nothing is held now",
+                 lease and no record of that attempt's release: the first attempt most likely \
+                 released it, so the lease held to the end, unless the lock was removed first \
+                 by a force-release or lost by redis (a restart or failover); the lease did \
+                 not run out. Nothing is held now",
                 first.message
             ),
         )

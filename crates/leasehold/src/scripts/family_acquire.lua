@@ -9,7 +9,10 @@
 -- ARGV[10] kind ('reentrant', 'rwlock', 'semaphore'), ARGV[11] owner,
 -- ARGV[12] permits wanted, ARGV[13] the semaphore's permits (0 for the
 -- others), ARGV[14] the max hold ms, or 0 for none, ARGV[15] the reentrant
--- levels this client holds of its owner's hold, separated by spaces
+-- levels this client holds of its owner's hold, separated by spaces,
+-- ARGV[16] (optional) '1' for a fair reentrant mutex: a new hold goes to the
+-- first live waiter, or to a newcomer when nobody waits (a reentry never
+-- waits)
 -- Each reentrant level has an expiry of its own (see F.marker): a reentry
 -- sets its own and those of ARGV[15] to the hold's.
 -- A reentry adds a level to the owner's hold and refreshes its one lease to
@@ -79,10 +82,12 @@ local live, pruned = F.live_holders(lock, now, all)
 local function last_fence()
   return fence_of(redis.call('GET', KEYS[2])) or 0
 end
--- Takes `token`, granted, out of the queue. Its waiter key runs out with
--- its heartbeat: no hash lock reads the key of a token out of the queue.
+-- Takes `token`, granted, out of the queue, and its waiter key with it: a
+-- granted waiter leaves no record behind.
 local function leave(t)
-  redis.call('ZREM', KEYS[3], t)
+  if redis.call('ZREM', KEYS[3], t) == 1 then
+    redis.call('DEL', KEYS[4] .. t)
+  end
 end
 -- A token sent before may be queued; a newcomer is not, and asks no rank.
 local queued_token = ARGV[7] == '1' and token or nil
@@ -160,7 +165,10 @@ if mode == 'x' then
     return {1, mine.fence, mine.expiry - now, mine.token, cap_left(mine)}
   end
   if #others == 0 then
-    fence = 'new'
+    local head = ARGV[16] == '1' and L.first_live(KEYS[3], KEYS[4])
+    if not head or head.token == token then
+      fence = 'new'
+    end
   end
 elseif mode == 'w' then
   if mine_w then

@@ -3,7 +3,12 @@
 -- The fence counter stays: fences must never go backwards; a semaphore
 -- keeps its permit count. A key that is no lock (a hash without a kind, a
 -- list, ...) is left as it is: leasehold overwrites nothing it did not write.
--- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix
+-- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix,
+-- KEYS[5] release memory prefix: a removed Mutex's or FairMutex's token is
+-- marked there as removed by force for a minute (longer than any holder's
+-- release is sent again for), so that its holder's release, sent again
+-- after a compare-and-delete that got no answer, does not take this removal
+-- for its own (see release.lua)
 -- ARGV[1] fence retention ms, ARGV[2] channel prefix, ARGV[3] (optional)
 -- 'r' or 'w': of a read-write lock, remove the readers alone, or the
 -- writer alone, and keep the other side's leases
@@ -31,6 +36,7 @@ if kind == 'none' or kind == 'mutex' then
   local removed = redis.call('DEL', KEYS[1])
   if value then
     watched_end(KEYS[1], KEYS[2], ARGV[2], 'f', nil, value)
+    redis.call('SET', KEYS[5] .. string.match(value, '^[^ \31]*'), 'f', 'PX', 60000)
   end
   -- The lock is left free: the first waiter is woken to try, never handed
   -- the lock blind (it may have died within its heartbeat).

@@ -395,8 +395,8 @@ local function lib()
       -- fence_value).
       redis.call('SET', lock, head.token .. ' ' .. fence .. ' ' .. head.identity .. WAITED,
         'PX', head.hand_off)
-      -- Out of the queue; its key expires with its heartbeat, and says
-      -- until then that it was handed the lock (see `enqueue`).
+      -- Out of the queue; its key says that it was handed the lock (see
+      -- `enqueue`) until its heartbeat runs out or its release removes it.
       redis.call('ZREM', queue, head.token)
       publish(channels .. head.client, head.token .. ' ' .. fence)
     else

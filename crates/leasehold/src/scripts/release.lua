@@ -4,23 +4,49 @@
 -- or FairMutex, a hash one of the others (see lib.lua). A reentrant level
 -- is released by its own token: the hold loses one level, and goes with
 -- the last.
--- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix
+-- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] waiter key prefix,
+-- KEYS[5] release memory prefix
 -- ARGV[1] token, ARGV[2] '1' when this token may be queued, 'h' when it
 -- is not and its guard's lock is a hash (the hash is read first), 'r' on
 -- a master of a Redlock (a string lock, never queued), '0' otherwise,
 -- ARGV[3] fence retention ms, ARGV[4] channel prefix,
 -- ARGV[5] ms to keep the lock held instead (its hold-at-least is not over), or 0,
--- ARGV[6] (optional) the owner a hash lease must have to be released,
--- ARGV[7] (with ARGV[6]) the kind the lock must be
+-- ARGV[6] the owner a hash lease must have to be released, or '',
+-- ARGV[7] (with ARGV[6]) the kind the lock must be, or '',
+-- ARGV[8] ms to remember a release by its token (see below), or 0,
+-- ARGV[9] '' for a first attempt; for a release sent again after an attempt
+-- that got no answer, 'r', or the lease's fence when such an attempt may
+-- have been a compare-and-delete (delete_if_equal.lua)
 -- Returns 1 when released, 2 when kept until ARGV[5] runs out (nobody is
 -- woken: waiters take it when it expires), 0 when the token did not hold the
 -- lock, 3 when a lease of another owner than ARGV[6] holds it, {-1, kind}
 -- when the lock is of another kind than ARGV[7] (nothing changes either way).
+-- A release that releases or keeps the lock records its answer for ARGV[8]
+-- ms (`<KEYS[5]><token>`, written with the release, so a replica has both
+-- or neither), and the same release sent again answers it: its first
+-- attempt did the work, and its reply was lost. A compare-and-delete records
+-- nothing: a release sent again after one finds the lock gone and the fence
+-- counter still at the lease's fence (nobody took the lock since: every
+-- grant moves the counter on) and answers 1, unless a force-release
+-- marked the token ('f', see force_release.lua). The lease's own deadline,
+-- which the client checks, rules out its expiry.
 -- A reentrant level released with a keep while other levels hold on
 -- records it (`k:<hold token>`, on the server's clock): the release of the
 -- hold's last level keeps it until then at least, whichever client or
 -- background release that is.
 local token = ARGV[1]
+local remembered = ARGV[9] ~= '' and redis.call('GET', KEYS[5] .. token)
+if remembered and remembered ~= 'f' then
+  return tonumber(remembered)
+end
+local function remember(result)
+  if ARGV[8] ~= '0' then
+    -- pcall: a refusal (OOM on a server that checks it) must not undo the
+    -- release; the retry then answers unknown.
+    redis.pcall('SET', KEYS[5] .. token, result, 'PX', ARGV[8])
+  end
+  return result
+end
 local holder, all
 if ARGV[2] == 'h' then
   -- A hash kind's guard: its lock is read as a hash at once (and as a
@@ -35,7 +61,7 @@ if ARGV[2] == 'h' then
 else
   holder = redis.pcall('GET', KEYS[1])
 end
-if ARGV[7] then
+if ARGV[7] ~= '' then
   local found = type(holder) == 'string' and 'mutex'
     or (type(holder) == 'table' and lib().kind_of(KEYS[1]))
   if found and found ~= ARGV[7] then
@@ -60,7 +86,7 @@ if type(holder) == 'table' then
   local released = 0
   for i, e in ipairs(live) do
     if e.token == hold then
-      if ARGV[6] and e.owner ~= ARGV[6] then
+      if ARGV[6] ~= '' and e.owner ~= ARGV[6] then
         return 3
       end
       if kind == 'reentrant' and e.permits > 1 then
@@ -75,7 +101,7 @@ if type(holder) == 'table' then
             redis.call('HSET', KEYS[1], 'k:' .. hold, kept_until)
           end
         end
-        return 1
+        return remember(1)
       end
       local keep = tonumber(ARGV[5])
       if kind == 'reentrant' then
@@ -98,7 +124,7 @@ if type(holder) == 'table' then
         redis.call('HSET', KEYS[1], 'h:' .. hold, F.entry_value(e))
         F.settle(KEYS[1], live, now, ARGV[3], kind, expires)
         watched_end(KEYS[1], KEYS[2], ARGV[4], 'k', e.fence, e.acquired)
-        return 2
+        return remember(2)
       end
       redis.call('HDEL', KEYS[1], 'h:' .. hold, 'l:' .. token, 'k:' .. hold)
       watched_end(KEYS[1], KEYS[2], ARGV[4], 'r', e.fence, e.acquired)
@@ -119,6 +145,9 @@ if type(holder) == 'table' then
   end
   F.settle(KEYS[1], live, now, ARGV[3], kind, expires)
   F.wake_hash(kind, KEYS[1], KEYS[3], KEYS[4], ARGV[4], live, permits)
+  if released == 1 then
+    remember(1)
+  end
   return released
 end
 local released = 0
@@ -128,17 +157,24 @@ if holder and holds(holder, token) then
     redis.call('SET', KEYS[1], kept(holder), 'PX', ARGV[5])
     if string.find(holder, '\31', #token + 1, true) then
       watched_end(KEYS[1], KEYS[2], ARGV[4], 'k', nil, holder)
+      redis.call('DEL', KEYS[4] .. token)
     end
-    return 2
+    return remember(2)
   end
   if not string.find(holder, '\31', #token + 1, true) then
     -- Neither marked WAITED nor kept: no waiter came while it was held,
     -- the common case.
     redis.call('DEL', KEYS[1])
-    return 1
+    return remember(1)
   end
   released = 1
+  remember(1)
   watched_end(KEYS[1], KEYS[2], ARGV[4], 'r', nil, holder)
+  -- A holder the lock was handed to (its value is marked) still has its
+  -- waiter key, which said until now that it was handed the lock (see
+  -- `enqueue` in lib.lua): its token waits no more, so the key goes with
+  -- the hold rather than with its heartbeat.
+  redis.call('DEL', KEYS[4] .. token)
 elseif ARGV[2] == '1' then
   lib().leave_queue(KEYS[3], KEYS[4], token)
   if holder then
@@ -155,6 +191,11 @@ else
     -- A Redlock master that does not hold the token: its round one may
     -- still be on its way here (see mark_released).
     mark_released(KEYS[2], token, ARGV[3])
+  elseif not holder and string.find(ARGV[9], '^%d') and not remembered
+      and string.match(redis.call('GET', KEYS[2]) or '', '^%d+') == ARGV[9] then
+    -- Sent again after a compare-and-delete that may have released it:
+    -- nobody took the lock since this lease did (see above).
+    return 1
   end
   return 0
 end
