@@ -15,7 +15,7 @@ pub const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The longest a lock waits for its replicas' acknowledgement: Redis holds
 /// the client's command connection back that long at most.
-const MAX_REPLICA_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const MAX_REPLICA_TIMEOUT: Duration = Duration::from_secs(60);
 /// The shortest.
 const MIN_REPLICA_TIMEOUT: Duration = Duration::from_millis(10);
 
@@ -246,11 +246,6 @@ impl ReplicaList {
     pub(crate) fn asked(&self) -> u32 {
         let n = self.online.len().max(self.promotable.len());
         u32::try_from(n).unwrap_or(u32::MAX)
-    }
-
-    /// The last acknowledgement asked, when it fell short.
-    pub(crate) fn short(&self) -> Option<Acked> {
-        self.short
     }
 
     /// How the last acknowledgement went.
