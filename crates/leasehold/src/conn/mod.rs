@@ -26,7 +26,7 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
 use tokio::time::Instant;
 
-use crate::conn::replicas::{Acked, ReplicaList};
+use crate::conn::replicas::{Acked, ReplicaList, Validity};
 use crate::error::verdict::{verdict_of, Verdict};
 use crate::error::{Error, Result};
 use crate::holder::ReplicaStatus;
@@ -211,10 +211,18 @@ impl Connection {
     }
 
     /// What the server said of its replicas just now (`INFO
-    /// replication`), and of those that could take over from it when it
-    /// was asked that too (`CLUSTER NODES`).
-    pub(crate) fn read_replicas(&self, info: &str, nodes: Option<&str>) {
-        let promotable = nodes.map(ReplicaList::promotable_in_cluster);
+    /// replication`).
+    pub(crate) fn read_replicas_alone(&self, info: &str) {
+        self.replica_list().replace(ReplicaList::parse(info), None);
+    }
+
+    /// What a cluster's master said of its replicas just now (`INFO
+    /// replication`), of those that could take over from it when it let
+    /// this user ask that too (`CLUSTER NODES`), and how long one cut off
+    /// from it may still be promoted (its settings).
+    pub(crate) fn read_replicas(&self, info: &str, nodes: Option<&str>, validity: Validity) {
+        let promotable =
+            nodes.map(|nodes| (ReplicaList::promotable_in_cluster(nodes), Some(validity)));
         self.replica_list()
             .replace(ReplicaList::parse(info), promotable);
     }
@@ -505,7 +513,7 @@ impl Connection {
             // CLUSTER NODES before a grant relies on them.
             self.replica_list().mark_due();
         } else {
-            self.read_replicas(&replication, None);
+            self.read_replicas_alone(&replication);
         }
         Ok((conn, info))
     }
