@@ -364,7 +364,12 @@ impl CutOffReplica {
                 "{missing}: waited for, since cluster-replica-validity-factor 0 lets it be \
                  promoted however long it is cut off"
             ),
-            (true, None, _) => format!("{missing}: waited for, since it could still be promoted"),
+            (true, None, Some(_)) => {
+                format!("{missing}: waited for, since it could still be promoted")
+            }
+            (true, None, None) => {
+                format!("{missing}: waited for while the sentinels could still promote it")
+            }
         }
     }
 }

@@ -176,6 +176,15 @@ async fn a_replica_cut_off_that_could_still_take_over_is_waited_for() {
     .expect("the master drops its replica");
     let err = mutex.try_acquire().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ReplicasMissing, "{err:?}");
+    assert!(
+        err.to_string().contains(&format!(
+            "{} (not in sync with the master for",
+            listed(replica)
+        )) && err
+            .to_string()
+            .contains("waited for while the sentinels could still promote it"),
+        "{err}"
+    );
     assert!(!exists(group.master(), "leasehold:{job}"));
 
     cut_off(group.master(), false);
