@@ -83,12 +83,19 @@ fn describe(info: &leasehold::LockInfo) -> String {
     let shortfall = info
         .replicas
         .as_ref()
-        .and_then(|r| r.last_shortfall.map(|short| (short, &r.online)));
-    if let Some(((acked, asked), online)) = shortfall {
-        let listed = if online.is_empty() {
+        .and_then(|r| r.last_shortfall.map(|short| (short, r)));
+    if let Some(((acked, asked), replicas)) = shortfall {
+        // Those cut off from the master say whether they are waited for.
+        let named: Vec<String> = replicas
+            .online
+            .iter()
+            .cloned()
+            .chain(replicas.cut_off.iter().map(ToString::to_string))
+            .collect();
+        let listed = if named.is_empty() {
             String::new()
         } else {
-            format!(" ({})", online.join(", "))
+            format!(" ({})", named.join(", "))
         };
         parts.push(format!(
             "the replicas do not acknowledge grants: {acked} of {asked}{listed} did in time, so \

@@ -307,22 +307,95 @@ pub struct ReplicaStatus {
     pub online: Vec<String>,
     /// `host:port` of each replica that could take over from the master, as
     /// the deployment knows them (a cluster's nodes, the sentinels), cut
-    /// off from it or not; empty for a master named directly. A grant waits
-    /// for as many replicas as the longer of the two lists.
+    /// off from it or not; empty for a master named directly. A cluster
+    /// replica cut off from its master for longer than Redis lets such a
+    /// replica be promoted is no longer one of them (see
+    /// [`cut_off`](Self::cut_off)). A grant waits for as many replicas as
+    /// the longer of the two lists.
     pub promotable: Vec<String>,
     /// The last acknowledgement this client asked for on this master,
     /// when too few replicas gave it: `(acknowledged, asked)`. `None` once
     /// one was had.
     pub last_shortfall: Option<(u32, u32)>,
+    /// Each replica that could take over but that the master does not list
+    /// in sync (cut off from it, or resynchronising), for how long, and
+    /// whether grants still wait for it.
+    pub cut_off: Vec<CutOffReplica>,
+}
+
+/// A replica that could take over from its master but that the master does
+/// not list in sync, as [`ReplicaStatus::cut_off`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CutOffReplica {
+    /// `host:port`, as the deployment names it.
+    pub address: String,
+    /// How long this client has seen the master not list it (it may have
+    /// been cut off for longer).
+    pub missing_for: Duration,
+    /// On a Redis Cluster, how much longer it could still be promoted:
+    /// Redis refuses to promote a replica cut off for longer than
+    /// `cluster-node-timeout` × (`cluster-replica-validity-factor` + 1) +
+    /// `repl-ping-replica-period` (a failover an operator asks for by hand
+    /// excepted); zero once that passed. `None` when nothing bounds it: a
+    /// validity factor of 0, or a replica the sentinels could promote.
+    pub promotable_for: Option<Duration>,
+    /// Grants wait for it: false once it was cut off for longer than it
+    /// could be promoted.
+    pub waited_for: bool,
+    /// The cluster's `cluster-replica-validity-factor` (Redis's default,
+    /// 10, where `CONFIG` is refused); `None` behind Sentinel.
+    pub validity_factor: Option<u64>,
+}
+
+impl CutOffReplica {
+    /// Why a grant waits for it, or does not.
+    fn why(&self) -> String {
+        let missing = format!("not in sync with the master for {:.1?}", self.missing_for);
+        match (self.waited_for, self.promotable_for, self.validity_factor) {
+            (false, _, _) => format!(
+                "{missing}: not waited for, cut off longer than the cluster lets a replica be \
+                 promoted"
+            ),
+            (true, Some(left), _) => {
+                format!("{missing}: waited for while it could still be promoted, {left:.1?} more")
+            }
+            (true, None, Some(0)) => format!(
+                "{missing}: waited for, since cluster-replica-validity-factor 0 lets it be \
+                 promoted however long it is cut off"
+            ),
+            (true, None, Some(_)) => {
+                format!("{missing}: waited for, since it could still be promoted")
+            }
+            (true, None, None) => {
+                format!("{missing}: waited for while the sentinels could still promote it")
+            }
+        }
+    }
+}
+
+/// Its address, and whether grants wait for it, and why.
+impl std::fmt::Display for CutOffReplica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.address, self.why())
+    }
 }
 
 impl ReplicaStatus {
-    /// Every replica named, listed by the master or able to take over.
+    /// Every replica named, listed by the master or able to take over; one
+    /// cut off from the master says whether it is waited for, and why.
     pub(crate) fn named(&self) -> Vec<String> {
         let mut all = self.online.clone();
         for replica in &self.promotable {
             if !all.contains(replica) {
                 all.push(replica.clone());
+            }
+        }
+        for cut in &self.cut_off {
+            let named = cut.to_string();
+            match all.iter_mut().find(|replica| **replica == cut.address) {
+                Some(replica) => *replica = named,
+                None => all.push(named),
             }
         }
         all

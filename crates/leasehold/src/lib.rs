@@ -447,7 +447,9 @@ pub use error::{Error, ErrorKind, Remedy, Result};
 pub use face::LockSettings;
 pub use fair_mutex::FairMutex;
 pub use guard::{DetachedLease, LeaseGuard, MutexGuard};
-pub use holder::{HoldMode, Holder, LockInfo, ReplicaStatus, Waiter, MAX_CLIENT_NAME_LEN};
+pub use holder::{
+    CutOffReplica, HoldMode, Holder, LockInfo, ReplicaStatus, Waiter, MAX_CLIENT_NAME_LEN,
+};
 pub use keys::{MAX_LEASE, MAX_NAME_LEN, MAX_PREFIX_LEN, MAX_TOKEN_LEN, MAX_WAIT, MIN_LEASE};
 pub use lock::{Lock, LockFuture};
 pub use multi_lock::{MultiGuard, MultiLock, MultiLockBuilder, MultiLoss};

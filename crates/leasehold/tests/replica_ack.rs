@@ -176,6 +176,15 @@ async fn a_replica_cut_off_that_could_still_take_over_is_waited_for() {
     .expect("the master drops its replica");
     let err = mutex.try_acquire().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ReplicasMissing, "{err:?}");
+    assert!(
+        err.to_string().contains(&format!(
+            "{} (not in sync with the master for",
+            listed(replica)
+        )) && err
+            .to_string()
+            .contains("waited for while the sentinels could still promote it"),
+        "{err}"
+    );
     assert!(!exists(group.master(), "leasehold:{job}"));
 
     cut_off(group.master(), false);
@@ -212,7 +221,88 @@ async fn a_cluster_replica_cut_off_is_waited_for() {
     .expect("the master drops its replica");
     let err = mutex.try_acquire().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ReplicasMissing, "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("cluster-replica-validity-factor 0 lets it be promoted"),
+        "the test kit's factor 0: {err}"
+    );
     assert!(!exists(master, key));
+    cut_off(master, false);
+}
+
+/// A cluster replica whose replication is cut (its master refuses its
+/// PSYNC) while the cluster's bus stays up is never marked failed, but
+/// Redis refuses to promote it once it has been cut off for longer than
+/// `cluster-node-timeout` × (`cluster-replica-validity-factor` + 1) +
+/// `repl-ping-replica-period` (here 1 s × 2 + 1 s, and a second for Redis's
+/// rounding): grants wait for it until then, and go on without it after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_replica_cut_off_too_long_to_be_promoted_is_no_longer_waited_for() {
+    let cluster = RedisCluster::builder(3, 1)
+        .node_timeout(Duration::from_millis(1_000))
+        .args(&[
+            "--cluster-replica-validity-factor",
+            "1",
+            "--repl-ping-replica-period",
+            "1",
+        ])
+        .start();
+    let client = client(&cluster.urls().join(","));
+    let key = "leasehold:{job}";
+    let master = cluster.master_for_key(key);
+    let replica = cluster.replicas_of(cluster.shard_of_slot(leasehold_testkit::key_slot("job")))[0];
+    let mutex = client.mutex("job").unwrap();
+    mutex.acquire().await.unwrap().release().await.unwrap();
+
+    cut_off(master, true);
+    tokio::time::timeout(LONG, async {
+        while !replica
+            .command(&["INFO", "replication"])
+            .unwrap()
+            .contains("master_link_status:down")
+            || master
+                .command(&["INFO", "replication"])
+                .unwrap()
+                .contains("slave0:")
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the replication link is down");
+    let err = mutex.try_acquire().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ReplicasMissing, "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains(&listed(replica))
+            && text.contains("waited for while it could still be promoted"),
+        "{text}"
+    );
+    assert!(!exists(master, key));
+
+    // Grants resume once it can no longer be promoted.
+    let guard = mutex
+        .acquire_timeout(LONG)
+        .await
+        .expect("granted once the replica cannot be promoted");
+    assert!(exists(master, key));
+    assert!(!exists(replica, key), "the replica is cut off");
+    let status = mutex.inspect().await.unwrap().replicas.unwrap();
+    assert!(status.promotable.is_empty(), "{status:?}");
+    assert_eq!(status.cut_off.len(), 1, "{status:?}");
+    let cut = &status.cut_off[0];
+    assert_eq!(cut.address, listed(replica));
+    assert!(!cut.waited_for, "{status:?}");
+    assert_eq!(cut.promotable_for, Some(Duration::ZERO), "{status:?}");
+    assert_eq!(cut.validity_factor, Some(1), "{status:?}");
+    // All the while the cluster's bus was up: it is not marked failed.
+    let nodes = master.command(&["CLUSTER", "NODES"]).unwrap();
+    let line = nodes
+        .lines()
+        .find(|line| line.contains(&format!(":{}@", replica.port())))
+        .expect("the master knows its replica");
+    assert!(!line.contains("fail"), "{line}");
+    guard.release().await.unwrap();
     cut_off(master, false);
 }
 

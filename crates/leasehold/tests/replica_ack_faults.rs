@@ -281,3 +281,47 @@ async fn an_acquisition_dropped_around_its_acknowledgement_leaves_nothing_held()
         }
     }
 }
+
+/// Many grants asked at once through one client, with the replica's link
+/// to its master slow: each waits for its acknowledgement, none for the
+/// acknowledgements of those before it, so every one is sent and granted
+/// (and the replica has each when it is returned).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_grants_are_all_sent_and_acknowledged() {
+    let (master, _link, replica) = replicated_far(Duration::from_millis(20));
+    let client = Client::builder(master.url()).build().unwrap();
+    // Connected, and the replicas read, before the burst.
+    client
+        .mutex("warm")
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let tries: Vec<_> = (0..60)
+        .map(|i| {
+            let mutex = client.mutex(&format!("burst-{i}")).unwrap();
+            tokio::spawn(async move { mutex.try_acquire().await })
+        })
+        .collect();
+    let mut guards = Vec::new();
+    for (i, tried) in tries.into_iter().enumerate() {
+        let tried = tokio::time::timeout(LONG, tried)
+            .await
+            .expect("the try ends")
+            .unwrap();
+        let guard = tried
+            .unwrap_or_else(|e| panic!("burst-{i}: {e}"))
+            .unwrap_or_else(|| panic!("burst-{i}: a free lock was not granted"));
+        guards.push(guard);
+    }
+    for i in 0..60 {
+        let key = format!("leasehold:{{burst-{i}}}");
+        assert!(exists(&replica, &key), "{key} is not on the replica");
+    }
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}

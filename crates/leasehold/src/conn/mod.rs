@@ -10,6 +10,7 @@
 //! that a slow or paused Redis is reported as "did not answer within …"
 //! and a refused connection as "cannot reach".
 
+pub(crate) mod acks;
 pub(crate) mod notify;
 pub(crate) mod probe;
 pub(crate) mod replicas;
@@ -25,7 +26,7 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncConnectionConfig;
 use tokio::time::Instant;
 
-use crate::conn::replicas::{Acked, ReplicaList};
+use crate::conn::replicas::{Acked, ReplicaList, Validity};
 use crate::error::verdict::{verdict_of, Verdict};
 use crate::error::{Error, Result};
 use crate::holder::ReplicaStatus;
@@ -112,22 +113,11 @@ pub(crate) struct Checkout {
     pub(crate) server: ServerInfo,
 }
 
-/// Leave to ask a server's replicas for an acknowledgement, held while the
-/// request that asks is out (see [`Connection::ack_permit`]).
-#[derive(Debug)]
-pub(crate) struct AckPermit(#[allow(dead_code)] Option<tokio::sync::OwnedSemaphorePermit>);
-
-impl AckPermit {
-    /// Leave that takes nothing: no acknowledgement is asked.
-    pub(crate) fn none() -> AckPermit {
-        AckPermit(None)
-    }
-}
-
 /// Which of a server's two connections: every command, or the requests
-/// whose writes the replicas must acknowledge. A `WAIT` holds back every
-/// command behind it on its connection for as long as the replicas take:
-/// on a line of their own, renewals and releases never queue behind it.
+/// whose writes the replicas must acknowledge (in batches, see [`acks`]).
+/// A `WAIT` holds back every command behind it on its connection for as
+/// long as the replicas take: on a line of their own, renewals and
+/// releases never queue behind it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Line {
     Commands = 0,
@@ -159,8 +149,9 @@ pub(crate) struct Connection {
     no_compare_and_delete: AtomicBool,
     /// The replicas the server last listed.
     replicas: Mutex<ReplicaList>,
-    /// One request at a time asks the replicas to acknowledge its writes.
-    ack_turn: std::sync::Arc<tokio::sync::Semaphore>,
+    /// The requests whose writes the replicas must acknowledge, sent in
+    /// batches on the [`Line::Acks`] connection.
+    acks: acks::AckQueue,
     /// The server runs in cluster mode.
     cluster: AtomicBool,
 }
@@ -204,29 +195,8 @@ impl Connection {
             no_functions: AtomicBool::new(false),
             no_compare_and_delete: AtomicBool::new(false),
             replicas: Mutex::default(),
-            ack_turn: std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
+            acks: acks::AckQueue::default(),
             cluster: AtomicBool::new(false),
-        }
-    }
-
-    /// Leave to ask the replicas to acknowledge a write, waited for at
-    /// most `within`. One request at a time asks: a WAIT holds back what
-    /// follows it on its connection for as long as the replicas take, so
-    /// requests sent together would each wait for all those before them,
-    /// past their own time. `Err` when the turn did not come: how the last
-    /// acknowledgement went when it fell short, else none of `asked`.
-    pub(crate) async fn ack_permit(
-        &self,
-        within: Duration,
-        asked: u32,
-    ) -> std::result::Result<AckPermit, Acked> {
-        let turn = std::sync::Arc::clone(&self.ack_turn);
-        match tokio::time::timeout(within, turn.acquire_owned()).await {
-            Ok(Ok(permit)) => Ok(AckPermit(Some(permit))),
-            _ => Err(self
-                .replica_list()
-                .short()
-                .unwrap_or(Acked { asked, acked: 0 })),
         }
     }
 
@@ -241,10 +211,18 @@ impl Connection {
     }
 
     /// What the server said of its replicas just now (`INFO
-    /// replication`), and of those that could take over from it when it
-    /// was asked that too (`CLUSTER NODES`).
-    pub(crate) fn read_replicas(&self, info: &str, nodes: Option<&str>) {
-        let promotable = nodes.map(ReplicaList::promotable_in_cluster);
+    /// replication`).
+    pub(crate) fn read_replicas_alone(&self, info: &str) {
+        self.replica_list().replace(ReplicaList::parse(info), None);
+    }
+
+    /// What a cluster's master said of its replicas just now (`INFO
+    /// replication`), of those that could take over from it when it let
+    /// this user ask that too (`CLUSTER NODES`), and how long one cut off
+    /// from it may still be promoted (its settings).
+    pub(crate) fn read_replicas(&self, info: &str, nodes: Option<&str>, validity: Validity) {
+        let promotable =
+            nodes.map(|nodes| (ReplicaList::promotable_in_cluster(nodes), Some(validity)));
         self.replica_list()
             .replace(ReplicaList::parse(info), promotable);
     }
@@ -548,7 +526,7 @@ impl Connection {
             // CLUSTER NODES before a grant relies on them.
             self.replica_list().mark_due();
         } else {
-            self.read_replicas(&replication, None);
+            self.read_replicas_alone(&replication);
         }
         Ok((conn, info))
     }

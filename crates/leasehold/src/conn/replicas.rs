@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::holder::ReplicaStatus;
+use crate::holder::{CutOffReplica, ReplicaStatus};
 
 /// How long Redis waits for the replicas to acknowledge a grant unless
 /// the client or the lock says otherwise.
@@ -15,9 +15,18 @@ pub const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The longest a lock waits for its replicas' acknowledgement: Redis holds
 /// the client's command connection back that long at most.
-const MAX_REPLICA_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const MAX_REPLICA_TIMEOUT: Duration = Duration::from_secs(60);
 /// The shortest.
 const MIN_REPLICA_TIMEOUT: Duration = Duration::from_millis(10);
+
+/// Redis's defaults of the settings that decide how long a cluster replica
+/// cut off from its master may still be promoted, taken where `CONFIG` is
+/// refused.
+const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(15_000);
+const DEFAULT_VALIDITY_FACTOR: u64 = 10;
+const DEFAULT_PING_PERIOD: Duration = Duration::from_secs(10);
+/// Redis counts a replica's time cut off in whole seconds.
+const DATA_AGE_ROUNDING: Duration = Duration::from_secs(1);
 
 /// How long what a master said of its replicas is trusted: a replica that
 /// connects (a rolling restart, a new one) is asked for within this.
@@ -42,15 +51,27 @@ pub enum ReplicaAck {
     /// those it lists as connected and in sync (`INFO replication`,
     /// `state=online`), and at least as many as could take over from it,
     /// cut off from it or not: on a Redis Cluster its replicas not marked
-    /// failed (`CLUSTER NODES`, asked of the master), behind Sentinel the
-    /// replicas the sentinels could promote (not down, not of priority 0,
-    /// not cut off for longer than ten times `down-after-milliseconds`).
-    /// A master without replicas is sent no `WAIT` and pays nothing. The
-    /// default, with [`DEFAULT_REPLICA_TIMEOUT`]. The lists are read when a
-    /// connection is made (and a master found), again every few seconds
-    /// while locks are taken, and at once when an acknowledgement falls
-    /// short (a replica that left and could not take over is then no
-    /// longer waited for).
+    /// failed (`CLUSTER NODES`, asked of the master) and not cut off from
+    /// it for longer than Redis lets such a replica be promoted
+    /// (`cluster-node-timeout` × (`cluster-replica-validity-factor` + 1) +
+    /// `repl-ping-replica-period`, and a second, read with `CONFIG GET`;
+    /// about 3 minutes with Redis's defaults, forever with a factor of 0),
+    /// behind Sentinel the replicas the sentinels could promote (not down,
+    /// not of priority 0, not cut off for longer than ten times
+    /// `down-after-milliseconds`). A master without replicas is sent no
+    /// `WAIT` and pays nothing. The default, with
+    /// [`DEFAULT_REPLICA_TIMEOUT`]. The lists are read when a connection is
+    /// made (and a master found), again every few seconds while locks are
+    /// taken, and at once when an acknowledgement falls short (a replica
+    /// that left and could not take over is then no longer waited for).
+    ///
+    /// What it costs in latency: a grant waits for its replicas'
+    /// acknowledgement (a round trip from the master to the slowest
+    /// replica); the grants a client asks of one master meanwhile go
+    /// together behind one `WAIT`. While a replica that could take over
+    /// restarts (a rolling restart) or is cut off, grants on its master
+    /// fail or wait until it is back in sync or can no longer take over
+    /// (see above); locks already held are not affected.
     Connected {
         /// How long Redis waits for them (10 ms to 60 s).
         timeout: Duration,
@@ -146,6 +167,73 @@ pub(crate) struct ReplicaList {
     read: Option<Instant>,
     /// The last acknowledgement asked of them, when it fell short.
     short: Option<Acked>,
+    /// Each replica that could be promoted but the master does not list in
+    /// sync, and since when this client has seen it so.
+    missing_since: Vec<(String, Instant)>,
+    /// How long a cluster replica cut off from its master may still be
+    /// promoted; `None` where nothing but the master says (Sentinel, whose
+    /// sentinels leave out a replica cut off too long, or a master named
+    /// directly).
+    validity: Option<Validity>,
+}
+
+/// The settings that decide how long a cluster replica cut off from its
+/// master may still win a failover: Redis refuses to promote a replica
+/// whose data is older than `cluster-node-timeout` ×
+/// (`cluster-replica-validity-factor` + 1) + `repl-ping-replica-period`
+/// (the replica's "data age", less one node timeout, is compared with the
+/// rest), unless the factor is 0, and unless an operator asks for the
+/// failover by hand (`CLUSTER FAILOVER` on the replica).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Validity {
+    pub(crate) node_timeout: Duration,
+    pub(crate) factor: u64,
+    pub(crate) ping_period: Duration,
+}
+
+impl Default for Validity {
+    fn default() -> Self {
+        Validity {
+            node_timeout: DEFAULT_NODE_TIMEOUT,
+            factor: DEFAULT_VALIDITY_FACTOR,
+            ping_period: DEFAULT_PING_PERIOD,
+        }
+    }
+}
+
+impl Validity {
+    /// The settings in the replies of `CONFIG GET cluster-node-timeout`,
+    /// `CONFIG GET cluster-replica-validity-factor` and `CONFIG GET
+    /// repl-ping-replica-period` (`None` each where refused or unread):
+    /// Redis's defaults for what is not there.
+    pub(crate) fn from_config(
+        node_timeout_ms: Option<u64>,
+        factor: Option<u64>,
+        ping_period_s: Option<u64>,
+    ) -> Validity {
+        let default = Validity::default();
+        Validity {
+            node_timeout: node_timeout_ms.map_or(default.node_timeout, Duration::from_millis),
+            factor: factor.unwrap_or(default.factor),
+            ping_period: ping_period_s.map_or(default.ping_period, Duration::from_secs),
+        }
+    }
+
+    /// How long a replica may be cut off from its master and still be
+    /// promoted (with a second more for Redis's rounding); `None`: however
+    /// long (factor 0).
+    pub(crate) fn span(self) -> Option<Duration> {
+        if self.factor == 0 {
+            return None;
+        }
+        let factor = u32::try_from(self.factor.saturating_add(1)).unwrap_or(u32::MAX);
+        Some(
+            self.node_timeout
+                .saturating_mul(factor)
+                .saturating_add(self.ping_period)
+                .saturating_add(DATA_AGE_ROUNDING),
+        )
+    }
 }
 
 impl ReplicaList {
@@ -172,9 +260,8 @@ impl ReplicaList {
             .collect();
         ReplicaList {
             online,
-            promotable: Vec::new(),
             read: Some(Instant::now()),
-            short: None,
+            ..ReplicaList::default()
         }
     }
 
@@ -227,30 +314,77 @@ impl ReplicaList {
 
     /// A new reading of the master's list (`INFO replication`) replaces
     /// this one, with the replicas that could take over when they were read
-    /// with it (else those known stay); the last shortfall stays until an
-    /// acknowledgement is had.
-    pub(crate) fn replace(&mut self, mut new: ReplicaList, promotable: Option<Vec<String>>) {
+    /// with it (a cluster's, with how long one cut off may still be
+    /// promoted), else those known stay; the last shortfall stays until an
+    /// acknowledgement is had, and so does since when each replica that
+    /// could take over has been missing from the master's list.
+    pub(crate) fn replace(
+        &mut self,
+        mut new: ReplicaList,
+        promotable: Option<(Vec<String>, Option<Validity>)>,
+    ) {
         new.short = self.short.take();
-        new.promotable = promotable.unwrap_or_else(|| std::mem::take(&mut self.promotable));
+        new.missing_since = std::mem::take(&mut self.missing_since);
+        (new.promotable, new.validity) = match promotable {
+            Some(read) => read,
+            None => (std::mem::take(&mut self.promotable), self.validity),
+        };
         *self = new;
+        self.track_missing(Instant::now());
     }
 
     /// The replicas the deployment says could take over (see
     /// [`promotable`](Self::promotable)).
     pub(crate) fn set_promotable(&mut self, replicas: Vec<String>) {
         self.promotable = replicas;
+        self.track_missing(Instant::now());
+    }
+
+    /// Notes, as of `now`, each replica that could take over and that the
+    /// master does not list in sync, keeping since when one already noted
+    /// has been missing.
+    fn track_missing(&mut self, now: Instant) {
+        let missing: Vec<(String, Instant)> = self
+            .promotable
+            .iter()
+            .filter(|replica| !self.online.contains(replica))
+            .map(|replica| {
+                let since = self
+                    .missing_since
+                    .iter()
+                    .find(|(known, _)| known == replica)
+                    .map_or(now, |&(_, since)| since);
+                (replica.clone(), since)
+            })
+            .collect();
+        self.missing_since = missing;
+    }
+
+    /// Whether `replica`, which could take over, has been missing from the
+    /// master's list for longer than it could still be promoted, as of
+    /// `now`: a grant no longer waits for it.
+    fn excused(&self, replica: &str, now: Instant) -> bool {
+        let Some(span) = self.validity.and_then(Validity::span) else {
+            return false;
+        };
+        self.missing_since
+            .iter()
+            .any(|(known, since)| known == replica && now.saturating_duration_since(*since) > span)
     }
 
     /// How many replicas a grant waits for: every one the master lists in
-    /// sync, and at least as many as could take over from it.
+    /// sync, and at least as many as could take over from it (a cluster
+    /// replica cut off from the master for longer than it could still be
+    /// promoted no longer can).
     pub(crate) fn asked(&self) -> u32 {
-        let n = self.online.len().max(self.promotable.len());
+        let now = Instant::now();
+        let promotable = self
+            .promotable
+            .iter()
+            .filter(|replica| !self.excused(replica, now))
+            .count();
+        let n = self.online.len().max(promotable);
         u32::try_from(n).unwrap_or(u32::MAX)
-    }
-
-    /// The last acknowledgement asked, when it fell short.
-    pub(crate) fn short(&self) -> Option<Acked> {
-        self.short
     }
 
     /// How the last acknowledgement went.
@@ -268,10 +402,37 @@ impl ReplicaList {
 impl ReplicaList {
     /// What is known of the replicas, for `inspect`.
     pub(crate) fn status(&self) -> ReplicaStatus {
+        let now = Instant::now();
+        let span = self.validity.and_then(Validity::span);
+        let cut_off = self
+            .missing_since
+            .iter()
+            .map(|(address, since)| {
+                let missing_for = now.saturating_duration_since(*since);
+                CutOffReplica {
+                    address: address.clone(),
+                    missing_for,
+                    promotable_for: match (self.validity, span) {
+                        (Some(_), Some(span)) => Some(span.saturating_sub(missing_for)),
+                        (Some(_), None) => None,
+                        // The deployment says it could take over.
+                        (None, _) => None,
+                    },
+                    waited_for: !self.excused(address, now),
+                    validity_factor: self.validity.map(|v| v.factor),
+                }
+            })
+            .collect();
         ReplicaStatus {
             online: self.online.clone(),
-            promotable: self.promotable.clone(),
+            promotable: self
+                .promotable
+                .iter()
+                .filter(|replica| !self.excused(replica, now))
+                .cloned()
+                .collect(),
             last_shortfall: self.short.map(|a| (a.acked, a.asked)),
+            cut_off,
         }
     }
 }
@@ -317,8 +478,69 @@ mod tests {
         // Another reading of the master alone keeps what the deployment said.
         list.replace(ReplicaList::parse(""), None);
         assert_eq!(list.asked(), 1);
-        list.replace(ReplicaList::parse(""), Some(Vec::new()));
+        list.replace(ReplicaList::parse(""), Some((Vec::new(), None)));
         assert_eq!(list.asked(), 0);
+    }
+
+    #[test]
+    fn how_long_a_cluster_replica_cut_off_may_still_be_promoted() {
+        let validity = Validity::from_config(Some(500), Some(2), Some(1));
+        assert_eq!(validity.span(), Some(Duration::from_millis(3_500)));
+        assert_eq!(
+            Validity::from_config(None, None, None).span(),
+            Some(Duration::from_secs(15 * 11 + 10 + 1))
+        );
+        assert_eq!(Validity::from_config(Some(500), Some(0), None).span(), None);
+    }
+
+    #[test]
+    fn a_cluster_replica_cut_off_too_long_to_be_promoted_is_excused() {
+        let nodes = |validity| {
+            Some((
+                vec!["a:1".to_owned(), "b:2".to_owned()],
+                Some(Validity::from_config(Some(500), Some(validity), Some(1))),
+            ))
+        };
+        let start = Instant::now();
+        let mut list = ReplicaList::default();
+        list.replace(
+            ReplicaList::parse("slave0:ip=a,port=1,state=online\r\n"),
+            nodes(2),
+        );
+        assert_eq!(list.asked(), 2);
+        let later = start + Duration::from_millis(3_600);
+        assert!(!list.excused("a:1", later), "it is listed in sync");
+        assert!(list.excused("b:2", later));
+        assert!(!list.excused("b:2", start + Duration::from_millis(3_000)));
+        // Another reading keeps since when it is missing.
+        list.replace(
+            ReplicaList::parse("slave0:ip=a,port=1,state=online\r\n"),
+            nodes(2),
+        );
+        assert!(list.excused("b:2", later));
+        // Back in sync, and cut off again: counted from then.
+        list.replace(
+            ReplicaList::parse(
+                "slave0:ip=a,port=1,state=online\r\nslave1:ip=b,port=2,state=online\r\n",
+            ),
+            nodes(2),
+        );
+        list.replace(
+            ReplicaList::parse("slave0:ip=a,port=1,state=online\r\n"),
+            nodes(2),
+        );
+        assert!(!list.excused("b:2", Instant::now() + Duration::from_millis(3_000)));
+        // A factor of 0: it could be promoted however long it is cut off.
+        list.replace(
+            ReplicaList::parse("slave0:ip=a,port=1,state=online\r\n"),
+            nodes(0),
+        );
+        assert!(!list.excused("b:2", later + Duration::from_secs(3_600)));
+        let status = list.status();
+        assert_eq!(status.cut_off.len(), 1);
+        assert!(status.cut_off[0].waited_for);
+        assert_eq!(status.cut_off[0].promotable_for, None);
+        assert_eq!(status.cut_off[0].validity_factor, Some(0));
     }
 
     #[test]

@@ -6,9 +6,10 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::conn::replicas::{Acked, ReplicaAck};
+use crate::conn::acks::{self, Job};
+use crate::conn::replicas::{Acked, ReplicaAck, Validity, MAX_REPLICA_TIMEOUT};
 use crate::conn::scripts::{self, evalsha, fcall, Publish, Scripts};
-use crate::conn::{AckPermit, Checkout, CompareAndDelete, Connection, Line, ServerInfo};
+use crate::conn::{Checkout, CompareAndDelete, Connection, ServerInfo};
 use crate::error::verdict::{is_library_loaded, verdict_of, verdict_of_reply, Verdict};
 use crate::error::{Error, Result};
 use crate::holder::ReplicaStatus;
@@ -98,7 +99,7 @@ impl Route {
     pub(crate) async fn eval(
         self,
         operation: &str,
-        script: &redis::Script,
+        script: &'static redis::Script,
         keys: &[&str],
         args: &[&[u8]],
     ) -> Result<(redis::Value, Option<Acked>)> {
@@ -130,13 +131,23 @@ impl Route {
                 (online > 0).then_some((online, timeout))
             }
         };
-        // A WAIT goes on the line of its own, so that nothing else of the
-        // client queues behind it.
-        let (checkout, within) = match wait {
-            // Boxed as the deployments' routes are: a connect is a deep future.
-            Some((_, timeout)) => (Box::pin(connection.get_on(Line::Acks)).await?, timeout),
-            None => (self.checkout, std::time::Duration::ZERO),
-        };
+        // A WAIT goes on the line of its own, with the other requests
+        // that asked for one meanwhile, so that nothing else of the client
+        // queues behind it.
+        if let Some(wait) = wait {
+            let job = Job::new(
+                operation,
+                scripts,
+                function,
+                script,
+                keys,
+                args,
+                asking,
+                wait,
+                matches!(ack, ReplicaAck::Connected { .. }),
+            );
+            return acks::submit(connection, job).await;
+        }
         let call = Call {
             connection,
             scripts,
@@ -145,33 +156,19 @@ impl Route {
             keys,
             args,
             asking,
-            wait,
-            connected: matches!(ack, ReplicaAck::Connected { .. }),
         };
         connection
-            .run_on_within(checkout, operation, within, |conn, _| call.run(conn))
+            .run_on(self.checkout, operation, |conn, _| call.run(conn))
             .await
     }
 
-    /// Leave to send a grant whose acknowledgement this route asks for (see
-    /// [`Connection::ack_permit`]), unless none is asked (or the
-    /// master is known to have no replicas); `Err` with how the last
-    /// acknowledgement went when the turn did not come within the replica
-    /// timeout.
-    pub(crate) async fn ack_permit(&self) -> std::result::Result<AckPermit, Acked> {
-        let connection = &self.connection;
-        let (asked, timeout) = match self.ack {
-            ReplicaAck::Off => return Ok(AckPermit::none()),
-            ReplicaAck::AtLeast { replicas, timeout } => (replicas, timeout),
-            ReplicaAck::Connected { timeout } => {
-                let online = connection.replicas_asked();
-                if online == 0 && !connection.replicas_due() {
-                    return Ok(AckPermit::none());
-                }
-                (online, timeout)
-            }
-        };
-        connection.ack_permit(timeout, asked).await
+    /// Resolves once every request sent before on this server's line of
+    /// acknowledged requests has its answer (at most a command timeout and
+    /// the longest replica timeout): a release for a caller that dropped
+    /// its request sent after this finds the grant the request made.
+    pub(crate) async fn after_acknowledged(&self) {
+        let within = self.connection.timeout + MAX_REPLICA_TIMEOUT;
+        let _ = tokio::time::timeout(within, self.connection.acks.settled()).await;
     }
 
     /// Deletes `key` if it holds exactly `value`, with the server's own
@@ -275,7 +272,7 @@ impl Route {
 }
 
 /// What the server lists of its replicas, read into `connection`.
-async fn read_replicas(
+pub(crate) async fn read_replicas(
     conn: &mut redis::aio::MultiplexedConnection,
     connection: &Connection,
 ) -> redis::RedisResult<()> {
@@ -284,33 +281,65 @@ async fn read_replicas(
             .arg("replication")
             .query_async(conn)
             .await?;
-        connection.read_replicas(&info, None);
+        connection.read_replicas_alone(&info);
         return Ok(());
     }
     // A cluster's master knows its replicas cut off from it too; where this
-    // user may not ask (an ACL), its list alone is what is known.
+    // user may not ask (an ACL), its list alone is what is known. How long
+    // one cut off may still be promoted is in its settings (Redis's
+    // defaults where CONFIG is refused).
     let mut replies = redis::pipe()
         .ignore_errors()
         .cmd("INFO")
         .arg("replication")
         .cmd("CLUSTER")
         .arg("NODES")
+        .cmd("CONFIG")
+        .arg("GET")
+        .arg("cluster-node-timeout")
+        .cmd("CONFIG")
+        .arg("GET")
+        .arg("cluster-replica-validity-factor")
+        .cmd("CONFIG")
+        .arg("GET")
+        .arg("repl-ping-replica-period")
         .query_async::<Vec<redis::Value>>(conn)
         .await?
         .into_iter();
-    let text = |value: Option<redis::Value>| match value {
-        Some(redis::Value::BulkString(bytes)) => String::from_utf8(bytes).ok(),
-        Some(redis::Value::VerbatimString { text, .. }) => Some(text),
-        _ => None,
-    };
-    let info = text(replies.next()).unwrap_or_default();
-    let nodes = text(replies.next());
-    connection.read_replicas(&info, nodes.as_deref());
+    let info = reply_text(replies.next()).unwrap_or_default();
+    let nodes = reply_text(replies.next());
+    let validity = Validity::from_config(
+        config_number(replies.next()),
+        config_number(replies.next()),
+        config_number(replies.next()),
+    );
+    connection.read_replicas(&info, nodes.as_deref(), validity);
     Ok(())
 }
 
-/// One script to run (see [`Route::eval`]), followed by `WAIT replicas
-/// timeout` when `wait` says so.
+/// A reply as text, if it is one.
+fn reply_text(value: Option<redis::Value>) -> Option<String> {
+    match value {
+        Some(redis::Value::BulkString(bytes)) => String::from_utf8(bytes).ok(),
+        Some(redis::Value::SimpleString(text)) => Some(text),
+        Some(redis::Value::VerbatimString { text, .. }) => Some(text),
+        _ => None,
+    }
+}
+
+/// The number in a reply of `CONFIG GET one-setting` (a name and a value,
+/// as an array or a map); `None` when refused or not there.
+fn config_number(value: Option<redis::Value>) -> Option<u64> {
+    let value = match value? {
+        redis::Value::Array(mut items) if items.len() == 2 => items.pop(),
+        redis::Value::Map(mut pairs) if pairs.len() == 1 => pairs.pop().map(|(_, v)| v),
+        _ => None,
+    };
+    reply_text(value)?.trim().parse().ok()
+}
+
+/// One script to run, with no acknowledgement asked (see [`Route::eval`];
+/// one that asks goes in a batch, see [`acks`]).
 struct Call<'a> {
     connection: &'a Connection,
     scripts: &'static Scripts,
@@ -319,9 +348,6 @@ struct Call<'a> {
     keys: &'a [&'a str],
     args: &'a [&'a [u8]],
     asking: bool,
-    wait: Option<(u32, std::time::Duration)>,
-    /// The replicas waited for are those the master lists.
-    connected: bool,
 }
 
 impl Call<'_> {
@@ -330,104 +356,73 @@ impl Call<'_> {
         mut conn: redis::aio::MultiplexedConnection,
     ) -> redis::RedisResult<(redis::Value, Option<Acked>)> {
         let conn = &mut conn;
-        let (asking, wait) = (self.asking, self.wait);
+        let asking = self.asking;
         // A function that writes is refused up front by a replica
         // (READONLY), where a script is let in and says what the replica's
         // state is (MASTERDOWN when cut off from its master): the script is
         // sent then. A server without functions, or a user not let to call
         // or load them, gets the script too.
         let readonly = Verdict::FailedOver { unblocked: false };
-        let sent = 'sent: {
-            if let Some(function) = self.function {
-                let call = || fcall(function, self.keys, self.args);
-                let reply = send(conn, asking, wait, call()).await;
-                match reply.as_ref().map_err(verdict_of) {
-                    Err(Verdict::Reload) => {
-                        let loaded = redis::cmd("FUNCTION")
-                            .arg("LOAD")
-                            .arg(&self.scripts.library.code)
-                            .query_async::<redis::Value>(&mut *conn)
-                            .await;
-                        match loaded {
-                            Err(e) if verdict_of(&e) == Verdict::Refused => {
-                                self.connection.no_functions()
-                            }
-                            Err(e) if verdict_of(&e) == readonly => {}
-                            Err(e) if !is_library_loaded(&e) => return Err(e),
-                            _ => {
-                                let reply = send(conn, asking, wait, call()).await;
-                                match reply.as_ref().map_err(verdict_of) {
-                                    Err(v) if v == readonly => {}
-                                    _ => break 'sent reply,
-                                }
+        if let Some(function) = self.function {
+            let call = || fcall(function, self.keys, self.args);
+            let reply = send(conn, asking, call()).await;
+            match reply.as_ref().map_err(verdict_of) {
+                Err(Verdict::Reload) => {
+                    let loaded = redis::cmd("FUNCTION")
+                        .arg("LOAD")
+                        .arg(&self.scripts.library.code)
+                        .query_async::<redis::Value>(&mut *conn)
+                        .await;
+                    match loaded {
+                        Err(e) if verdict_of(&e) == Verdict::Refused => {
+                            self.connection.no_functions()
+                        }
+                        Err(e) if verdict_of(&e) == readonly => {}
+                        Err(e) if !is_library_loaded(&e) => return Err(e),
+                        _ => {
+                            let reply = send(conn, asking, call()).await;
+                            match reply.as_ref().map_err(verdict_of) {
+                                Err(v) if v == readonly => {}
+                                _ => return reply.map(|v| (v, None)),
                             }
                         }
                     }
-                    Err(Verdict::Refused) => self.connection.no_functions(),
-                    Err(v) if v == readonly => {}
-                    _ => break 'sent reply,
                 }
+                Err(Verdict::Refused) => self.connection.no_functions(),
+                Err(v) if v == readonly => {}
+                _ => return reply.map(|v| (v, None)),
             }
-            // ASKING holds for the next command alone, and WAIT counts the
-            // writes of this connection: all go in one pipeline, and again
-            // after a NOSCRIPT.
-            let call = || evalsha(self.script, self.keys, self.args);
-            match send(conn, asking, wait, call()).await {
-                Err(e) if verdict_of(&e) == Verdict::Reload => {
-                    self.script.prepare_invoke().load_async(&mut *conn).await?;
-                    send(conn, asking, wait, call()).await
-                }
-                reply => reply,
-            }
-        };
-        let (reply, acked) = sent?;
-        let Some(mut acked) = acked else {
-            return Ok((reply, None));
-        };
-        if acked.is_short() && self.connected {
-            // A replica that left during the WAIT is not waited for: every
-            // replica still there has the write.
-            read_replicas(conn, self.connection).await?;
-            acked.asked = acked.asked.min(self.connection.replicas_asked());
         }
-        self.connection.note_ack(acked);
-        Ok((reply, Some(acked)))
+        // ASKING holds for the next command alone: both go in one
+        // pipeline, and again after a NOSCRIPT.
+        let call = || evalsha(self.script, self.keys, self.args);
+        let reply = match send(conn, asking, call()).await {
+            Err(e) if verdict_of(&e) == Verdict::Reload => {
+                self.script.prepare_invoke().load_async(&mut *conn).await?;
+                send(conn, asking, call()).await
+            }
+            reply => reply,
+        };
+        reply.map(|v| (v, None))
     }
 }
 
-/// Sends `command`, alone or, when `asking` or `wait` say so, in one
-/// pipeline behind ASKING and before `WAIT replicas timeout`; answers its
-/// reply and how the WAIT went.
+/// Sends `command`, alone or, when `asking` says so, in one pipeline
+/// behind ASKING; answers its reply.
 async fn send(
     conn: &mut redis::aio::MultiplexedConnection,
     asking: bool,
-    wait: Option<(u32, std::time::Duration)>,
     command: redis::Cmd,
-) -> redis::RedisResult<(redis::Value, Option<Acked>)> {
-    if !asking && wait.is_none() {
-        return command.query_async(conn).await.map(|v| (v, None));
+) -> redis::RedisResult<redis::Value> {
+    if !asking {
+        return command.query_async(conn).await;
     }
     let mut pipe = redis::pipe();
-    if asking {
-        pipe.cmd("ASKING").ignore();
-    }
+    pipe.cmd("ASKING").ignore();
     pipe.add_command(command);
-    if let Some((replicas, timeout)) = wait {
-        pipe.cmd("WAIT")
-            .arg(replicas)
-            .arg(crate::keys::millis(timeout).max(1));
-    }
     let mut replies = pipe
         .query_async::<Vec<redis::Value>>(conn)
         .await?
         .into_iter();
-    let value = replies.next().unwrap_or(redis::Value::Nil);
-    let acked = wait.map(|(asked, _)| Acked {
-        asked,
-        acked: match replies.next() {
-            Some(redis::Value::Int(n)) => u32::try_from(n).unwrap_or(0),
-            _ => 0,
-        },
-    });
-    Ok((value, acked))
+    Ok(replies.next().unwrap_or(redis::Value::Nil))
 }

@@ -46,10 +46,9 @@ pub(crate) async fn renew_one(
 /// Sets the lease of `token` to `lease` again and has the replicas `ack`
 /// names acknowledge it: an extend the master made (see [`renew_one`]),
 /// sent again where a WAIT can count it (a WAIT counts the writes of its
-/// own connection), with the acknowledgement turn (see
-/// [`Route::ack_permit`]). Fewer replicas acknowledging than asked, or the
-/// turn not coming, is an error; the lease stays extended on the master
-/// either way.
+/// own connection), in a batch with the other requests that ask for one
+/// (see [`crate::conn::acks`]). Fewer replicas acknowledging than asked is
+/// an error; the lease stays extended on the master either way.
 pub(crate) async fn acknowledge_renewal(
     store: &Store,
     keys: &LockKeys,
@@ -69,10 +68,6 @@ pub(crate) async fn acknowledge_renewal(
             ack.timeout().unwrap_or_default(),
             "the lease stays extended on the master",
         )
-    };
-    let _asking = match route.ack_permit().await {
-        Ok(permit) => permit,
-        Err(acked) => return Err(short(acked, &route)),
     };
     match renew_on(store, keys, token, lease, route).await? {
         (Renewed::Yes, Some((acked, route))) if acked.is_short() => Err(short(acked, &route)),

@@ -304,6 +304,11 @@ pub(crate) fn release_in_background(
     let tracked = Tracked::new(&engine.leases.background);
     handle.spawn(async move {
         let _tracked = tracked;
+        // A request of the token sent in a batch of acknowledged requests
+        // may not have reached the server yet: a release must come after it.
+        if let Ok(route) = store.route(&keys).await {
+            route.after_acknowledged().await;
+        }
         // Three tries, 50 ms and 200 ms apart.
         for pause in [50, 200] {
             if release(&engine, &store, &keys, &token, queued, hold_until)

@@ -600,17 +600,6 @@ async fn attempt<'k>(
         return Ok(Outcome::InGrace { left });
     }
     let route = route.with_ack(request.replica_ack);
-    // The replicas are asked by one request at a time (see
-    // `Route::ack_permit`); nothing is sent when the turn does not come.
-    let _asking = match route.ack_permit().await {
-        Ok(permit) => permit,
-        Err(acked) => {
-            return Ok(Outcome::Unacked {
-                acked,
-                replicas: route.replicas().named(),
-            })
-        }
-    };
     // Sent before: this token may hold the lock or be queued already.
     let sent_before = pending.is_some();
     let armed = pending.get_or_insert_with(|| PendingRelease::arm(engine, store, keys, token));

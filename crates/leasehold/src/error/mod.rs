@@ -308,8 +308,10 @@ impl Error {
         };
         let advice = if connected {
             "check the replicas (INFO replication on the master lists them; one that stopped \
-             answering is waited for until the master drops it), turn the acknowledgement off at \
-             the cost of its safety on a failover"
+             answering is waited for until the master drops it, and one that could take over \
+             until the sentinels or the cluster find it down or, on a cluster, it has been cut \
+             off too long to be promoted), turn the acknowledgement off at the cost of its safety \
+             on a failover"
         } else {
             "check the replicas (INFO replication on the master lists them), ask for fewer"
         };
