@@ -22,7 +22,6 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use crate::conn::replicas::Acked;
-use crate::conn::route::read_replicas;
 use crate::conn::scripts::{evalsha, fcall, Scripts};
 use crate::conn::{Connection, Line};
 use crate::error::verdict::{is_library_loaded, verdict_of, verdict_of_reply, Verdict};
@@ -455,7 +454,7 @@ async fn exchange(
         // A replica that left during the WAIT is not waited for: every
         // replica still there has the writes. Not read, the shortfall
         // stands.
-        if read_replicas(&mut conn, connection).await.is_ok() {
+        if connection.read_replicas_on(&mut conn).await.is_ok() {
             listed = Some(connection.replicas_asked());
         }
     }

@@ -227,6 +227,53 @@ impl Connection {
             .replace(ReplicaList::parse(info), promotable);
     }
 
+    /// What the server lists of its replicas, asked on `conn` and read into
+    /// this connection's list.
+    pub(crate) async fn read_replicas_on(
+        &self,
+        conn: &mut MultiplexedConnection,
+    ) -> redis::RedisResult<()> {
+        if !self.is_cluster() {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(conn)
+                .await?;
+            self.read_replicas_alone(&info);
+            return Ok(());
+        }
+        // A cluster's master knows its replicas cut off from it too; where this
+        // user may not ask (an ACL), its list alone is what is known. How long
+        // one cut off may still be promoted is in its settings (Redis's
+        // defaults where CONFIG is refused).
+        let mut replies = redis::pipe()
+            .ignore_errors()
+            .cmd("INFO")
+            .arg("replication")
+            .cmd("CLUSTER")
+            .arg("NODES")
+            .cmd("CONFIG")
+            .arg("GET")
+            .arg("cluster-node-timeout")
+            .cmd("CONFIG")
+            .arg("GET")
+            .arg("cluster-replica-validity-factor")
+            .cmd("CONFIG")
+            .arg("GET")
+            .arg("repl-ping-replica-period")
+            .query_async::<Vec<redis::Value>>(conn)
+            .await?
+            .into_iter();
+        let info = reply_text(replies.next()).unwrap_or_default();
+        let nodes = reply_text(replies.next());
+        let validity = Validity::from_config(
+            config_number(replies.next()),
+            config_number(replies.next()),
+            config_number(replies.next()),
+        );
+        self.read_replicas(&info, nodes.as_deref(), validity);
+        Ok(())
+    }
+
     /// The replicas that could take over from the server, as its
     /// deployment knows them (the sentinels).
     pub(crate) fn promotable_replicas(&self, replicas: Vec<String>) {
@@ -636,4 +683,25 @@ fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
             .and_then(|rest| rest.strip_prefix(':'))
             .map(str::trim)
     })
+}
+
+/// A reply as text, if it is one.
+fn reply_text(value: Option<redis::Value>) -> Option<String> {
+    match value {
+        Some(redis::Value::BulkString(bytes)) => String::from_utf8(bytes).ok(),
+        Some(redis::Value::SimpleString(text)) => Some(text),
+        Some(redis::Value::VerbatimString { text, .. }) => Some(text),
+        _ => None,
+    }
+}
+
+/// The number in a reply of `CONFIG GET one-setting` (a name and a value,
+/// as an array or a map); `None` when refused or not there.
+fn config_number(value: Option<redis::Value>) -> Option<u64> {
+    let value = match value? {
+        redis::Value::Array(mut items) if items.len() == 2 => items.pop(),
+        redis::Value::Map(mut pairs) if pairs.len() == 1 => pairs.pop().map(|(_, v)| v),
+        _ => None,
+    };
+    reply_text(value)?.trim().parse().ok()
 }

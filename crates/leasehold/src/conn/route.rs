@@ -7,7 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::conn::acks::{self, Job};
-use crate::conn::replicas::{Acked, ReplicaAck, Validity, MAX_REPLICA_TIMEOUT};
+use crate::conn::replicas::{Acked, ReplicaAck, MAX_REPLICA_TIMEOUT};
 use crate::conn::scripts::{self, evalsha, fcall, Publish, Scripts};
 use crate::conn::{Checkout, CompareAndDelete, Connection, ServerInfo};
 use crate::error::verdict::{is_library_loaded, verdict_of, verdict_of_reply, Verdict};
@@ -123,7 +123,7 @@ impl Route {
                 if connection.replicas_due() {
                     connection
                         .run_on(self.checkout.clone(), operation, |mut conn, _| async move {
-                            read_replicas(&mut conn, connection).await
+                            connection.read_replicas_on(&mut conn).await
                         })
                         .await?;
                 }
@@ -269,73 +269,6 @@ impl Route {
             .await
             .map(drop)
     }
-}
-
-/// What the server lists of its replicas, read into `connection`.
-pub(crate) async fn read_replicas(
-    conn: &mut redis::aio::MultiplexedConnection,
-    connection: &Connection,
-) -> redis::RedisResult<()> {
-    if !connection.is_cluster() {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query_async(conn)
-            .await?;
-        connection.read_replicas_alone(&info);
-        return Ok(());
-    }
-    // A cluster's master knows its replicas cut off from it too; where this
-    // user may not ask (an ACL), its list alone is what is known. How long
-    // one cut off may still be promoted is in its settings (Redis's
-    // defaults where CONFIG is refused).
-    let mut replies = redis::pipe()
-        .ignore_errors()
-        .cmd("INFO")
-        .arg("replication")
-        .cmd("CLUSTER")
-        .arg("NODES")
-        .cmd("CONFIG")
-        .arg("GET")
-        .arg("cluster-node-timeout")
-        .cmd("CONFIG")
-        .arg("GET")
-        .arg("cluster-replica-validity-factor")
-        .cmd("CONFIG")
-        .arg("GET")
-        .arg("repl-ping-replica-period")
-        .query_async::<Vec<redis::Value>>(conn)
-        .await?
-        .into_iter();
-    let info = reply_text(replies.next()).unwrap_or_default();
-    let nodes = reply_text(replies.next());
-    let validity = Validity::from_config(
-        config_number(replies.next()),
-        config_number(replies.next()),
-        config_number(replies.next()),
-    );
-    connection.read_replicas(&info, nodes.as_deref(), validity);
-    Ok(())
-}
-
-/// A reply as text, if it is one.
-fn reply_text(value: Option<redis::Value>) -> Option<String> {
-    match value {
-        Some(redis::Value::BulkString(bytes)) => String::from_utf8(bytes).ok(),
-        Some(redis::Value::SimpleString(text)) => Some(text),
-        Some(redis::Value::VerbatimString { text, .. }) => Some(text),
-        _ => None,
-    }
-}
-
-/// The number in a reply of `CONFIG GET one-setting` (a name and a value,
-/// as an array or a map); `None` when refused or not there.
-fn config_number(value: Option<redis::Value>) -> Option<u64> {
-    let value = match value? {
-        redis::Value::Array(mut items) if items.len() == 2 => items.pop(),
-        redis::Value::Map(mut pairs) if pairs.len() == 1 => pairs.pop().map(|(_, v)| v),
-        _ => None,
-    };
-    reply_text(value)?.trim().parse().ok()
 }
 
 /// One script to run, with no acknowledgement asked (see [`Route::eval`];
