@@ -330,8 +330,8 @@ pub struct ReplicaStatus {
 pub struct CutOffReplica {
     /// `host:port`, as the deployment names it.
     pub address: String,
-    /// How long this client has seen the master not list it (it may have
-    /// been cut off for longer).
+    /// How long this client has seen the master not list it, at readings
+    /// never more than 10 s apart (it may have been cut off for longer).
     pub missing_for: Duration,
     /// On a Redis Cluster, how much longer it could still be promoted:
     /// Redis refuses to promote a replica cut off for longer than

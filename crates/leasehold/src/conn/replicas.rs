@@ -32,6 +32,12 @@ const DATA_AGE_ROUNDING: Duration = Duration::from_secs(1);
 /// connects (a rolling restart, a new one) is asked for within this.
 const REREAD_AFTER: Duration = Duration::from_secs(5);
 
+/// A replica missing from the master's list at two readings at most this
+/// far apart is taken to have been missing between them. Further apart,
+/// it may have come back in sync and been cut off again unseen, its data
+/// fresh enough to be promoted: it counts as missing from the later one.
+const MISSING_SEEN_WITHIN: Duration = Duration::from_secs(10);
+
 /// Which replicas must acknowledge a grant (an acquisition, an explicit
 /// extend) before it counts. A grant fewer replicas acknowledge within the
 /// timeout is undone: the acquisition fails with
@@ -168,8 +174,9 @@ pub(crate) struct ReplicaList {
     /// The last acknowledgement asked of them, when it fell short.
     short: Option<Acked>,
     /// Each replica that could be promoted but the master does not list in
-    /// sync, and since when this client has seen it so.
-    missing_since: Vec<(String, Instant)>,
+    /// sync, since when this client has seen it so at every reading (none
+    /// more than [`MISSING_SEEN_WITHIN`] apart), and the last such reading.
+    missing_since: Vec<(String, Instant, Instant)>,
     /// How long a cluster replica cut off from its master may still be
     /// promoted; `None` where nothing but the master says (Sentinel, whose
     /// sentinels leave out a replica cut off too long, or a master named
@@ -320,8 +327,18 @@ impl ReplicaList {
     /// could take over has been missing from the master's list.
     pub(crate) fn replace(
         &mut self,
+        new: ReplicaList,
+        promotable: Option<(Vec<String>, Option<Validity>)>,
+    ) {
+        self.replace_at(new, promotable, Instant::now());
+    }
+
+    /// As [`replace`](Self::replace), read at `now`.
+    fn replace_at(
+        &mut self,
         mut new: ReplicaList,
         promotable: Option<(Vec<String>, Option<Validity>)>,
+        now: Instant,
     ) {
         new.short = self.short.take();
         new.missing_since = std::mem::take(&mut self.missing_since);
@@ -330,7 +347,7 @@ impl ReplicaList {
             None => (std::mem::take(&mut self.promotable), self.validity),
         };
         *self = new;
-        self.track_missing(Instant::now());
+        self.track_missing(now);
     }
 
     /// The replicas the deployment says could take over (see
@@ -342,9 +359,10 @@ impl ReplicaList {
 
     /// Notes, as of `now`, each replica that could take over and that the
     /// master does not list in sync, keeping since when one already noted
-    /// has been missing.
+    /// has been missing, unless it was last seen missing too long ago to
+    /// say it stayed so (see [`MISSING_SEEN_WITHIN`]).
     fn track_missing(&mut self, now: Instant) {
-        let missing: Vec<(String, Instant)> = self
+        let missing: Vec<(String, Instant, Instant)> = self
             .promotable
             .iter()
             .filter(|replica| !self.online.contains(replica))
@@ -352,9 +370,12 @@ impl ReplicaList {
                 let since = self
                     .missing_since
                     .iter()
-                    .find(|(known, _)| known == replica)
-                    .map_or(now, |&(_, since)| since);
-                (replica.clone(), since)
+                    .find(|(known, _, seen)| {
+                        known == replica
+                            && now.saturating_duration_since(*seen) <= MISSING_SEEN_WITHIN
+                    })
+                    .map_or(now, |&(_, since, _)| since);
+                (replica.clone(), since, now)
             })
             .collect();
         self.missing_since = missing;
@@ -367,9 +388,9 @@ impl ReplicaList {
         let Some(span) = self.validity.and_then(Validity::span) else {
             return false;
         };
-        self.missing_since
-            .iter()
-            .any(|(known, since)| known == replica && now.saturating_duration_since(*since) > span)
+        self.missing_since.iter().any(|(known, since, _)| {
+            known == replica && now.saturating_duration_since(*since) > span
+        })
     }
 
     /// How many replicas a grant waits for: every one the master lists in
@@ -407,7 +428,7 @@ impl ReplicaList {
         let cut_off = self
             .missing_since
             .iter()
-            .map(|(address, since)| {
+            .map(|(address, since, _)| {
                 let missing_for = now.saturating_duration_since(*since);
                 CutOffReplica {
                     address: address.clone(),
@@ -541,6 +562,33 @@ mod tests {
         assert!(status.cut_off[0].waited_for);
         assert_eq!(status.cut_off[0].promotable_for, None);
         assert_eq!(status.cut_off[0].validity_factor, Some(0));
+    }
+
+    #[test]
+    fn a_cluster_replica_missing_at_readings_far_apart_is_counted_from_the_later() {
+        let nodes = || {
+            Some((
+                vec!["a:1".to_owned(), "b:2".to_owned()],
+                Some(Validity::from_config(Some(500), Some(2), Some(1))),
+            ))
+        };
+        let only_a = || ReplicaList::parse("slave0:ip=a,port=1,state=online\r\n");
+        let start = Instant::now();
+        let mut list = ReplicaList::default();
+        list.replace_at(only_a(), nodes(), start);
+        // Unread for ten minutes: b may have come back in sync and been cut
+        // off again meanwhile, its data fresh enough to be promoted.
+        let later = start + Duration::from_secs(600);
+        list.replace_at(only_a(), nodes(), later);
+        assert!(!list.excused("b:2", later + Duration::from_millis(100)));
+        // Seen missing at every reading since: its span counts from then.
+        let mut at = later;
+        for _ in 0..3 {
+            at += Duration::from_millis(1_500);
+            list.replace_at(only_a(), nodes(), at);
+        }
+        assert!(!list.excused("b:2", later + Duration::from_millis(3_000)));
+        assert!(list.excused("b:2", at));
     }
 
     #[test]
