@@ -325,3 +325,44 @@ async fn concurrent_grants_are_all_sent_and_acknowledged() {
         guard.release().await.unwrap();
     }
 }
+
+/// A guard dropped while another lock's grant waits for a stalled
+/// replica: the guard's lease was answered long before, so nothing of its
+/// token is in that batch, and its release in the background must not
+/// wait for the batch's WAIT (up to the replica timeout) to let go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_guard_is_released_without_waiting_for_other_grants_acknowledgement() {
+    let (master, replica) = replicated();
+    let client = Client::builder(master.url())
+        .replica_ack(ReplicaAck::Connected {
+            timeout: Duration::from_secs(10),
+        })
+        .build()
+        .unwrap();
+    let guard = client.mutex("held").unwrap().acquire().await.unwrap();
+    stall(&replica, 15_000);
+    let other = {
+        let client = client.clone();
+        tokio::spawn(async move { client.mutex("other").unwrap().try_acquire().await })
+    };
+    // The other grant is made, and its WAIT is out.
+    tokio::time::timeout(LONG, async {
+        while !exists(&master, "leasehold:{other}") {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .expect("the other grant is made on the master");
+    drop(guard);
+    let dropped = std::time::Instant::now();
+    while exists(&master, "leasehold:{held}") {
+        assert!(
+            dropped.elapsed() < Duration::from_secs(2),
+            "a dropped guard's lock stays held behind another grant's WAIT"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(replica.command(&["CLIENT", "UNPAUSE"]).unwrap(), "OK");
+    let _ = tokio::time::timeout(LONG, other).await;
+    client.flush().await;
+}

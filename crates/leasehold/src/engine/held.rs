@@ -26,7 +26,7 @@ use crate::engine::masters::{
     Releasing, SharedPhase,
 };
 use crate::engine::ops::{acknowledge_renewal, renew_one, Renewed};
-use crate::engine::release::{release_held, release_in_background, Attempt, PendingRelease};
+use crate::engine::release::{release_held, release_held_in_background, Attempt, PendingRelease};
 use crate::engine::state::Engine;
 use crate::engine::{watchdog, Request};
 use crate::error::{Error, Result};
@@ -301,6 +301,7 @@ impl Held {
         let (engine, lease) = (&self.engine, &self.lease);
         // Dropped before an answer, the release goes on in the background.
         let pending = PendingRelease::arm(engine, store, &lease.keys, &self.token)
+            .of_held()
             .keep_until(lease.hold_until);
         // A renewal in flight is seen through first, so that its answer is
         // never applied after the release's.
@@ -548,12 +549,11 @@ impl Drop for Held {
         }
         let (engine, lease) = (&self.engine, &self.lease);
         match &engine.backing {
-            Backing::One(store) => release_in_background(
+            Backing::One(store) => release_held_in_background(
                 Arc::clone(engine),
                 Arc::clone(store),
                 lease.keys.clone(),
                 self.token.clone(),
-                false,
                 lease.hold_until,
             ),
             Backing::Quorum(quorum) => {

@@ -235,6 +235,9 @@ pub(crate) struct PendingRelease<'a> {
     token: String,
     queued: bool,
     hold_until: Option<Instant>,
+    /// A request of the token may be out in a batch of acknowledged
+    /// requests: the release waits for it (see [`release_in_background`]).
+    after_acks: bool,
     armed: bool,
 }
 
@@ -252,8 +255,16 @@ impl<'a> PendingRelease<'a> {
             token: token.to_owned(),
             queued: false,
             hold_until: None,
+            after_acks: true,
             armed: true,
         }
+    }
+
+    /// Armed for a lease already held, whose grant was answered: nothing
+    /// of its token is out in a batch of acknowledged requests.
+    pub(crate) fn of_held(mut self) -> Self {
+        self.after_acks = false;
+        self
     }
 
     /// A release before `hold_until` keeps the lock until then.
@@ -275,13 +286,14 @@ impl<'a> PendingRelease<'a> {
 impl Drop for PendingRelease<'_> {
     fn drop(&mut self) {
         if self.armed {
-            release_in_background(
+            spawn_release(
                 Arc::clone(&self.engine),
                 Arc::clone(&self.store),
                 self.keys.clone(),
                 std::mem::take(&mut self.token),
                 self.queued,
                 self.hold_until,
+                self.after_acks,
             );
         }
     }
@@ -289,7 +301,9 @@ impl Drop for PendingRelease<'_> {
 
 /// Releases a token from a drop: a few tries, then the lease's expiry (or
 /// the waiter's heartbeat) is the safety net. Without a runtime only the
-/// expiry is left.
+/// expiry is left. A request of the token sent in a batch of acknowledged
+/// requests may not have reached the server yet: the release waits for
+/// the batch out.
 pub(crate) fn release_in_background(
     engine: Arc<Engine>,
     store: Arc<Store>,
@@ -297,6 +311,34 @@ pub(crate) fn release_in_background(
     token: String,
     queued: bool,
     hold_until: Option<Instant>,
+) {
+    spawn_release(engine, store, keys, token, queued, hold_until, true);
+}
+
+/// Releases the token of a lease held, whose grant was answered, from its
+/// guard's drop, as [`release_in_background`] does, without waiting for
+/// the batch of acknowledged requests out: nothing of its token is in it,
+/// and other locks' grants in it may wait as long as the replica timeout.
+pub(crate) fn release_held_in_background(
+    engine: Arc<Engine>,
+    store: Arc<Store>,
+    keys: LockKeys,
+    token: String,
+    hold_until: Option<Instant>,
+) {
+    spawn_release(engine, store, keys, token, false, hold_until, false);
+}
+
+/// The background release of [`release_in_background`]; `after_acks`:
+/// after the batch of acknowledged requests out.
+fn spawn_release(
+    engine: Arc<Engine>,
+    store: Arc<Store>,
+    keys: LockKeys,
+    token: String,
+    queued: bool,
+    hold_until: Option<Instant>,
+    after_acks: bool,
 ) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         return;
@@ -306,8 +348,10 @@ pub(crate) fn release_in_background(
         let _tracked = tracked;
         // A request of the token sent in a batch of acknowledged requests
         // may not have reached the server yet: a release must come after it.
-        if let Ok(route) = store.route(&keys).await {
-            route.after_acknowledged().await;
+        if after_acks {
+            if let Ok(route) = store.route(&keys).await {
+                route.after_acknowledged().await;
+            }
         }
         // Three tries, 50 ms and 200 ms apart.
         for pause in [50, 200] {
