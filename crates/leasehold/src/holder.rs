@@ -331,7 +331,8 @@ pub struct CutOffReplica {
     /// `host:port`, as the deployment names it.
     pub address: String,
     /// How long this client has seen the master not list it, at readings
-    /// never more than 10 s apart (it may have been cut off for longer).
+    /// never more than 10 s apart and with no resync of a replica between
+    /// them (it may have been cut off for longer).
     pub missing_for: Duration,
     /// On a Redis Cluster, how much longer it could still be promoted:
     /// Redis refuses to promote a replica cut off for longer than

@@ -517,3 +517,80 @@ async fn a_stalled_replica_costs_held_leases_nothing() {
     resume(group.replicas()[0]);
     held.release().await.unwrap();
 }
+
+/// A cluster replica cut off long enough to be no longer waited for comes
+/// back in sync and is cut off again between two of the client's readings
+/// of its master: both readings find it missing, but its data is fresh
+/// again and Redis could promote it, so a grant waits for it anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_replica_back_and_cut_off_again_unseen_is_waited_for_again() {
+    let cluster = RedisCluster::builder(3, 1)
+        .node_timeout(Duration::from_millis(1_000))
+        .args(&[
+            "--cluster-replica-validity-factor",
+            "1",
+            "--repl-ping-replica-period",
+            "1",
+        ])
+        .start();
+    let client = client(&cluster.urls().join(","));
+    let key = "leasehold:{job}";
+    let master = cluster.master_for_key(key);
+    let replica = cluster.replicas_of(cluster.shard_of_slot(leasehold_testkit::key_slot("job")))[0];
+    let mutex = client.mutex("job").unwrap();
+    mutex.acquire().await.unwrap().release().await.unwrap();
+    let link_down = || async {
+        tokio::time::timeout(LONG, async {
+            while !replica
+                .command(&["INFO", "replication"])
+                .unwrap()
+                .contains("master_link_status:down")
+                || master
+                    .command(&["INFO", "replication"])
+                    .unwrap()
+                    .contains("slave0:")
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the replication link is down");
+    };
+    cut_off(master, true);
+    link_down().await;
+    assert!(mutex.try_acquire().await.is_err());
+    // Past the span: no longer waited for.
+    mutex
+        .acquire_timeout(LONG)
+        .await
+        .expect("granted once the replica cannot be promoted")
+        .release()
+        .await
+        .unwrap();
+    let read = std::time::Instant::now();
+
+    // Back in sync and cut off again, with no grant (and no reading) between.
+    cut_off(master, false);
+    tokio::time::timeout(LONG, async {
+        while !master
+            .command(&["INFO", "replication"])
+            .unwrap()
+            .contains("state=online")
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the replica is back in sync");
+    cut_off(master, true);
+    link_down().await;
+    // The next grant reads the master again (its last reading is due).
+    tokio::time::sleep(Duration::from_millis(5_500).saturating_sub(read.elapsed())).await;
+    let err = mutex
+        .try_acquire()
+        .await
+        .expect_err("a replica Redis could promote again is waited for");
+    assert_eq!(err.kind(), ErrorKind::ReplicasMissing, "{err:?}");
+    assert!(!exists(master, key));
+    cut_off(master, false);
+}

@@ -218,13 +218,20 @@ impl Connection {
 
     /// What a cluster's master said of its replicas just now (`INFO
     /// replication`), of those that could take over from it when it let
-    /// this user ask that too (`CLUSTER NODES`), and how long one cut off
-    /// from it may still be promoted (its settings).
-    pub(crate) fn read_replicas(&self, info: &str, nodes: Option<&str>, validity: Validity) {
+    /// this user ask that too (`CLUSTER NODES`), how long one cut off from
+    /// it may still be promoted (its settings), and how many times replicas
+    /// synchronised with it (`INFO stats`, when read).
+    pub(crate) fn read_replicas(
+        &self,
+        info: &str,
+        nodes: Option<&str>,
+        validity: Validity,
+        stats: Option<&str>,
+    ) {
         let promotable =
             nodes.map(|nodes| (ReplicaList::promotable_in_cluster(nodes), Some(validity)));
         self.replica_list()
-            .replace(ReplicaList::parse(info), promotable);
+            .replace(ReplicaList::parse(info).with_syncs(stats), promotable);
     }
 
     /// What the server lists of its replicas, asked on `conn` and read into
@@ -244,7 +251,8 @@ impl Connection {
         // A cluster's master knows its replicas cut off from it too; where this
         // user may not ask (an ACL), its list alone is what is known. How long
         // one cut off may still be promoted is in its settings (Redis's
-        // defaults where CONFIG is refused).
+        // defaults where CONFIG is refused); whether one came back in sync
+        // since the last reading, in its count of resyncs.
         let mut replies = redis::pipe()
             .ignore_errors()
             .cmd("INFO")
@@ -260,6 +268,8 @@ impl Connection {
             .cmd("CONFIG")
             .arg("GET")
             .arg("repl-ping-replica-period")
+            .cmd("INFO")
+            .arg("stats")
             .query_async::<Vec<redis::Value>>(conn)
             .await?
             .into_iter();
@@ -270,7 +280,8 @@ impl Connection {
             config_number(replies.next()),
             config_number(replies.next()),
         );
-        self.read_replicas(&info, nodes.as_deref(), validity);
+        let stats = reply_text(replies.next());
+        self.read_replicas(&info, nodes.as_deref(), validity, stats.as_deref());
         Ok(())
     }
 

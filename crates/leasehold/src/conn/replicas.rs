@@ -182,6 +182,10 @@ pub(crate) struct ReplicaList {
     /// sentinels leave out a replica cut off too long, or a master named
     /// directly).
     validity: Option<Validity>,
+    /// How many times replicas synchronised with the master (`INFO
+    /// stats`: full and partial resyncs), when read: a replica that came
+    /// back in sync between two readings moved it on, seen or not.
+    syncs: Option<u64>,
 }
 
 /// The settings that decide how long a cluster replica cut off from its
@@ -244,6 +248,26 @@ impl Validity {
 }
 
 impl ReplicaList {
+    /// This list with the master's count of resyncs in an `INFO stats`
+    /// reply, when it has one.
+    pub(crate) fn with_syncs(mut self, stats: Option<&str>) -> ReplicaList {
+        self.syncs = stats.and_then(|stats| {
+            let count = |name: &str| {
+                stats.lines().find_map(|line| {
+                    line.strip_prefix(name)?
+                        .strip_prefix(':')?
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                })
+            };
+            let full = count("sync_full")?;
+            let partial = count("sync_partial_ok")?;
+            Some(full.saturating_add(partial))
+        });
+        self
+    }
+
     /// The list in an `INFO replication` reply.
     pub(crate) fn parse(info: &str) -> ReplicaList {
         let online = info
@@ -340,6 +364,13 @@ impl ReplicaList {
         promotable: Option<(Vec<String>, Option<Validity>)>,
         now: Instant,
     ) {
+        // A replica synchronised since the last reading: one missing at
+        // both may have been back in between, its data fresh again.
+        let resynced = matches!((self.syncs, new.syncs), (Some(was), Some(is)) if was != is);
+        new.syncs = new.syncs.or(self.syncs);
+        if resynced {
+            self.missing_since.clear();
+        }
         new.short = self.short.take();
         new.missing_since = std::mem::take(&mut self.missing_since);
         (new.promotable, new.validity) = match promotable {
@@ -589,6 +620,39 @@ mod tests {
         }
         assert!(!list.excused("b:2", later + Duration::from_millis(3_000)));
         assert!(list.excused("b:2", at));
+    }
+
+    #[test]
+    fn a_cluster_replica_missing_across_a_resync_is_counted_from_then() {
+        let nodes = || {
+            Some((
+                vec!["a:1".to_owned(), "b:2".to_owned()],
+                Some(Validity::from_config(Some(500), Some(2), Some(1))),
+            ))
+        };
+        let read = |syncs: u64| {
+            ReplicaList::parse("slave0:ip=a,port=1,state=online\r\n").with_syncs(Some(&format!(
+                "# Stats\r\nsync_full:1\r\nsync_partial_ok:{syncs}\r\nsync_partial_err:0\r\n"
+            )))
+        };
+        let start = Instant::now();
+        let mut list = ReplicaList::default();
+        list.replace_at(read(0), nodes(), start);
+        let at = start + Duration::from_secs(4);
+        list.replace_at(read(0), nodes(), at);
+        assert!(list.excused("b:2", at));
+        // A resync between two readings: b may have been back meanwhile.
+        let later = at + Duration::from_secs(2);
+        list.replace_at(read(1), nodes(), later);
+        assert!(!list.excused("b:2", later + Duration::from_millis(100)));
+        // A reading without the count changes nothing.
+        list.replace_at(
+            ReplicaList::parse("slave0:ip=a,port=1,state=online\r\n"),
+            nodes(),
+            later,
+        );
+        list.replace_at(read(1), nodes(), later + Duration::from_secs(4));
+        assert!(list.excused("b:2", later + Duration::from_secs(4)));
     }
 
     #[test]
