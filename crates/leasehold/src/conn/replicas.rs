@@ -50,6 +50,13 @@ const MISSING_SEEN_WITHIN: Duration = Duration::from_secs(10);
 /// restarts without persistence, still loses it (Redis's `WAIT`
 /// documentation says the same). The watchdog's renewals are not
 /// acknowledged.
+///
+/// A client's grants on one master are acknowledged in batches, one batch
+/// out at a time, each behind one `WAIT`: grants made together cost one
+/// wait for the replicas. With the replicas stalled, a grant can wait for
+/// the batch before its own to time out first; locks of one client that
+/// ask for different timeouts can then wait the longer one before their
+/// own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ReplicaAck {
