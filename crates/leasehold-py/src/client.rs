@@ -3,7 +3,6 @@
 //! in a child after `fork()`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use pyo3::prelude::*;
 
@@ -228,7 +227,7 @@ impl Client {
             replica_ack: (replicas > 0).then(|| {
                 (
                     replicas,
-                    secs(replica_timeout).unwrap_or(Duration::from_millis(100)),
+                    secs(replica_timeout).unwrap_or(leasehold::DEFAULT_REPLICA_TIMEOUT),
                 )
             }),
             owner,

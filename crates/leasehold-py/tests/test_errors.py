@@ -104,3 +104,13 @@ def test_url_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LEASEHOLD_URL", "redis://10.0.0.1:6379")
     assert leasehold.Client().url == "redis://10.0.0.1:6379"
     assert leasehold.Client(["redis://a:1", "redis://b:2"]).url == "redis://a:1,redis://b:2"
+
+
+def test_replicas_asked_without_a_timeout_wait_the_librarys_default(client: leasehold.Client) -> None:
+    # The test server has no replica: a lock that asks for one is refused
+    # once the replica timeout passes, and says which timeout it waited:
+    # the library's default (1 s), as in Rust and on the command line.
+    with pytest.raises(leasehold.ReplicasMissingError, match=r"within 1s"):
+        client.mutex("replicas-default", replicas=1).try_acquire()
+    with pytest.raises(leasehold.ReplicasMissingError, match=r"within 200ms"):
+        client.mutex("replicas-given", replicas=1, replica_timeout=0.2).try_acquire()
