@@ -88,6 +88,7 @@
 
 mod cluster;
 mod error;
+mod pin;
 mod port;
 mod proxy;
 mod resp;
@@ -99,6 +100,7 @@ pub use cluster::{
     key_slot, ClusterBuilder, RedisCluster, SlotMigration, DEFAULT_NODE_TIMEOUT, SLOTS,
 };
 pub use error::StartError;
+pub use pin::{cpus_allowed, pin_current_thread_to, pin_servers_to};
 pub use port::{free_port, unreachable_url};
 pub use proxy::FaultProxy;
 pub use sentinel::{

@@ -610,6 +610,9 @@ fn spawn_ready(spec: &Spec, port: u16, dir: &Path) -> Result<Child, StartError> 
     if spec.die_with_parent {
         tie_to_parent(&mut command);
     }
+    if let Some(cpus) = crate::pin::server_cpu_set() {
+        bind_to(&mut command, cpus);
+    }
     let mut child = command
         .spawn()
         .map_err(|e| StartError::io(format!("cannot run {}", binary.display()), e))?;
@@ -686,6 +689,17 @@ fn tie_to_parent(command: &mut Command) {
 
 #[cfg(not(target_os = "linux"))]
 fn tie_to_parent(_command: &mut Command) {}
+
+/// Has the child run on the CPUs of `cpus` alone (see
+/// [`crate::pin_servers_to`]).
+fn bind_to(command: &mut Command, cpus: libc::cpu_set_t) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only sched_setaffinity runs between fork and exec, on a set
+    // copied into the closure before the fork; nothing allocates.
+    unsafe {
+        command.pre_exec(move || crate::pin::set_affinity(&cpus));
+    }
+}
 
 fn kill_and_reap(child: &mut Child) {
     let _ = child.kill();

@@ -72,6 +72,8 @@ use serde_json::{json, Map, Value};
 mod cluster;
 #[path = "workloads/per_script.rs"]
 mod per_script;
+#[path = "workloads/pinning.rs"]
+mod pinning;
 #[path = "workloads/sentinel.rs"]
 mod sentinel;
 #[path = "workloads/w2_shared.rs"]
@@ -123,6 +125,7 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Result<ExitCode> {
+    pinning::pin(std::env::args().any(|arg| arg == "--no-pin"))?;
     if std::env::args().any(|arg| arg == "--only-w4") {
         let quick = std::env::args().any(|arg| arg == "--quick")
             || !std::env::args().any(|arg| arg == "--bench");
@@ -157,6 +160,7 @@ fn run() -> Result<ExitCode> {
             if plan.quick { "quick" } else { "full" },
             server.port()
         );
+        println!("{}", pinning::describe(&[server.pid()]));
         print_floor(plan, &ping, &bare);
         print_w1(plan, &w1);
         let targets = w1_targets(plan, &bare, &w1)?;
@@ -213,6 +217,7 @@ fn run() -> Result<ExitCode> {
         if plan.quick { "quick" } else { "full" },
         server.port()
     );
+    println!("{}", pinning::describe(&[server.pid()]));
     print_floor(plan, &ping, &bare);
     print_w1(plan, &w1);
     print_w2(plan, &w2_runs);
@@ -361,11 +366,13 @@ impl Plan {
                 "--sentinel-only" => sentinel_only = true,
                 "--only-w1" => only_w1 = true,
                 "--per-script" => per_script = true,
+                // Read by `pinning::pin`, first thing.
+                "--no-pin" => {}
                 other => {
                     return Err(format!(
                         "unknown argument {other:?}: the options are --quick \
                          (or LEASEHOLD_BENCH_QUICK=1), --skip-w5, --sentinel-only, \
-                         --only-w1, --only-w4 and --per-script"
+                         --only-w1, --only-w4, --per-script and --no-pin"
                     )
                     .into())
                 }
@@ -855,12 +862,24 @@ impl ServerCost {
 struct LockCost {
     calls: f64,
     round_trips: f64,
+    /// Redis's CPU (every master's, summed).
     cpu_us: f64,
+    /// This process's CPU (user and system, every thread) over the same
+    /// part: the lock library's client side (W2's: its critical section's
+    /// GET and SET too).
+    client_cpu_us: f64,
 }
 
 impl LockCost {
-    /// `own` are the benchmark's own commands in the delta (W2's data).
-    fn of<L: Library>(bench: &Bench, cost: &ServerCost, own: &[(&str, u64)], n: usize) -> Self {
+    /// `own` are the benchmark's own commands in the delta (W2's data);
+    /// `client_cpu` this process's CPU time over the timed part.
+    fn of<L: Library>(
+        bench: &Bench,
+        cost: &ServerCost,
+        own: &[(&str, u64)],
+        client_cpu: Duration,
+        n: usize,
+    ) -> Self {
         let own_total: u64 = own.iter().map(|(_, k)| k).sum();
         let n = n.max(1) as f64;
         LockCost {
@@ -869,6 +888,7 @@ impl LockCost {
                 cost.client_issued(&bench.kinds, L::PLAIN_COMMANDS, own) as f64 / n,
             ),
             cpu_us: round1(cost.cpu_us / n),
+            client_cpu_us: round1(client_cpu.as_secs_f64() * 1e6 / n),
         }
     }
 }
@@ -920,6 +940,8 @@ struct CycleRun {
     release: Latencies,
     elapsed: Duration,
     cost: ServerCost,
+    /// This process's CPU time over the cycles.
+    client_cpu: Duration,
 }
 
 async fn floor_bare(bench: &Bench) -> Result<CycleRun> {
@@ -972,6 +994,7 @@ async fn timed_cycles(
     let before = server_snapshot(stats).await?;
     let mut acquire = Vec::with_capacity(plan.cycles);
     let mut release = Vec::with_capacity(plan.cycles);
+    let cpu_before = process_cpu()?;
     let start = Instant::now();
     for _ in 0..plan.cycles {
         let (a, r) = cycle().await?;
@@ -979,12 +1002,14 @@ async fn timed_cycles(
         release.push(r);
     }
     let elapsed = start.elapsed();
+    let client_cpu = process_cpu()?.saturating_sub(cpu_before);
     let after = server_snapshot(stats).await?;
     Ok(CycleRun {
         acquire: Latencies::new(acquire)?,
         release: Latencies::new(release)?,
         elapsed,
         cost: ServerCost::between(&before, &after),
+        client_cpu,
     })
 }
 
@@ -1146,7 +1171,7 @@ fn w1_on<L: Library>(bench: &Bench, url: &str, stats: &MultiplexedConnection) ->
         .await?;
         Ok(W1Run {
             library: L::NAME,
-            lock: LockCost::of::<L>(bench, &run.cost, &[], plan.cycles),
+            lock: LockCost::of::<L>(bench, &run.cost, &[], run.client_cpu, plan.cycles),
             run,
         })
     })
@@ -1211,8 +1236,10 @@ fn w2<L: Library>(bench: &Bench, on: &Servers) -> Result<W2Run> {
     workers.wait_ready()?;
 
     let before = rt.block_on(on.snapshot())?;
+    let cpu_before = process_cpu()?;
     let start = workers.start()?;
     let logs = workers.join()?;
+    let client_cpu = process_cpu()?.saturating_sub(cpu_before);
     let after = rt.block_on(on.snapshot())?;
     let counter: Option<u64> =
         rt.block_on(redis::cmd("GET").arg(W2_COUNTER).query_async(&mut data))?;
@@ -1238,7 +1265,7 @@ fn w2<L: Library>(bench: &Bench, on: &Servers) -> Result<W2Run> {
     let data = [("get", n as u64), ("set", n as u64)];
     Ok(W2Run {
         library: L::NAME,
-        lock: LockCost::of::<L>(bench, &cost, &data, n),
+        lock: LockCost::of::<L>(bench, &cost, &data, client_cpu, n),
         acquisitions,
         per_worker,
         timeouts,
@@ -1415,15 +1442,6 @@ struct W3Run {
     per_master: Vec<ServerCost>,
     /// Per attempt.
     lock: LockCost,
-    /// This process's CPU time (user and system, every thread) while the
-    /// workers ran: the lock library's client side.
-    client_cpu: Duration,
-}
-
-impl W3Run {
-    fn client_cpu_us(&self) -> f64 {
-        round3(self.client_cpu.as_secs_f64() * 1e6 / self.attempts.max(1) as f64)
-    }
 }
 
 fn w3<L: Library>(bench: &Bench, on: &Servers) -> Result<W3Run> {
@@ -1454,10 +1472,9 @@ fn w3<L: Library>(bench: &Bench, on: &Servers) -> Result<W3Run> {
         successes,
         attempt: Latencies::new(logs.into_iter().flat_map(|log| log.latencies).collect())?,
         elapsed: finished - start,
-        lock: LockCost::of::<L>(bench, &cost, &[], attempts),
+        lock: LockCost::of::<L>(bench, &cost, &[], client_cpu, attempts),
         cost,
         per_master,
-        client_cpu,
     })
 }
 
@@ -1801,6 +1818,9 @@ fn print_lock_cost(table: &Table, per: &str, costs: &[&LockCost]) {
         c.round_trips
     });
     num(format!("redis CPU µs / {per}"), &|c| c.cpu_us);
+    num(format!("client CPU µs / {per} (this process)"), &|c| {
+        c.client_cpu_us
+    });
 }
 
 fn print_w2(plan: &Plan, runs: &[W2Run]) {
@@ -1969,9 +1989,6 @@ fn w3_rows(table: &Table, runs: &[&W3Run]) {
         "attempt",
         &runs.iter().map(|r| &r.lock).collect::<Vec<_>>(),
     );
-    num("client CPU µs / attempt", Better::Lower, &|r| {
-        r.client_cpu_us()
-    });
 }
 
 fn print_w5(plan: &Plan, rows: &[W5Row]) {
@@ -2104,6 +2121,10 @@ fn lock_cost_json(cost: &LockCost, per: &str, calls: &ServerCost) -> Map<String,
     out.insert(format!("redis_calls_per_{per}"), json!(cost.calls));
     out.insert(format!("round_trips_per_{per}"), json!(cost.round_trips));
     out.insert(format!("redis_cpu_us_per_{per}"), json!(cost.cpu_us));
+    out.insert(
+        format!("client_cpu_us_per_{per}"),
+        json!(cost.client_cpu_us),
+    );
     out.insert("redis_calls".to_owned(), calls.calls_json());
     out
 }
@@ -2112,6 +2133,7 @@ fn floor_json(plan: &Plan, ping: &PingFloor, bare: &CycleRun) -> Value {
     json!({
         "workload": "floor",
         "quick": plan.quick,
+        "pinned": pinning::pinned(),
         "cycles": plan.cycles,
         "warmup": plan.warmup,
         "ping_ops_per_s": per_second(plan.cycles, ping.elapsed),
@@ -2210,7 +2232,6 @@ fn w3_figures(r: &W3Run) -> Value {
             "success_ratio": round3(r.successes as f64 / r.attempts as f64),
             "attempt_p50_us": r.attempt.p50_us(),
             "attempt_p99_us": r.attempt.p99_us(),
-            "client_cpu_us_per_attempt": r.client_cpu_us(),
         }),
         lock_cost_json(&r.lock, "attempt", &r.cost),
     )
@@ -2463,11 +2484,11 @@ fn targets(
     out.push(Target::new(
         "W3",
         "Mutex client CPU µs / attempt ≤ 1.2 × rslock's",
-        Some(ours.client_cpu_us()),
-        Bound::AtMost(1.2 * theirs.client_cpu_us()),
+        Some(ours.lock.client_cpu_us),
+        Bound::AtMost(1.2 * theirs.lock.client_cpu_us),
         format!(
             "rslock {} µs; this process's CPU time while the workers ran",
-            number(theirs.client_cpu_us())
+            number(theirs.lock.client_cpu_us)
         ),
     ));
 
@@ -2605,6 +2626,7 @@ fn targets_json(plan: &Plan, targets: &[Target]) -> Value {
     json!({
         "workload": "targets",
         "quick": plan.quick,
+        "pinned": pinning::pinned(),
         "w2_redis_calls_are": "the lock's calls (scripts' commands too), without the critical section's GET and SET",
         "w5_round_trips_are": "renew EVALSHA per renewal round seen; the watchdog pipelines a round's scripts, so an upper bound",
         "met": count("met"),

@@ -37,6 +37,8 @@ pub(super) struct ClusterRuns {
     pub(super) name: &'static str,
     /// The masters' ports, in the order of [`W3Run::per_master`].
     ports: Vec<u16>,
+    /// Where the bench and the masters ran (see `pinning.rs`).
+    cpus: String,
     pub(super) w2: W2Run,
     w3: W3Run,
 }
@@ -53,6 +55,13 @@ pub(super) fn cluster_runs(bench: &Bench) -> Result<ClusterRuns> {
     Ok(ClusterRuns {
         name: on.name,
         ports: cluster.masters().iter().map(|m| m.port()).collect(),
+        cpus: super::pinning::describe(
+            &cluster
+                .masters()
+                .iter()
+                .map(|m| m.pid())
+                .collect::<Vec<_>>(),
+        ),
         w2,
         w3,
     })
@@ -119,6 +128,7 @@ pub(super) fn print_cluster(
          next to the single node of this run; {NO_PEER}",
         ports.join(", ")
     );
+    println!("{}", runs.cpus);
     println!(
         "W3 many keys on the cluster: {W3_WORKERS} workers, {W3_KEYS} keys, {} s, \
          one non-waiting attempt on a random key, release on success",

@@ -246,8 +246,10 @@ pub(super) fn w2_shared(bench: &Bench, shared: Shared) -> Result<SharedRun> {
     workers.wait_ready()?;
 
     let before = rt.block_on(server_snapshot(&mut stats))?;
+    let cpu_before = process_cpu()?;
     let start = workers.start()?;
     let logs = workers.join()?;
+    let client_cpu = process_cpu()?.saturating_sub(cpu_before);
     let after = rt.block_on(server_snapshot(&mut stats))?;
     let counter: Option<u64> =
         rt.block_on(redis::cmd("GET").arg(W2_COUNTER).query_async(&mut stats))?;
@@ -304,6 +306,7 @@ pub(super) fn w2_shared(bench: &Bench, shared: Shared) -> Result<SharedRun> {
             cost.client_issued(&bench.kinds, &["ping"], &data) as f64 / n.max(1) as f64,
         ),
         cpu_us: round1(cost.cpu_us / n.max(1) as f64),
+        client_cpu_us: round1(client_cpu.as_secs_f64() * 1e6 / n.max(1) as f64),
     };
     Ok(SharedRun {
         shared,

@@ -313,6 +313,8 @@ pub(crate) fn w4(quick: bool) -> Result<()> {
         "W4 Redlock: {MASTERS} masters, 1 worker, {cycles} cycles, lease {}s, watchdog off",
         LEASE.as_secs()
     );
+    let pids: Vec<Option<u32>> = masters.servers().iter().map(|s| s.pid()).collect();
+    println!("{}", super::pinning::describe(&pids));
     println!(
         "{:<20} {:>10} {:>22} {:>22} {:>12} {:>12}",
         "library",
