@@ -3,7 +3,7 @@
 //! its own (a semaphore's permit count, a read-write lock's two sides).
 
 use std::borrow::Cow;
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,7 +71,15 @@ impl Owners {
 /// The current tokio task's (outside a task, the thread's) id on `handle`.
 fn task_owner(handle: &str) -> String {
     match tokio::task::try_id() {
-        Some(task) => format!("{handle}:t{task}"),
+        Some(task) => {
+            // One allocation of the right size: this runs on every
+            // acquisition.
+            let mut owner = String::with_capacity(handle.len() + 22);
+            owner.push_str(handle);
+            owner.push_str(":t");
+            let _ = write!(owner, "{task}");
+            owner
+        }
         None => format!("{handle}:{:?}", std::thread::current().id())
             .replace(|c: char| !c.is_ascii_alphanumeric() && c != ':', ""),
     }
@@ -102,6 +110,9 @@ pub(crate) struct LockCore {
     pub(crate) permits: u32,
     /// This handle's id in this process, shared by its clones.
     handle: Arc<str>,
+    /// This client's notification channel for the lock: the lock's
+    /// channel prefix and the client's id, made once.
+    channel: Arc<str>,
     /// The holder of every acquisition, fixed by a blocking face to its
     /// calling thread.
     fixed_holder: Option<Arc<str>>,
@@ -115,6 +126,7 @@ impl LockCore {
         settings: LockSettings,
         owners: Owners,
     ) -> Self {
+        let channel = format!("{}{}", keys.channels, engine.id).into();
         LockCore {
             engine,
             keys,
@@ -123,6 +135,7 @@ impl LockCore {
             owners,
             permits: 1,
             handle: new_handle(),
+            channel,
             fixed_holder: None,
         }
     }
@@ -230,6 +243,7 @@ impl LockCore {
         let s = &self.settings;
         Request {
             keys: &self.keys,
+            channel: &self.channel,
             kind: self.kind,
             // No lease, not even the first, runs past the max hold.
             lease: s.max_hold.map_or(s.lease, |max| s.lease.min(max)),

@@ -1,5 +1,6 @@
 //! Lock names, the Redis keys they map to, and the limits on what users pass in.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -23,8 +24,14 @@ pub const MAX_TOKEN_LEN: usize = 256;
 /// The Redis keys of one lock. They share one hash tag, so every script
 /// touches a single slot: `<prefix>:{name}` for a name without braces, and
 /// `<prefix>:%{escaped}` for one with braces (see [`lock_key`]).
+///
+/// Shared: a clone (one per lease taken) costs a count, not seven strings.
 #[derive(Debug, Clone)]
-pub(crate) struct LockKeys {
+pub(crate) struct LockKeys(Arc<KeyNames>);
+
+/// What [`LockKeys`] holds.
+#[derive(Debug)]
+pub(crate) struct KeyNames {
     pub(crate) name: String,
     pub(crate) lock: String,
     /// Expires only after a long retention: fences must not go backwards,
@@ -46,7 +53,7 @@ impl LockKeys {
     pub(crate) fn new(prefix: &str, name: &str) -> Result<Self> {
         validate_name(name)?;
         let lock = lock_key(prefix, name);
-        Ok(LockKeys {
+        Ok(LockKeys(Arc::new(KeyNames {
             name: name.to_owned(),
             fence: format!("{lock}:fence"),
             queue: format!("{lock}:q"),
@@ -54,7 +61,15 @@ impl LockKeys {
             channels: format!("{lock}:ch:"),
             released: format!("{lock}:r:"),
             lock,
-        })
+        })))
+    }
+}
+
+impl std::ops::Deref for LockKeys {
+    type Target = KeyNames;
+
+    fn deref(&self) -> &KeyNames {
+        &self.0
     }
 }
 

@@ -45,9 +45,13 @@
 //! [`describe_metrics`] gives the recorder their units and help texts.
 
 use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
-use tracing::Instrument;
+use pin_project_lite::pin_project;
+use tracing::instrument::Instrumented;
+use tracing::{Instrument, Span};
 
 pub use crate::engine::metrics::{
     ACQUISITIONS, HELD_LEASES, HOLD_SECONDS, LOSSES, PRIMITIVE_LABEL, REASON_LABEL, RENEWALS,
@@ -171,58 +175,114 @@ fn error_outcome(kind: ErrorKind) -> &'static str {
 }
 
 /// Runs `operation` inside `span` and records its outcome there.
-pub(crate) async fn traced<T>(
-    span: tracing::Span,
-    operation: impl Future<Output = Result<T>>,
-) -> Result<T> {
-    let result = operation.instrument(span.clone()).await;
-    let outcome = match &result {
-        Ok(_) => "ok",
-        Err(error) => error_outcome(error.kind()),
-    };
-    span.record("outcome", outcome);
-    result
+///
+/// A future of its own rather than an `async fn`: an `async fn` would keep
+/// `operation` twice (as its argument, and as what it awaits), and every
+/// lock operation runs through here.
+pub(crate) fn traced<T, F: Future<Output = Result<T>>>(span: Span, operation: F) -> Traced<F> {
+    Traced {
+        operation: operation.instrument(span),
+    }
+}
+
+pin_project! {
+    /// What [`traced`] returns.
+    pub(crate) struct Traced<F> {
+        #[pin]
+        operation: Instrumented<F>,
+    }
+}
+
+impl<T, F: Future<Output = Result<T>>> Future for Traced<F> {
+    type Output = Result<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
+        let mut operation = self.project().operation;
+        let result = ready!(operation.as_mut().poll(cx));
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(error) => error_outcome(error.kind()),
+        };
+        operation.span().record("outcome", outcome);
+        Poll::Ready(result)
+    }
 }
 
 /// Runs one acquisition (`waits`: acquire or acquire_timeout, else a
 /// try) in its span, and counts it. `fence_of` reads the fence of what it
-/// returned, `None` for a try that found the lock busy.
-pub(crate) async fn acquisition<T>(
+/// returned, `None` for a try that found the lock busy. A future of its
+/// own, as [`traced`] is.
+pub(crate) fn acquisition<T, F, G>(
     kind: Kind,
     name: &str,
     waits: bool,
-    attempt: impl Future<Output = Result<T>>,
-    fence_of: impl FnOnce(&T) -> Option<u64>,
-) -> Result<T> {
+    attempt: F,
+    fence_of: G,
+) -> Acquisition<F, G>
+where
+    F: Future<Output = Result<T>>,
+    G: FnOnce(&T) -> Option<u64>,
+{
     let op = if waits { Op::Acquire } else { Op::TryAcquire };
-    let span = span(op, kind, name, None);
     let primitive = primitive(kind);
-    let started = Instant::now();
-    let waiting = waits.then(|| Waiting::new(primitive));
-    let result = attempt.instrument(span.clone()).await;
-    drop(waiting);
-    let waited = started.elapsed();
-    span.record("waited", tracing::field::debug(waited));
-    let outcome = match &result {
-        Ok(taken) => match fence_of(taken) {
-            Some(fence) => {
-                span.record("fence", fence);
-                metrics::counter!(ACQUISITIONS, PRIMITIVE_LABEL => primitive).increment(1);
-                metrics::histogram!(WAIT_SECONDS, PRIMITIVE_LABEL => primitive)
-                    .record(waited.as_secs_f64());
-                "acquired"
+    Acquisition {
+        attempt: attempt.instrument(span(op, kind, name, None)),
+        fence_of: Some(fence_of),
+        primitive,
+        started: Instant::now(),
+        waiting: waits.then(|| Waiting::new(primitive)),
+    }
+}
+
+pin_project! {
+    /// What [`acquisition`] returns.
+    pub(crate) struct Acquisition<F, G> {
+        #[pin]
+        attempt: Instrumented<F>,
+        // Taken when the attempt is over.
+        fence_of: Option<G>,
+        primitive: &'static str,
+        started: Instant,
+        waiting: Option<Waiting>,
+    }
+}
+
+impl<T, F, G> Future for Acquisition<F, G>
+where
+    F: Future<Output = Result<T>>,
+    G: FnOnce(&T) -> Option<u64>,
+{
+    type Output = Result<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
+        let mut this = self.project();
+        let result = ready!(this.attempt.as_mut().poll(cx));
+        *this.waiting = None;
+        let waited = this.started.elapsed();
+        let span = this.attempt.span();
+        span.record("waited", tracing::field::debug(waited));
+        let primitive = *this.primitive;
+        let outcome = match &result {
+            Ok(taken) => match this.fence_of.take().and_then(|fence_of| fence_of(taken)) {
+                Some(fence) => {
+                    span.record("fence", fence);
+                    metrics::counter!(ACQUISITIONS, PRIMITIVE_LABEL => primitive).increment(1);
+                    metrics::histogram!(WAIT_SECONDS, PRIMITIVE_LABEL => primitive)
+                        .record(waited.as_secs_f64());
+                    "acquired"
+                }
+                None => "busy",
+            },
+            Err(error) => {
+                if error.kind() == ErrorKind::Timeout {
+                    metrics::counter!(TIMEOUTS, PRIMITIVE_LABEL => primitive).increment(1);
+                }
+                error_outcome(error.kind())
             }
-            None => "busy",
-        },
-        Err(error) => {
-            if error.kind() == ErrorKind::Timeout {
-                metrics::counter!(TIMEOUTS, PRIMITIVE_LABEL => primitive).increment(1);
-            }
-            error_outcome(error.kind())
-        }
-    };
-    span.record("outcome", outcome);
-    result
+        };
+        span.record("outcome", outcome);
+        Poll::Ready(result)
+    }
 }
 
 /// Counts a task in [`WAITING_TASKS`] for as long as it lives, so that a

@@ -368,6 +368,14 @@ impl Connection {
         if let Some(checkout) = self.fresh(line) {
             return Ok(checkout);
         }
+        // Boxed: the connect's future is large, and every request's future
+        // would carry its room otherwise.
+        Box::pin(self.get_again(line)).await
+    }
+
+    /// [`get_on`](Self::get_on) without a fresh connection: checks the
+    /// one there, or connects anew.
+    async fn get_again(&self, line: Line) -> Result<Checkout> {
         let started = Instant::now();
         let deadline = started + self.timeout;
         let no_answer = || Error::no_answer(&self.address, "connect", self.timeout);
@@ -430,7 +438,7 @@ impl Connection {
         })
     }
 
-    fn fresh(&self, line: Line) -> Option<Checkout> {
+    pub(crate) fn fresh(&self, line: Line) -> Option<Checkout> {
         let slot = self.slot(line);
         let current = slot.current.as_ref()?;
         if slot.last_answer.is_none_or(|at| at.elapsed() >= IDLE_CHECK) {

@@ -222,8 +222,8 @@ impl Notifier {
     /// Listens on `channel` if Redis has confirmed it already (it lingers
     /// after earlier waits); `None` otherwise. Sends nothing.
     pub(crate) fn listen_if_confirmed(&self, channel: &str) -> Option<Subscription> {
-        let id = self.shared.next_listener.fetch_add(1, Ordering::Relaxed);
-        let (tx, inbox) = mpsc::unbounded_channel();
+        let id;
+        let inbox;
         {
             let mut state = self.shared.state();
             if state.commands.as_ref().is_none_or(|tx| tx.is_closed()) {
@@ -233,6 +233,10 @@ impl Notifier {
             if !entry.confirmed {
                 return None;
             }
+            // Made only now: most first attempts find no channel.
+            let tx;
+            (tx, inbox) = mpsc::unbounded_channel();
+            id = self.shared.next_listener.fetch_add(1, Ordering::Relaxed);
             entry.listeners.insert(id, tx);
             entry.idle_since = None;
         }

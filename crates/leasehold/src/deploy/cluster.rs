@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use crate::conn::notify::Notifier;
 use crate::conn::route::Route;
 use crate::conn::scripts::Publish;
-use crate::conn::Connection;
+use crate::conn::{Connection, Line};
 use crate::deploy::{BoxFuture, Deployment};
 use crate::error::verdict::{Redirect, RedirectKind};
 use crate::error::{Error, ErrorKind, Result};
@@ -397,6 +397,17 @@ impl Deployment for Cluster {
 
     fn route<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Route>> {
         Box::pin(self.route_key(key))
+    }
+
+    fn route_ready(&self, key: &str) -> Option<Route> {
+        let topology = self.topology();
+        let (_, node) = topology.master_of(hash_slot(key))?;
+        let checkout = node.connection.fresh(Line::Commands)?;
+        Some(Route::new(
+            Arc::clone(&node.connection),
+            checkout,
+            self.publish,
+        ))
     }
 
     fn masters(&self) -> BoxFuture<'_, Result<Vec<Route>>> {

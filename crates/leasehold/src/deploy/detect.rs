@@ -105,6 +105,10 @@ impl Deployment for Detect {
         Box::pin(async move { self.deployment().await?.route(key).await })
     }
 
+    fn route_ready(&self, key: &str) -> Option<Route> {
+        self.found.get()?.route_ready(key)
+    }
+
     fn follow<'a>(
         &'a self,
         key: &'a str,

@@ -57,6 +57,13 @@ pub(crate) trait Deployment: Send + Sync + fmt::Debug {
     /// undo its request before anything leaves.
     fn route<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Route>>;
 
+    /// [`route`](Self::route) without waiting and without a boxed future,
+    /// when the server of `key` is known and its connection answered
+    /// lately (the common case); `None` sends the caller to `route`.
+    fn route_ready(&self, _key: &str) -> Option<Route> {
+        None
+    }
+
     /// A server answered MOVED or ASK for `key`: a route to the server
     /// that serves it now (for an ASK, for the next command only). `None`
     /// when this deployment does not follow redirects (the error stands).

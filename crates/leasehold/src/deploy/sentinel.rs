@@ -27,7 +27,7 @@ use redis::{AsyncConnectionConfig, Value};
 use crate::conn::notify::Notifier;
 use crate::conn::route::Route;
 use crate::conn::scripts::{self, Publish};
-use crate::conn::Connection;
+use crate::conn::{Connection, Line};
 use crate::deploy::cluster::NodeFactory;
 use crate::deploy::{BoxFuture, Deployment};
 use crate::error::verdict::Redirect;
@@ -380,6 +380,23 @@ impl Deployment for Sentinel {
 
     fn route<'a>(&'a self, _key: &'a str) -> BoxFuture<'a, Result<Route>> {
         Box::pin(self.route_key())
+    }
+
+    fn route_ready(&self, _key: &str) -> Option<Route> {
+        // Its listener must be running, which only `route` sees to.
+        if self.listen {
+            let listener = self.listener.lock().unwrap_or_else(PoisonError::into_inner);
+            if listener.as_ref().is_none_or(|task| task.is_finished()) {
+                return None;
+            }
+        }
+        let master = self.master()?;
+        let checkout = master.connection.fresh(Line::Commands)?;
+        Some(Route::new(
+            Arc::clone(&master.connection),
+            checkout,
+            Publish::Classic,
+        ))
     }
 
     fn follow<'a>(

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::conn::notify::Notifier;
 use crate::conn::route::Route;
 use crate::conn::scripts::Publish;
-use crate::conn::Connection;
+use crate::conn::{Connection, Line};
 use crate::deploy::{BoxFuture, Deployment};
 use crate::error::verdict::Redirect;
 use crate::error::Result;
@@ -46,6 +46,15 @@ impl Deployment for Standalone {
                 Publish::Classic,
             ))
         })
+    }
+
+    fn route_ready(&self, _key: &str) -> Option<Route> {
+        let checkout = self.connection.fresh(Line::Commands)?;
+        Some(Route::new(
+            Arc::clone(&self.connection),
+            checkout,
+            Publish::Classic,
+        ))
     }
 
     fn follow<'a>(

@@ -132,6 +132,11 @@ impl Store {
 
     /// A healthy route to the server that serves `key` now.
     pub(crate) async fn route_key(&self, key: &str) -> Result<Route> {
+        if let Some(route) = self.deployment.route_ready(key) {
+            // A connection that answered lately: Redis was reached.
+            self.reached.store(true, Ordering::Relaxed);
+            return Ok(route);
+        }
         let route = self.deployment.route(key).await?;
         // A connection was made and the server answered it: whatever it
         // says next, this client has reached Redis.
@@ -239,7 +244,10 @@ impl Store {
         let ack = route.ack();
         loop {
             let script = pick(route.scripts());
-            let reply = route.clone().eval(operation, script, key_list, args).await;
+            // Boxed: what runs a script is most of a request's future, and
+            // every caller above would otherwise carry it, and move it
+            // whole as it starts each.
+            let reply = Box::pin(route.clone().eval(operation, script, key_list, args)).await;
             let error = match reply {
                 Ok((reply, acked)) => return Ok(Answer::Reply(reply, acked, route)),
                 Err(error) => error,

@@ -290,7 +290,9 @@ impl Held {
         let engine = Arc::clone(&self.engine);
         match &engine.backing {
             Backing::One(store) => self.release_on(store).await.map(|()| 1),
-            Backing::Quorum(quorum) => self.release_on_quorum(quorum, count_all).await,
+            // Boxed, as the other kind of backing's futures are too: one
+            // future does not carry the room of both.
+            Backing::Quorum(quorum) => Box::pin(self.release_on_quorum(quorum, count_all)).await,
         }
     }
 
@@ -312,8 +314,9 @@ impl Held {
             Instant::now() + timeout,
         ));
         let mut pause = Duration::from_millis(25);
-        // The fence counter as this lease's grant left it.
-        let fence = lease.fence.to_string();
+        // The fence counter as this lease's grant left it, as text: made
+        // for a release sent again, the rare case.
+        let mut fence: Option<String> = None;
         // An earlier attempt that got no answer may have been applied.
         let mut unanswered: Option<Error> = None;
         // Whether such an attempt may have been a compare-and-delete, which
@@ -344,9 +347,12 @@ impl Held {
                             let attempt = if first {
                                 Attempt::First
                             } else {
+                                let fence = fence.get_or_insert_with(|| lease.fence.to_string());
                                 Attempt::Again(deleted_unanswered.then_some(fence.as_str()))
                             };
-                            release_held(
+                            // Boxed: the common release is the compare
+                            // and delete above, and this future is large.
+                            Box::pin(release_held(
                                 engine,
                                 store,
                                 route,
@@ -355,7 +361,7 @@ impl Held {
                                 self.holding.kind().is_hash(),
                                 lease.hold_until,
                                 attempt,
-                            )
+                            ))
                             .await
                         }
                         Err(error) => Err(error),

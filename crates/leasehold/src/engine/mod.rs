@@ -105,6 +105,8 @@ pub(crate) fn stored_phrase(stored: &str) -> String {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Request<'a> {
     pub(crate) keys: &'a LockKeys,
+    /// This client's notification channel for the lock.
+    pub(crate) channel: &'a str,
     pub(crate) kind: Kind,
     pub(crate) lease: Duration,
     /// The watchdog renews the lease while it is held.

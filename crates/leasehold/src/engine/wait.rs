@@ -101,7 +101,10 @@ pub(crate) async fn try_acquire(
 ) -> Result<Option<Held>> {
     let store = match &engine.backing {
         Backing::One(store) => store,
-        Backing::Quorum(quorum) => return redlock::try_acquire(engine, quorum, request).await,
+        // Boxed, as in `acquire`.
+        Backing::Quorum(quorum) => {
+            return Box::pin(redlock::try_acquire(engine, quorum, request)).await
+        }
     };
     let token = new_token()?;
     let mut pending = None;
@@ -173,7 +176,11 @@ pub(crate) async fn acquire(
 ) -> Result<Held> {
     let store = match &engine.backing {
         Backing::One(store) => store,
-        Backing::Quorum(quorum) => return redlock::acquire(engine, quorum, request, wait).await,
+        // Boxed: one future does not carry the room of both kinds of
+        // backing.
+        Backing::Quorum(quorum) => {
+            return Box::pin(redlock::acquire(engine, quorum, request, wait)).await
+        }
     };
     let deadline = wait.map(|wait| Instant::now() + wait);
     let mut seen = Seen::default();
@@ -249,14 +256,14 @@ async fn wait_for(
     };
     // A wait of zero is one attempt: it does not queue.
     let queue = deadline.is_none_or(|d| d > Instant::now());
-    let channel = format!("{}{}", keys.channels, engine.id);
+    let channel = request.channel;
     let mut token = new_token()?;
     let mut pending: Option<PendingRelease<'_>> = None;
     // Listening before the first attempt costs nothing when the channel is
     // still subscribed from an earlier wait, and no message can slip by.
     let mut subscription: Option<Subscription> = store
         .known_notifier(&keys.lock)
-        .and_then(|notifier| notifier.listen_if_confirmed(&channel));
+        .and_then(|notifier| notifier.listen_if_confirmed(channel));
     let mut backoff = FIRST_BACKOFF;
     // When this wait first found the lock busy.
     let mut queued_at: Option<Instant> = None;
@@ -405,7 +412,7 @@ async fn wait_for(
             // release that happened before the subscription was confirmed.
             match notifier {
                 Some(notifier) => {
-                    subscription = Some(notifier.subscribe(&channel, deadline).await);
+                    subscription = Some(notifier.subscribe(channel, deadline).await);
                 }
                 None => pause(HEARTBEAT_REFRESH, deadline).await,
             }
@@ -473,7 +480,8 @@ async fn leave(
     let Some(queued) = pending.take() else {
         return;
     };
-    if release(engine, store, keys, token, true, None)
+    // Boxed: a wait rarely ends here, and the release's future is large.
+    if Box::pin(release(engine, store, keys, token, true, None))
         .await
         .is_ok()
     {
