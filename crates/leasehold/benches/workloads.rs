@@ -154,7 +154,7 @@ fn run() -> Result<ExitCode> {
     if plan.only_w1 {
         let ping = bench.rt.block_on(floor_ping(&bench))?;
         let bare = bench.rt.block_on(floor_bare(&bench))?;
-        let w1 = [w1::<LeaseholdMutex>(&bench)?, w1::<Rslock>(&bench)?];
+        let w1 = w1_side_by_side(&bench)?;
         println!(
             "leasehold lock workloads ({} run), the floor and W1 alone, redis-server on port {}",
             if plan.quick { "quick" } else { "full" },
@@ -194,7 +194,7 @@ fn run() -> Result<ExitCode> {
 
     let ping = bench.rt.block_on(floor_ping(&bench))?;
     let bare = bench.rt.block_on(floor_bare(&bench))?;
-    let w1 = [w1::<LeaseholdMutex>(&bench)?, w1::<Rslock>(&bench)?];
+    let w1 = w1_side_by_side(&bench)?;
     let mut w2_runs = Vec::new();
     for run in LEASEHOLD_W2 {
         w2_runs.push(run(&bench, &single)?);
@@ -420,9 +420,18 @@ fn current_thread_runtime() -> Result<tokio::runtime::Runtime> {
         .map_err(|e| format!("cannot start a tokio runtime: {e}").into())
 }
 
+/// A connection of the benchmark's own (INFO, W2's counter, the
+/// per-script pass's log reader): its replies may wait behind eight busy
+/// workers on the bench's one CPU, so it waits as long as the setup may,
+/// not redis-rs's default half second.
 async fn connect(url: &str) -> Result<MultiplexedConnection> {
     let client = redis::Client::open(url)?;
-    Ok(client.get_multiplexed_async_connection().await?)
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(SETUP_TIMEOUT))
+        .set_response_timeout(Some(SETUP_TIMEOUT));
+    Ok(client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?)
 }
 
 fn lock_client(url: &str) -> Result<Client> {
@@ -788,13 +797,19 @@ impl ServerCost {
             .zip(after)
             .map(|(before, after)| ServerCost::between(before, after))
             .collect();
+        (ServerCost::sum(&each), each)
+    }
+
+    /// The costs of `parts` together (of several masters, or of several
+    /// stretches of time).
+    fn sum(parts: &[ServerCost]) -> ServerCost {
         let mut sum = ServerCost {
             calls: BTreeMap::new(),
             usec: BTreeMap::new(),
             cpu_us: 0.0,
             scripts: per_script::Totals::default(),
         };
-        for cost in &each {
+        for cost in parts {
             for (command, &n) in &cost.calls {
                 *sum.calls.entry(command.clone()).or_default() += n;
             }
@@ -804,7 +819,7 @@ impl ServerCost {
             sum.cpu_us += cost.cpu_us;
             sum.scripts.add(&cost.scripts);
         }
-        (sum, each)
+        sum
     }
 
     fn get(&self, command: &str) -> u64 {
@@ -981,22 +996,25 @@ async fn floor_bare(bench: &Bench) -> Result<CycleRun> {
     for _ in 0..plan.warmup {
         bare_cycle(&mut conn).await?;
     }
-    timed_cycles(plan, &mut stats, async || bare_cycle(&mut conn).await).await
+    timed_cycles(plan.cycles, &mut stats, async || {
+        bare_cycle(&mut conn).await
+    })
+    .await
 }
 
-/// Runs `plan.cycles` acquire+release cycles, each timed by `cycle` as
+/// Runs `cycles` acquire+release cycles, each timed by `cycle` as
 /// (acquire, release), between two server snapshots.
 async fn timed_cycles(
-    plan: &Plan,
+    cycles: usize,
     stats: &mut MultiplexedConnection,
     mut cycle: impl AsyncFnMut() -> Result<(Duration, Duration)>,
 ) -> Result<CycleRun> {
     let before = server_snapshot(stats).await?;
-    let mut acquire = Vec::with_capacity(plan.cycles);
-    let mut release = Vec::with_capacity(plan.cycles);
+    let mut acquire = Vec::with_capacity(cycles);
+    let mut release = Vec::with_capacity(cycles);
     let cpu_before = process_cpu()?;
     let start = Instant::now();
-    for _ in 0..plan.cycles {
+    for _ in 0..cycles {
         let (a, r) = cycle().await?;
         acquire.push(a);
         release.push(r);
@@ -1011,6 +1029,31 @@ async fn timed_cycles(
         cost: ServerCost::between(&before, &after),
         client_cpu,
     })
+}
+
+impl CycleRun {
+    /// The runs of `parts` as one: their cycles, times and costs together.
+    fn merge(parts: Vec<CycleRun>) -> Result<CycleRun> {
+        let mut acquire = Vec::new();
+        let mut release = Vec::new();
+        let mut elapsed = Duration::ZERO;
+        let mut client_cpu = Duration::ZERO;
+        let mut costs = Vec::with_capacity(parts.len());
+        for part in parts {
+            acquire.extend(part.acquire.0);
+            release.extend(part.release.0);
+            elapsed += part.elapsed;
+            client_cpu += part.client_cpu;
+            costs.push(part.cost);
+        }
+        Ok(CycleRun {
+            acquire: Latencies::new(acquire)?,
+            release: Latencies::new(release)?,
+            elapsed,
+            cost: ServerCost::sum(&costs),
+            client_cpu,
+        })
+    }
 }
 
 /// Worker threads for W2 and W3. Each has an OS thread and a runtime of its
@@ -1146,29 +1189,103 @@ fn w1<L: Library>(bench: &Bench) -> Result<W1Run> {
     w1_on::<L>(bench, &bench.url, &bench.stats)
 }
 
+/// Blocks W1 is cut into when two libraries run it side by side.
+const W1_BLOCKS: usize = 10;
+
+/// W1 for leasehold's `Mutex` and rslock in one pass: their timed cycles
+/// run in alternating blocks (which one goes first alternates too), so
+/// that both meet the machine as it is in the same seconds; a library's
+/// figures are those of its blocks together. This machine's speed moves
+/// by a third from one minute to the next: run one after the other, the
+/// two libraries' ratio moved with it.
+fn w1_side_by_side(bench: &Bench) -> Result<[W1Run; 2]> {
+    let plan = &bench.plan;
+    bench.rt.block_on(async {
+        let ours = LeaseholdMutex::connect(&bench.url)?;
+        let ours = ours.lock(W1_LOCK)?;
+        let theirs = Rslock::connect(&bench.url)?;
+        let theirs = theirs.lock(W1_LOCK)?;
+        for _ in 0..plan.warmup {
+            w1_cycle::<LeaseholdMutex>(&ours).await?;
+            w1_cycle::<Rslock>(&theirs).await?;
+        }
+        let mut stats = bench.stats.clone();
+        let block = plan.cycles.div_ceil(W1_BLOCKS);
+        let (mut ours_runs, mut theirs_runs) = (Vec::new(), Vec::new());
+        for i in 0..W1_BLOCKS {
+            let cycles = block.min(plan.cycles - block * i);
+            if cycles == 0 {
+                break;
+            }
+            for side in [i % 2, 1 - i % 2] {
+                if side == 0 {
+                    ours_runs.push(
+                        timed_cycles(cycles, &mut stats, async || {
+                            w1_cycle::<LeaseholdMutex>(&ours).await
+                        })
+                        .await?,
+                    );
+                } else {
+                    theirs_runs.push(
+                        timed_cycles(cycles, &mut stats, async || {
+                            w1_cycle::<Rslock>(&theirs).await
+                        })
+                        .await?,
+                    );
+                }
+            }
+        }
+        let (ours, theirs) = (CycleRun::merge(ours_runs)?, CycleRun::merge(theirs_runs)?);
+        Ok([
+            W1Run {
+                library: LeaseholdMutex::NAME,
+                lock: LockCost::of::<LeaseholdMutex>(
+                    bench,
+                    &ours.cost,
+                    &[],
+                    ours.client_cpu,
+                    plan.cycles,
+                ),
+                run: ours,
+            },
+            W1Run {
+                library: Rslock::NAME,
+                lock: LockCost::of::<Rslock>(
+                    bench,
+                    &theirs.cost,
+                    &[],
+                    theirs.client_cpu,
+                    plan.cycles,
+                ),
+                run: theirs,
+            },
+        ])
+    })
+}
+
+/// One W1 cycle: (acquire, release) times.
+async fn w1_cycle<L: Library>(lock: &L::Lock) -> Result<(Duration, Duration)> {
+    let sent = Instant::now();
+    let guard = L::acquire(lock)
+        .await?
+        .ok_or_else(|| BoxError::from("W1 waited 30 s for its own lock"))?;
+    let taken = Instant::now();
+    L::release(guard).await?;
+    Ok((taken - sent, Instant::now() - taken))
+}
+
 /// W1 with lock clients of `url`, server cost read through `stats`.
 fn w1_on<L: Library>(bench: &Bench, url: &str, stats: &MultiplexedConnection) -> Result<W1Run> {
     let plan = &bench.plan;
     bench.rt.block_on(async {
         let library = L::connect(url)?;
         let lock = library.lock(W1_LOCK)?;
-        let acquire = async || {
-            L::acquire(&lock)
-                .await?
-                .ok_or_else(|| BoxError::from("W1 waited 30 s for its own lock"))
-        };
         for _ in 0..plan.warmup {
-            L::release(acquire().await?).await?;
+            w1_cycle::<L>(&lock).await?;
         }
         let mut stats = stats.clone();
-        let run = timed_cycles(plan, &mut stats, async || {
-            let sent = Instant::now();
-            let guard = acquire().await?;
-            let taken = Instant::now();
-            L::release(guard).await?;
-            Ok((taken - sent, Instant::now() - taken))
-        })
-        .await?;
+        let run =
+            timed_cycles(plan.cycles, &mut stats, async || w1_cycle::<L>(&lock).await).await?;
         Ok(W1Run {
             library: L::NAME,
             lock: LockCost::of::<L>(bench, &run.cost, &[], run.client_cpu, plan.cycles),
@@ -1768,7 +1885,8 @@ fn number(x: f64) -> String {
 fn print_w1(plan: &Plan, runs: &[W1Run]) {
     println!();
     println!(
-        "W1 uncontended: 1 worker, {W1_LOCK}, {} cycles after {} warm-up, blocking acquire (30 s bound) + release",
+        "W1 uncontended: 1 worker, {W1_LOCK}, {} cycles after {} warm-up, blocking acquire (30 s bound) + release; \
+         the libraries' cycles alternate in {W1_BLOCKS} blocks each",
         plan.cycles, plan.warmup
     );
     let table = Table::new(&runs.iter().map(|r| r.library).collect::<Vec<_>>());
@@ -2410,32 +2528,15 @@ fn targets(
     ));
     out.push(Target::new(
         "W2",
-        "Mutex wait to acquire max ≤ 1 s (µs)",
+        "Mutex wait to acquire max ≤ 25 ms (µs)",
         Some(micros(mutex.figures.wait.max())),
-        Bound::AtMost(1e6),
+        Bound::AtMost(25_000.0),
         format!("p99 {} µs", number(mutex.figures.wait.p99_us())),
     ));
+    out.push(share_target("Mutex", mutex));
 
     let fair = w2_run(w2, LeaseholdFairMutex::NAME)?;
-    let n = fair.acquisitions.len().max(1) as f64;
-    let shares: Vec<f64> = fair.per_worker.iter().map(|&k| k as f64 / n).collect();
-    let fair_share = 1.0 / W2_WORKERS as f64;
-    let worst = shares
-        .iter()
-        .copied()
-        .max_by(|a, b| (a - fair_share).abs().total_cmp(&(b - fair_share).abs()))
-        .unwrap_or(0.0);
-    out.push(Target::new(
-        "W2",
-        "FairMutex every worker's share within 0.125 ± 0.01",
-        Some(round3(worst)),
-        Bound::Within(fair_share - 0.01, fair_share + 0.01),
-        format!(
-            "the share farthest from 0.125; min {} max {}",
-            number(fair.figures.share_min),
-            number(fair.figures.share_max)
-        ),
-    ));
+    out.push(share_target("FairMutex", fair));
     out.push(Target::new(
         "W2",
         "FairMutex redis calls / acquisition ≤ 8",
@@ -2452,9 +2553,9 @@ fn targets(
     ));
     out.push(Target::new(
         "W2",
-        "FairMutex acquisitions/s ≥ 0.95 × rslock's",
+        "FairMutex acquisitions/s ≥ rslock's",
         Some(fair.figures.acquisitions_per_s),
-        Bound::AtLeast(0.95 * rslock.figures.acquisitions_per_s),
+        Bound::AtLeast(rslock.figures.acquisitions_per_s),
         format!("rslock {}/s", number(rslock.figures.acquisitions_per_s)),
     ));
     out.push(Target::new(
@@ -2469,9 +2570,9 @@ fn targets(
     let theirs_per_s = per_second(theirs.attempts, theirs.elapsed);
     out.push(Target::new(
         "W3",
-        "Mutex attempts/s ≥ 0.9 × rslock's",
+        "Mutex attempts/s ≥ rslock's",
         Some(per_second(ours.attempts, ours.elapsed)),
-        Bound::AtLeast(0.9 * theirs_per_s),
+        Bound::AtLeast(theirs_per_s),
         format!("rslock {}/s", number(theirs_per_s)),
     ));
     out.push(Target::new(
@@ -2544,6 +2645,30 @@ fn targets(
 }
 
 /// W1's targets, from this run's floor and W1 figures.
+/// W2's fairness target for `run`: every worker's share within
+/// 0.12–0.13 (a fair share is 1/8).
+fn share_target(primitive: &str, run: &W2Run) -> Target {
+    let n = run.acquisitions.len().max(1) as f64;
+    let fair_share = 1.0 / W2_WORKERS as f64;
+    let worst = run
+        .per_worker
+        .iter()
+        .map(|&k| k as f64 / n)
+        .max_by(|a, b| (a - fair_share).abs().total_cmp(&(b - fair_share).abs()))
+        .unwrap_or(0.0);
+    Target::new(
+        "W2",
+        format!("{primitive} every worker's share within 0.12–0.13"),
+        Some(round3(worst)),
+        Bound::Within(0.12, 0.13),
+        format!(
+            "the share farthest from 0.125; min {} max {}",
+            number(run.figures.share_min),
+            number(run.figures.share_max)
+        ),
+    )
+}
+
 fn w1_targets(plan: &Plan, bare: &CycleRun, w1: &[W1Run]) -> Result<Vec<Target>> {
     let mut out = Vec::new();
     let peer = Rslock::NAME;

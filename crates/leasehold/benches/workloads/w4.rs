@@ -59,7 +59,37 @@ impl Run {
     fn masters_cpu_us(&self) -> f64 {
         round1(self.masters_cpu.as_secs_f64() * 1e6 / self.cycles.max(1) as f64)
     }
+
+    /// The runs of `parts` (one library's blocks) as one.
+    fn merge(parts: Vec<Run>) -> Result<Run> {
+        let library = parts.first().map_or("", |part| part.library);
+        let (mut acquire, mut release) = (Vec::new(), Vec::new());
+        let (mut cycles, mut elapsed) = (0, Duration::ZERO);
+        let (mut client_cpu, mut masters_cpu) = (Duration::ZERO, Duration::ZERO);
+        for part in parts {
+            cycles += part.cycles;
+            elapsed += part.elapsed;
+            client_cpu += part.client_cpu;
+            masters_cpu += part.masters_cpu;
+            acquire.extend(part.acquire.0);
+            release.extend(part.release.0);
+        }
+        Ok(Run {
+            library,
+            cycles,
+            elapsed,
+            acquire: Latencies::new(acquire)?,
+            release: Latencies::new(release)?,
+            client_cpu,
+            masters_cpu,
+        })
+    }
 }
+
+/// Blocks the unslowed W4 is cut into: the two libraries' blocks
+/// alternate (and which goes first), so that both meet the machine as it
+/// is in the same seconds (see W1's `w1_side_by_side`).
+const BLOCKS: usize = 4;
 
 /// CPU time so far: this process's, and the masters' summed (`INFO cpu`).
 fn cpu_now(masters: &Masters) -> Result<(Duration, Duration)> {
@@ -280,7 +310,7 @@ fn w2_redlock(masters: &Masters, run_for: Duration) -> Result<()> {
 
 /// Runs W4 (and W4 with one master slowed) and prints its table and JSON.
 pub(crate) fn w4(quick: bool) -> Result<()> {
-    let (cycles, slowed_cycles, warmup) = if quick {
+    let (cycles, slowed_cycles, warmup): (usize, usize, usize) = if quick {
         (200, 50, 10)
     } else {
         (2_000, 300, 50)
@@ -288,10 +318,22 @@ pub(crate) fn w4(quick: bool) -> Result<()> {
     let masters = Masters::start(MASTERS);
     let urls = masters.urls();
     let rt = super::current_thread_runtime()?;
-    let plain = [
-        rt.block_on(leasehold_cycles(&masters, &urls, cycles, warmup))?,
-        rt.block_on(rslock_cycles(&masters, &urls, cycles, warmup))?,
-    ];
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    let block = cycles.div_ceil(BLOCKS);
+    for i in 0..BLOCKS {
+        let n = block.min(cycles.saturating_sub(block * i));
+        if n == 0 {
+            break;
+        }
+        for side in [i % 2, 1 - i % 2] {
+            if side == 0 {
+                ours.push(rt.block_on(leasehold_cycles(&masters, &urls, n, warmup))?);
+            } else {
+                theirs.push(rt.block_on(rslock_cycles(&masters, &urls, n, warmup))?);
+            }
+        }
+    }
+    let plain = [Run::merge(ours)?, Run::merge(theirs)?];
     let proxy = FaultProxy::start(masters.servers()[MASTERS - 1].addr());
     proxy.set_reply_latency(SLOWED_BY);
     let mut slowed_urls = urls.clone();
@@ -310,7 +352,7 @@ pub(crate) fn w4(quick: bool) -> Result<()> {
 
     println!();
     println!(
-        "W4 Redlock: {MASTERS} masters, 1 worker, {cycles} cycles, lease {}s, watchdog off",
+        "W4 Redlock: {MASTERS} masters, 1 worker, {cycles} cycles in {BLOCKS} blocks alternating with the peer's, lease {}s, watchdog off",
         LEASE.as_secs()
     );
     let pids: Vec<Option<u32>> = masters.servers().iter().map(|s| s.pid()).collect();

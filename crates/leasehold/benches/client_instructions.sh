@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Client instructions per uncontended acquire+release cycle (W1), counted by
+# callgrind in the client process itself: a figure the machine's load does
+# not move, to set beside the Redis side's (cycle_instructions.sh).
+#
+#   crates/leasehold/benches/client_instructions.sh [leasehold|rslock|floor] [CYCLES]
+#
+# Starts redis-server (from $LEASEHOLD_REDIS_SERVER or PATH) on a free
+# loopback port (never 6379), then runs the cycle_instructions bench under
+# `valgrind --tool=callgrind` twice, for BASE (500) cycles and for BASE +
+# CYCLES (2000 by default), and prints the difference per cycle: what both
+# runs share (connecting, the warm-up, building the scripts) cancels out.
+# User space only: the kernel's part of a round trip is not counted (it is
+# about the same for every library: the same redis-rs connection). $DRIVER
+# names a built bench binary to use instead of building one.
+set -euo pipefail
+
+LIBRARY=${1:-leasehold}
+CYCLES=${2:-2000}
+BASE=${BASE:-500}
+SERVER=${LEASEHOLD_REDIS_SERVER:-redis-server}
+for tool in valgrind redis-cli; do
+    command -v "$tool" >/dev/null || { echo "$0: needs $tool" >&2; exit 2; }
+done
+if [ -z "${DRIVER:-}" ]; then
+    DRIVER=$(cargo bench -p leasehold --bench cycle_instructions --no-run 2>&1 |
+        sed -n 's/.*Executable .*(\(.*\))$/\1/p')
+fi
+[ -x "$DRIVER" ] || { echo "$0: no bench binary at '$DRIVER'" >&2; exit 2; }
+
+OUT=$(mktemp -d -t client-instructions.XXXXXX)
+PORT=
+for _ in $(seq 1 50); do
+    candidate=$((20000 + RANDOM % 40000))
+    if [ "$candidate" != 6379 ] && ! (: >"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then
+        PORT=$candidate
+        break
+    fi
+done
+[ -n "$PORT" ] || { echo "$0: found no free port" >&2; exit 2; }
+
+"$SERVER" --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$OUT" --daemonize no >"$OUT/server.log" 2>&1 &
+PID=$!
+trap 'kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; rm -rf "$OUT"' EXIT
+for _ in $(seq 1 40); do
+    redis-cli -p "$PORT" ping >/dev/null 2>&1 && break
+    sleep 0.25
+done
+redis-cli -p "$PORT" ping >/dev/null
+
+count() {
+    valgrind --tool=callgrind --callgrind-out-file="$OUT/client.$1" \
+        "$DRIVER" --url "redis://127.0.0.1:$PORT" --library "$LIBRARY" --cycles "$1" \
+        >"$OUT/driver.$1" 2>"$OUT/valgrind.$1"
+    sed -n 's/^summary: //p' "$OUT/client.$1"
+}
+short=$(count "$BASE")
+long=$(count $((BASE + CYCLES)))
+echo "$LIBRARY: client instructions per cycle: $(((long - short) / CYCLES)) ($BASE and $((BASE + CYCLES)) cycles: $short and $long)"
