@@ -162,7 +162,7 @@ fn run() -> Result<ExitCode> {
         );
         println!("{}", pinning::describe(&[server.pid()]));
         print_floor(plan, &ping, &bare);
-        print_w1(plan, &w1);
+        print_w1(plan, &w1, true);
         let targets = w1_targets(plan, &bare, &w1)?;
         print_targets(plan, &targets);
         println!();
@@ -204,10 +204,7 @@ fn run() -> Result<ExitCode> {
     for &shared in w2_shared::SHARED_W2 {
         shared_runs.push(w2_shared::w2_shared(&bench, shared)?);
     }
-    let w3 = [
-        w3::<LeaseholdMutex>(&bench, &single)?,
-        w3::<Rslock>(&bench, &single)?,
-    ];
+    let w3 = w3_side_by_side(&bench, &single)?;
     let on_cluster = cluster::cluster_runs(&bench)?;
     let on_sentinel = sentinel::sentinel_runs(&bench)?;
     let w5 = w5(&bench)?;
@@ -219,7 +216,7 @@ fn run() -> Result<ExitCode> {
     );
     println!("{}", pinning::describe(&[server.pid()]));
     print_floor(plan, &ping, &bare);
-    print_w1(plan, &w1);
+    print_w1(plan, &w1, true);
     print_w2(plan, &w2_runs);
     w2_shared::print_w2_shared(plan, &w2_runs, &shared_runs);
     print_w3(plan, &w3);
@@ -1559,11 +1556,79 @@ struct W3Run {
     per_master: Vec<ServerCost>,
     /// Per attempt.
     lock: LockCost,
+    /// This process's CPU time while the workers ran.
+    client_cpu: Duration,
+}
+
+/// Slices W3 is cut into when two libraries run it side by side.
+const W3_SLICES: u32 = 5;
+
+/// W3 for leasehold's `Mutex` and rslock: each runs `W3_SLICES` slices of
+/// the run (workers started, warmed up and timed anew each time), the two
+/// libraries' slices alternating (and which goes first), so that both meet
+/// the machine as it is in the same seconds (see `w1_side_by_side`).
+fn w3_side_by_side(bench: &Bench, on: &Servers) -> Result<[W3Run; 2]> {
+    let slice = bench.plan.w3_run / W3_SLICES;
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for i in 0..W3_SLICES {
+        for side in [i % 2, 1 - i % 2] {
+            if side == 0 {
+                ours.push(w3_for::<LeaseholdMutex>(bench, on, slice)?);
+            } else {
+                theirs.push(w3_for::<Rslock>(bench, on, slice)?);
+            }
+        }
+    }
+    Ok([
+        merge_w3::<LeaseholdMutex>(bench, ours)?,
+        merge_w3::<Rslock>(bench, theirs)?,
+    ])
+}
+
+/// The W3 runs of `parts` (one library's slices) as one.
+fn merge_w3<L: Library>(bench: &Bench, parts: Vec<W3Run>) -> Result<W3Run> {
+    let (mut attempts, mut successes) = (0, 0);
+    let (mut elapsed, mut client_cpu) = (Duration::ZERO, Duration::ZERO);
+    let mut latencies = Vec::new();
+    let mut costs = Vec::new();
+    let mut per_master: Vec<Vec<ServerCost>> = Vec::new();
+    for part in parts {
+        attempts += part.attempts;
+        successes += part.successes;
+        elapsed += part.elapsed;
+        client_cpu += part.client_cpu;
+        latencies.extend(part.attempt.0);
+        costs.push(part.cost);
+        per_master.resize_with(part.per_master.len().max(per_master.len()), Vec::new);
+        for (i, cost) in part.per_master.into_iter().enumerate() {
+            per_master[i].push(cost);
+        }
+    }
+    let cost = ServerCost::sum(&costs);
+    Ok(W3Run {
+        library: L::NAME,
+        attempts,
+        successes,
+        attempt: Latencies::new(latencies)?,
+        elapsed,
+        lock: LockCost::of::<L>(bench, &cost, &[], client_cpu, attempts),
+        cost,
+        per_master: per_master
+            .iter()
+            .map(|each| ServerCost::sum(each))
+            .collect(),
+        client_cpu,
+    })
 }
 
 fn w3<L: Library>(bench: &Bench, on: &Servers) -> Result<W3Run> {
+    w3_for::<L>(bench, on, bench.plan.w3_run)
+}
+
+/// W3 for `run_for`.
+fn w3_for<L: Library>(bench: &Bench, on: &Servers, run_for: Duration) -> Result<W3Run> {
     let url = on.url.clone();
-    let (warmup, run_for) = (bench.plan.warmup, bench.plan.w3_run);
+    let warmup = bench.plan.warmup;
     let mut workers = Workers::spawn("W3", W3_WORKERS, move |id, line| {
         w3_worker::<L>(id, &url, warmup, run_for, line)
     })?;
@@ -1592,6 +1657,7 @@ fn w3<L: Library>(bench: &Bench, on: &Servers) -> Result<W3Run> {
         lock: LockCost::of::<L>(bench, &cost, &[], client_cpu, attempts),
         cost,
         per_master,
+        client_cpu,
     })
 }
 
@@ -1882,12 +1948,19 @@ fn number(x: f64) -> String {
     }
 }
 
-fn print_w1(plan: &Plan, runs: &[W1Run]) {
+/// W1's table; `side_by_side` when the runs' cycles alternated in blocks
+/// (see `w1_side_by_side`).
+fn print_w1(plan: &Plan, runs: &[W1Run], side_by_side: bool) {
     println!();
     println!(
-        "W1 uncontended: 1 worker, {W1_LOCK}, {} cycles after {} warm-up, blocking acquire (30 s bound) + release; \
-         the libraries' cycles alternate in {W1_BLOCKS} blocks each",
-        plan.cycles, plan.warmup
+        "W1 uncontended: 1 worker, {W1_LOCK}, {} cycles after {} warm-up, blocking acquire (30 s bound) + release{}",
+        plan.cycles,
+        plan.warmup,
+        if side_by_side {
+            format!("; the libraries' cycles alternate in {W1_BLOCKS} blocks each")
+        } else {
+            "; one run after the other".to_owned()
+        }
     );
     let table = Table::new(&runs.iter().map(|r| r.library).collect::<Vec<_>>());
     let num = |label, better, f: &dyn Fn(&W1Run) -> f64| {
@@ -2069,7 +2142,8 @@ fn print_commands(title: &str, per: &str, runs: &[(&str, &ServerCost, usize)]) {
 fn print_w3(plan: &Plan, runs: &[W3Run]) {
     println!();
     println!(
-        "W3 many keys: {W3_WORKERS} workers, {W3_KEYS} keys, {} s, one non-waiting attempt on a random key, release on success",
+        "W3 many keys: {W3_WORKERS} workers, {W3_KEYS} keys, {} s, one non-waiting attempt on a random key, release on success; \
+         the libraries' runs alternate in {W3_SLICES} slices each",
         plan.w3_run.as_secs()
     );
     let table = Table::new(&runs.iter().map(|r| r.library).collect::<Vec<_>>());

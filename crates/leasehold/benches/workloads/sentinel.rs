@@ -134,7 +134,7 @@ pub(super) fn print_sentinel(plan: &Plan, runs: &SentinelRuns) {
          (port {}), next to a direct connection to the same master; {NO_PEER}",
         runs.master_port, runs.replica_port
     );
-    print_w1(plan, &runs.w1);
+    print_w1(plan, &runs.w1, false);
     let (p50, p99) = ack_cost(runs);
     row(
         "one acknowledgement adds, acquire p50 / p99",
