@@ -19,25 +19,12 @@ LIBRARY=${1:-leasehold}
 CYCLES=${2:-2000}
 BASE=${BASE:-500}
 SERVER=${LEASEHOLD_REDIS_SERVER:-redis-server}
-for tool in valgrind redis-cli; do
-    command -v "$tool" >/dev/null || { echo "$0: needs $tool" >&2; exit 2; }
-done
-if [ -z "${DRIVER:-}" ]; then
-    DRIVER=$(cargo bench -p leasehold --bench cycle_instructions --no-run 2>&1 |
-        sed -n 's/.*Executable .*(\(.*\))$/\1/p')
-fi
-[ -x "$DRIVER" ] || { echo "$0: no bench binary at '$DRIVER'" >&2; exit 2; }
+. "$(dirname "$0")/instructions_common.sh"
+needs valgrind redis-cli
+find_driver
 
 OUT=$(mktemp -d -t client-instructions.XXXXXX)
-PORT=
-for _ in $(seq 1 50); do
-    candidate=$((20000 + RANDOM % 40000))
-    if [ "$candidate" != 6379 ] && ! (: >"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then
-        PORT=$candidate
-        break
-    fi
-done
-[ -n "$PORT" ] || { echo "$0: found no free port" >&2; exit 2; }
+find_port
 
 "$SERVER" --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
     --dir "$OUT" --daemonize no >"$OUT/server.log" 2>&1 &
