@@ -93,6 +93,18 @@ def test_one_thread_waits_for_loss_while_another_works(server: RedisServer, name
 
 
 def test_ctrl_c_ends_a_blocking_wait(client: leasehold.Client, name: str) -> None:
+    # Python turns SIGINT into KeyboardInterrupt only if SIGINT was not
+    # ignored when it started, and a shell without job control starts its
+    # background commands (`cmd &`, as CI runners may) with SIGINT ignored:
+    # the handler is installed here, whatever the test was started from.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        ctrl_c_ends_a_blocking_wait(client, name)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def ctrl_c_ends_a_blocking_wait(client: leasehold.Client, name: str) -> None:
     holder = leasehold.Client(client.url).mutex(name).acquire()
     waiter = client.mutex(name)
 
