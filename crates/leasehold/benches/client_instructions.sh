@@ -26,15 +26,8 @@ find_driver
 OUT=$(mktemp -d -t client-instructions.XXXXXX)
 find_port
 
-"$SERVER" --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
-    --dir "$OUT" --daemonize no >"$OUT/server.log" 2>&1 &
-PID=$!
-trap 'kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; rm -rf "$OUT"' EXIT
-for _ in $(seq 1 40); do
-    redis-cli -p "$PORT" ping >/dev/null 2>&1 && break
-    sleep 0.25
-done
-redis-cli -p "$PORT" ping >/dev/null
+CLEANUP='rm -rf "$OUT"'
+start_server
 
 count() {
     valgrind --tool=callgrind --callgrind-out-file="$OUT/client.$1" \

@@ -33,16 +33,7 @@ find_driver
 OUT=$(mktemp -d -t cycle-instructions.XXXXXX)
 find_port
 
-valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.out.%p" \
-    "$SERVER" --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
-    --dir "$OUT" --daemonize no >"$OUT/server.log" 2>&1 &
-PID=$!
-trap 'kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true' EXIT
-for _ in $(seq 1 120); do
-    redis-cli -p "$PORT" ping >/dev/null 2>&1 && break
-    sleep 0.5
-done
-redis-cli -p "$PORT" ping >/dev/null
+start_server valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.out.%p"
 
 # The idle server.
 callgrind_control -z "$PID" >/dev/null 2>&1

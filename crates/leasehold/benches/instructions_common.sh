@@ -18,6 +18,21 @@ find_driver() {
     [ -x "$DRIVER" ] || { echo "$0: no bench binary at '$DRIVER'" >&2; exit 2; }
 }
 
+# Starts redis-server on $PORT with its files in $OUT, behind the command
+# words given first (`valgrind ...`, or none), waits until it answers PING
+# (at most 60 s), and sets PID; the server is killed when the script exits.
+start_server() {
+    "$@" "$SERVER" --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
+        --dir "$OUT" --daemonize no >"$OUT/server.log" 2>&1 &
+    PID=$!
+    trap 'kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; ${CLEANUP:-}' EXIT
+    for _ in $(seq 1 120); do
+        redis-cli -p "$PORT" ping >/dev/null 2>&1 && break
+        sleep 0.5
+    done
+    redis-cli -p "$PORT" ping >/dev/null
+}
+
 # Sets PORT to a loopback port nothing listens on (never 6379).
 find_port() {
     PORT=
